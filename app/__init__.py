@@ -1,0 +1,3 @@
+"""autograd-lab: see PyTorch autograd at work."""
+
+__version__ = "0.1.0"

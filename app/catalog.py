@@ -1,0 +1,110 @@
+"""The built-in scenarios: what each one is, read from its source without running it.
+
+A scenario is an ordinary script in `scenarios/`. Its module docstring is the narration: the
+first line is the title; paragraphs that start with "Question:" and "Answer:" are the question
+and the answer. Optional module-level literals say what the page may vary:
+
+    VARIANTS = {"detach": "F.linear with detached weight", ...}   # --variant NAME
+    OPTIONS = {"k": {"default": 3, "choices": [0, 1, 2, 3], "help": "..."}}   # --k VALUE
+
+The runner passes the choice as command-line arguments, so `python scenarios/NAME.py
+--variant detach` shows the same thing as the page. Reading uses `ast`: no scenario code runs
+in the process that lists them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .resources import resource_dir
+
+__all__ = ["Scenario", "load_catalog", "scenario_args", "OptionError"]
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class OptionError(ValueError):
+    """A variant or option the scenario does not have; the message lists what it does have."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: Path
+    title: str
+    question: str
+    answer: str
+    narration: str
+    variants: dict[str, str] = field(default_factory=dict)
+    options: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def default_variant(self) -> str | None:
+        return next(iter(self.variants), None)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "title": self.title, "question": self.question,
+                "answer": self.answer, "variants": self.variants, "options": self.options,
+                "default_variant": self.default_variant}
+
+
+def _paragraph(doc: str, label: str) -> str:
+    for para in re.split(r"\n\s*\n", doc):
+        text = " ".join(para.split())
+        if text.startswith(label + ":"):
+            return text[len(label) + 1:].strip()
+    return ""
+
+
+def parse_scenario(path: Path) -> Scenario:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    doc = ast.get_docstring(tree) or ""
+    literals: dict[str, object] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.targets[0].id in ("VARIANTS", "OPTIONS"):
+            literals[stmt.targets[0].id] = ast.literal_eval(stmt.value)
+    title, _, rest = doc.partition("\n")
+    return Scenario(
+        name=path.stem, path=path, title=title.strip() or path.stem.replace("_", " "),
+        question=_paragraph(doc, "Question"), answer=_paragraph(doc, "Answer"),
+        narration=rest.strip(), variants=dict(literals.get("VARIANTS", {})),
+        options=dict(literals.get("OPTIONS", {})))
+
+
+def load_catalog(folder: Path | None = None) -> dict[str, Scenario]:
+    folder = folder or resource_dir("scenarios")
+    out = {}
+    for path in sorted(folder.glob("*.py")):
+        if _NAME.fullmatch(path.stem):
+            out[path.stem] = parse_scenario(path)
+    return out
+
+
+def scenario_args(scenario: Scenario, variant: str | None, options: dict[str, str]) -> list[str]:
+    """Command-line arguments for one variant and options; OptionError if they are not its own."""
+    args: list[str] = []
+    if variant is not None:
+        if variant not in scenario.variants:
+            known = ", ".join(scenario.variants) or "none"
+            raise OptionError(f"scenario {scenario.name!r} has no variant {variant!r} "
+                              f"(its variants: {known})")
+        args += ["--variant", variant]
+    elif scenario.variants:
+        args += ["--variant", scenario.default_variant]
+    for key, value in options.items():
+        spec = scenario.options.get(key)
+        if spec is None:
+            known = ", ".join(scenario.options) or "none"
+            raise OptionError(f"scenario {scenario.name!r} has no option {key!r} "
+                              f"(its options: {known})")
+        choices = spec.get("choices")
+        if choices is not None and str(value) not in {str(c) for c in choices}:
+            raise OptionError(f"option {key!r} of {scenario.name!r} must be one of "
+                              f"{', '.join(str(c) for c in choices)}, not {value!r}")
+        args += [f"--{key}", str(value)]
+    return args

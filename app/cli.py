@@ -1,0 +1,143 @@
+"""`autograd-lab serve | trace | render | scenarios`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .devices import parse_device
+
+__all__ = ["main"]
+
+
+def _device(text: str) -> str:
+    try:
+        return parse_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _script_path(text: str) -> Path:
+    """A file path, or the name of a built-in scenario."""
+    path = Path(text)
+    if path.is_file():
+        return path
+    from .catalog import load_catalog
+
+    catalog = load_catalog()
+    if text in catalog:
+        return catalog[text].path
+    raise SystemExit(f"autograd-lab: no such script {text!r}, and no scenario of that name "
+                     f"(scenarios: {', '.join(catalog) or 'none'})")
+
+
+def _trace(args) -> dict:
+    from .runner import run_trace
+
+    if args.script.endswith(".json") and Path(args.script).is_file():
+        return json.loads(Path(args.script).read_text(encoding="utf-8"))
+    return run_trace(_script_path(args.script), device=args.device, timeout=args.timeout,
+                     args=args.script_args)
+
+
+def _report_error(doc: dict) -> int:
+    err = doc.get("error")
+    if not err:
+        return 0
+    where = f" (line {err['line']} of {doc['script']['name']})" if err.get("line") else ""
+    print(f"autograd-lab: {err['type']}{where}: {err['message']}", file=sys.stderr)
+    return 1
+
+
+def cmd_trace(args) -> int:
+    doc = _trace(args)
+    text = json.dumps(doc, indent=1)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        print(text)
+    return _report_error(doc)
+
+
+def cmd_render(args) -> int:
+    from .render import RenderError, event_graph, render_graph
+
+    doc = _trace(args)
+    status = _report_error(doc)
+    out = Path(args.output)
+    fmt = out.suffix.lstrip(".").lower()
+    try:
+        graph = event_graph(doc, args.event)
+        data = render_graph(graph, fmt, title=doc["script"]["name"])
+    except (RenderError, LookupError) as exc:
+        print(f"autograd-lab: cannot draw: {exc}", file=sys.stderr)
+        return 1
+    out.write_bytes(data)
+    print(f"wrote {out} ({len(graph['nodes'])} nodes, {len(graph['edges'])} edges)")
+    return status
+
+
+def cmd_scenarios(args) -> int:
+    from .catalog import load_catalog
+
+    for name, sc in load_catalog().items():
+        variants = f"  [variants: {', '.join(sc.variants)}]" if sc.variants else ""
+        print(f"{name:26} {sc.title}{variants}")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    import uvicorn
+
+    from .web.app import create_app
+    from .web.settings import Settings
+
+    settings = Settings.from_env(host=args.host, port=args.port)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autograd-lab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def run_options(p):
+        p.add_argument("script", help="a Python script, a scenario name, or a trace .json")
+        p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
+        p.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit, seconds")
+
+    p = sub.add_parser("trace", help="run a script and write its Trace document (JSON)")
+    run_options(p)
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("render", help="run a script and draw its backward graph")
+    run_options(p)
+    p.add_argument("-o", "--output", default="graph.svg", help="graph.svg, graph.png or graph.dot")
+    p.add_argument("--event", type=int, help="which backward event (default: the first)")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("scenarios", help="list the built-in scenarios")
+    p.set_defaults(func=cmd_scenarios)
+
+    p = sub.add_parser("serve", help="serve the web app")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after `--` belongs to the script, not to us
+    script_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    ours = argv[:argv.index("--")] if "--" in argv else argv
+    args = build_parser().parse_args(ours)
+    args.script_args = script_args
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""A Trace event's graph as DOT source. Node ids in the DOT (and so in the SVG) are the Trace's
+own node ids, so the page can go from a drawn node to its record and back."""
+
+from __future__ import annotations
+
+import graphviz
+
+from .legend import EDGE_COLOR, KINDS
+
+__all__ = ["event_graph", "to_dot", "edge_id"]
+
+
+def event_graph(doc: dict, event: int | None = None) -> dict:
+    """The graph of backward event `event` (default: the first backward event)."""
+    backward = [e for e in doc.get("events", []) if e.get("kind") == "backward"]
+    if not backward:
+        raise LookupError("this trace has no backward event, so there is no graph to draw")
+    if event is None:
+        return backward[0]["graph"]
+    for e in backward:
+        if e["index"] == event:
+            return e["graph"]
+    raise LookupError(f"event {event} is not a backward event of this trace "
+                      f"(backward events: {', '.join(str(e['index']) for e in backward)})")
+
+
+def edge_id(edge: dict) -> str:
+    return f"e-{edge['source']}-{edge['target']}-{edge['slot']}"
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")" if shape is not None else ""
+
+
+def _label(node: dict) -> str:
+    label = node.get("label") or node["name"]
+    if node["kind"] in ("param", "leaf", "output"):
+        return f"{label}\n{_shape(node.get('shape'))}"
+    if node["kind"] == "custom" and node.get("function"):
+        return f"{node['name']}\n[{node['function']}]"
+    return label
+
+
+def to_dot(graph: dict, title: str | None = None) -> str:
+    dot = graphviz.Digraph("autograd", graph_attr={
+        "rankdir": "TB", "fontname": "Helvetica", "bgcolor": "white", "nodesep": "0.3",
+        "ranksep": "0.4", **({"label": title, "labelloc": "t"} if title else {})})
+    dot.attr("node", fontname="Helvetica", fontsize="11", penwidth="1.2")
+    dot.attr("edge", fontname="Helvetica", fontsize="9", color=EDGE_COLOR,
+             fontcolor=EDGE_COLOR)
+    for node in graph["nodes"]:
+        style = KINDS[node["kind"]]
+        tooltip = node["name"] + (f" — line {node['line']}" if node.get("line") else "")
+        dot.node(node["id"], _label(node), id=node["id"], shape=style["shape"],
+                 style=style["style"], fillcolor=style["fill"], fontcolor=style["text"],
+                 tooltip=tooltip, **{"class": f"kind-{node['kind']}"})
+    for edge in graph["edges"]:
+        dot.edge(edge["source"], edge["target"], id=edge_id(edge),
+                 label=_shape(edge.get("shape")), **{"class": "grad-edge"})
+    return dot.source

@@ -1,0 +1,5 @@
+"""Run one script in a fresh child process, with limits, and return its Trace document."""
+
+from .process import DEFAULT_TIMEOUT, run_trace
+
+__all__ = ["run_trace", "DEFAULT_TIMEOUT"]

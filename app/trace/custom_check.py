@@ -1,0 +1,44 @@
+"""gradcheck for every custom autograd.Function the script applied.
+
+Run after the script, on a float64 copy of the first (small) inputs each Function saw, with the
+script's output silenced: the check must not show up as the script's own prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import torch
+
+from .recorder import Recorder
+
+__all__ = ["check_custom_functions"]
+
+
+def check_custom_functions(recorder: Recorder) -> dict[type, dict]:
+    results: dict[type, dict] = {}
+    for cls, args in recorder.custom_inputs().items():
+        results[cls] = _check(recorder, cls, args)
+    return results
+
+
+def _check(recorder: Recorder, cls: type, args: tuple) -> dict:
+    inputs = tuple(
+        a.detach().to(torch.float64).requires_grad_(a.requires_grad)
+        if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+        for a in args)
+    if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs):
+        return {"passed": None, "message": "no input requires grad; nothing to check"}
+    sink = io.StringIO()
+    try:
+        with recorder.quiet(), torch.enable_grad(), contextlib.redirect_stdout(sink), \
+                contextlib.redirect_stderr(sink):
+            passed = torch.autograd.gradcheck(lambda *xs: cls.apply(*xs), inputs,
+                                              eps=1e-6, atol=1e-4, raise_exception=True)
+        return {"passed": bool(passed), "message": "backward matches finite differences"}
+    except torch.autograd.gradcheck.GradcheckError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "mismatch"
+        return {"passed": False, "message": f"backward disagrees with finite differences: {first}"}
+    except Exception as exc:  # noqa: BLE001 - a Function gradcheck cannot run is reported, not fatal
+        return {"passed": None, "message": f"gradcheck could not run: {type(exc).__name__}: {exc}"}

@@ -1,0 +1,108 @@
+"""Findings a teacher would point at, each naming the parameters and nodes it concerns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .recorder import Recorder
+
+__all__ = ["diagnose"]
+
+_NO_GRAD_FN = "does not require grad and does not have a grad_fn"
+
+
+def _diag(code: str, level: str, message: str, params=(), nodes=(), event=None) -> dict:
+    return {"code": code, "level": level, "message": message, "params": list(params),
+            "nodes": list(nodes), "event": event}
+
+
+def _lines(escapes) -> str:
+    by_how: dict[str, list[int]] = {}
+    for e in escapes:
+        by_how.setdefault(e.how, []).append(e.line)
+    parts = []
+    for how, lines in by_how.items():
+        where = ", ".join(str(n) for n in sorted(set(lines)))
+        label = {".data": "through `.data`", "detach()": "through `detach()`",
+                 "no_grad": "under `torch.no_grad()`",
+                 "inference_mode": "under `torch.inference_mode()`"}[how]
+        parts.append(f"{label} (line {where})")
+    return "; ".join(parts)
+
+
+def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torch.Tensor, str]],
+             custom_results: dict[str, dict]) -> list[dict]:
+    out: list[dict] = []
+    backward_events = [e for e in events if e["kind"] == "backward"]
+
+    # Parameters that require grad but never got one.
+    if backward_events:
+        in_graph = {name for e in backward_events for name in e["uses"]}
+        for name, (t, kind) in named.items():
+            if not t.requires_grad or name in in_graph or t.grad is not None:
+                continue
+            nodes = [n["id"] for e in backward_events for n in e["graph"]["nodes"]
+                     if any(s.get("param") == name for s in n.get("saved", ()))]
+            escapes = recorder.escapes_of(t)
+            why = (f" The script reads it {_lines(escapes)}, which hands out its values "
+                   "without a link to the graph, so no gradient can flow back to it."
+                   if escapes else " No backward graph reaches it.")
+            out.append(_diag("no_gradient", "warning",
+                             f"`{name}` requires grad but received no gradient.{why}",
+                             params=[name], nodes=sorted(set(nodes))))
+
+    for e in backward_events:
+        for name, k in e["uses"].items():
+            if k > 1:
+                out.append(_diag(
+                    "multiple_uses", "info",
+                    f"`{name}` is used {k} times in backward #{e['index']}: each use sends its "
+                    f"own gradient, and `.grad` receives their sum.",
+                    params=[name], event=e["index"]))
+        err = e.get("error")
+        if err and _NO_GRAD_FN in err["message"]:
+            outs = [n["id"] for n in e["graph"]["nodes"] if n["kind"] == "output"]
+            out.append(_diag(
+                "output_without_grad_fn", "error",
+                f"backward() at line {e['line']} was called on a tensor with no grad_fn: nothing "
+                "that produced it required grad (look for torch.no_grad(), detach() or .data "
+                "before it).", nodes=outs, event=e["index"]))
+        bad_params = sorted(name for name, uses in e["contributions"].items()
+                            if any((u["grad"] or {}).get("nonfinite") for u in uses))
+        bad_edges = [x for x in e["graph"]["edges"]
+                     if isinstance(x.get("grad_norm"), str)]
+        if bad_params or bad_edges:
+            nodes = sorted({x["target"] for x in bad_edges})
+            out.append(_diag(
+                "nonfinite_gradient", "error",
+                f"backward #{e['index']} produced NaN or infinite gradients"
+                + (f" for {', '.join(f'`{p}`' for p in bad_params)}" if bad_params else "")
+                + ".", params=bad_params, nodes=nodes, event=e["index"]))
+        if e.get("synthetic"):
+            out.append(_diag("root_chosen", "info", e["synthetic_reason"], event=e["index"],
+                             nodes=e["graph"]["roots"]))
+
+    for qualname, result in custom_results.items():
+        nodes = [n["id"] for e in backward_events for n in e["graph"]["nodes"]
+                 if n.get("function") == qualname]
+        if result["passed"] is False:
+            out.append(_diag("gradcheck_failed", "warning",
+                             f"custom Function `{qualname}`: {result['message']}.", nodes=nodes))
+        elif result["passed"]:
+            out.append(_diag("gradcheck_passed", "info",
+                             f"custom Function `{qualname}`: gradcheck passes.", nodes=nodes))
+
+    skipped: dict[str, Any] = recorder.skipped
+    if skipped["backward"] or skipped["step"]:
+        out.append(_diag("events_skipped", "info",
+                         f"Only the first {recorder.limits.max_backward_events} backward passes "
+                         f"and {recorder.limits.max_step_events} optimizer steps are recorded; "
+                         f"{skipped['backward']} more backward passes and {skipped['step']} more "
+                         "steps ran unrecorded."))
+    for problem in recorder.internal_errors[:5]:
+        out.append(_diag("tracer_error", "warning",
+                         f"autograd-lab could not record part of this run ({problem}); the "
+                         "script itself ran normally."))
+    return out

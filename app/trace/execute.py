@@ -1,0 +1,86 @@
+"""Run a script as `__main__`, the way `python script.py` would, and turn what goes wrong into
+an error record that points at the script's own line (never at ours)."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import sys
+import traceback
+import types
+from pathlib import Path
+from .document import error_record
+
+__all__ = [
+    "TimeLimitExceeded", "CappedText", "main_module", "run_as_main", "error_from_exception",
+]
+
+MAX_OUTPUT = 256 * 1024
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised in the script when the runner's wall-clock limit is reached (SIGTERM)."""
+
+
+class CappedText(io.TextIOBase):
+    """A text stream that keeps the first MAX_OUTPUT characters and counts the rest."""
+
+    def __init__(self, cap: int = MAX_OUTPUT) -> None:
+        self._parts: list[str] = []
+        self._size = 0
+        self._dropped = 0
+        self._cap = cap
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        room = self._cap - self._size
+        if room > 0:
+            self._parts.append(text[:room])
+            self._size += min(len(text), room)
+        self._dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def getvalue(self) -> str:
+        text = "".join(self._parts)
+        if self._dropped:
+            text += f"\n[... {self._dropped} more characters of output were not kept]\n"
+        return text
+
+
+def main_module(path: Path) -> types.ModuleType:
+    """A fresh module to run the script in, registered as `__main__` (pickle, dataclasses and
+    friends look there)."""
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=str(path), __builtins__=builtins)
+    sys.modules["__main__"] = module
+    return module
+
+
+def run_as_main(path: Path, source: str, argv: list[str], module: types.ModuleType) -> None:
+    """Execute `source` in `module`; exceptions propagate."""
+    code = compile(source, str(path), "exec")
+    sys.argv = [str(path), *argv]
+    sys.path.insert(0, str(path.parent))
+    exec(code, module.__dict__)  # noqa: S102 - running the user's script is the point
+
+
+def script_frames_of(exc: BaseException, script_path: str) -> list[dict]:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [{"line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
+            for f in frames if f.filename == script_path]
+
+
+def error_from_exception(exc: BaseException, script_path: str) -> dict:
+    """An error record for an exception the script raised (or we raised into it)."""
+    if isinstance(exc, SyntaxError) and (exc.filename in (script_path, None)):
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        return error_record("SyntaxError", f"{exc.msg}{where}: {(exc.text or '').strip()}",
+                            exc.lineno, frames=[])
+    frames = script_frames_of(exc, script_path)
+    line = frames[-1]["line"] if frames else None
+    if isinstance(exc, TimeLimitExceeded):
+        return error_record("Timeout", str(exc), line, frames=frames)
+    message = str(exc).strip() or type(exc).__name__
+    return error_record(type(exc).__name__, message, line, frames=frames)

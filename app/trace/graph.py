@@ -1,0 +1,191 @@
+"""Walk a grad_fn graph into plain data: nodes and edges.
+
+The walk is iterative (a 100k-node graph must not hit the recursion limit) and breadth-first
+from the roots, so node ids ("n0" is the first root's grad_fn) are the same on every run of a
+deterministic script. An edge goes from a node listed in another node's `next_functions`
+(`source`) to that node (`target`), the way torchviz draws it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from . import _internals as internals
+from .summary import describe
+
+MODULE_TAG = "autograd_lab.module"
+
+__all__ = ["Walk", "walk", "MODULE_TAG"]
+
+# name_leaf(tensor) -> (name, kind) with kind "parameter" or "leaf"
+LeafNamer = Callable[[torch.Tensor], tuple[str, str]]
+
+
+@dataclass
+class Walk:
+    nodes: list[dict] = field(default_factory=list)
+    edges: list[dict] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)
+    # node id -> grad_fn; holding them keeps the ids meaningful while hooks run
+    fns: dict[str, Any] = field(default_factory=dict)
+    # AccumulateGrad node id -> (leaf tensor, its name)
+    leaves: dict[str, tuple[torch.Tensor, str]] = field(default_factory=dict)
+    # custom Function node id -> the Function class
+    customs: dict[str, type] = field(default_factory=dict)
+    truncated: bool = False
+
+    def document(self) -> dict:
+        return {
+            "nodes": self.nodes,
+            "edges": self.edges,
+            "roots": self.roots,
+            "truncated": self.truncated,
+        }
+
+
+def walk(
+    outputs: list[tuple[torch.Tensor, str]],
+    *,
+    script_path: str,
+    name_leaf: LeafNamer,
+    storage_names: dict[int, str] | None = None,
+    max_nodes: int = 200_000,
+) -> Walk:
+    """Walk the graph behind `outputs` ((tensor, label) pairs)."""
+    w = Walk()
+    ids: dict[Any, str] = {}
+    queue: deque = deque()
+    storage_names = storage_names or {}
+
+    def visit(fn: Any) -> str:
+        node_id = f"n{len(ids)}"
+        ids[fn] = node_id
+        w.fns[node_id] = fn
+        w.nodes.append(_describe_node(fn, node_id, w, script_path, name_leaf, storage_names))
+        queue.append(fn)
+        return node_id
+
+    for i, (tensor, label) in enumerate(outputs):
+        out_id = f"out{i}"
+        out_node = {"id": out_id, "name": "output", "kind": "output", "label": label,
+                    **describe(tensor), "line": None, "module": None}
+        w.nodes.append(out_node)
+        fn = tensor.grad_fn
+        if fn is None:
+            continue
+        fn_id = ids.get(fn) or visit(fn)
+        w.roots.append(fn_id)
+        out_node["line"] = _script_line(fn, script_path)
+        w.edges.append({"source": fn_id, "target": out_id, "slot": 0,
+                        "shape": list(tensor.shape)})
+
+    while queue:
+        fn = queue.popleft()
+        target = ids[fn]
+        for slot, (nxt, _input_nr) in enumerate(fn.next_functions):
+            if nxt is None:
+                continue
+            source = ids.get(nxt)
+            if source is None:
+                if len(ids) >= max_nodes:
+                    w.truncated = True
+                    continue
+                source = visit(nxt)
+            w.edges.append({"source": source, "target": target, "slot": slot})
+    _inherit_modules(w)
+    return w
+
+
+def _inherit_modules(w: Walk) -> None:
+    """Give internal nodes their consumer's module.
+
+    An op like F.linear records helper nodes (the weight's TBackward0) that no torch call
+    returned, so nothing tagged them; they come from the same line as the node that consumes
+    them, and belong to the same module.
+    """
+    by_id = {n["id"]: n for n in w.nodes}
+    for e in reversed(w.edges):  # consumers are discovered before the nodes they consume
+        node, consumer = by_id[e["source"]], by_id[e["target"]]
+        if (node["kind"] in ("op", "custom") and node.get("module") is None
+                and consumer.get("module") and node.get("line") == consumer.get("line")):
+            node["module"] = consumer["module"]
+
+
+def _script_line(fn: Any, script_path: str) -> int | None:
+    """The innermost line of the script on the stack that created `fn`."""
+    line = None
+    for file, lineno, _func in internals.creation_stack(fn):
+        if file == script_path:
+            line = lineno
+    return line
+
+
+def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) -> dict:
+    name = type(fn).__name__
+    node: dict[str, Any] = {"id": node_id, "name": name, "label": name}
+    variable = getattr(fn, "variable", None) if name == "AccumulateGrad" else None
+    if variable is not None:
+        leaf_name, kind = name_leaf(variable)
+        w.leaves[node_id] = (variable, leaf_name)
+        node.update(kind="param" if kind == "parameter" else "leaf", param=leaf_name,
+                    label=leaf_name, line=None, module=None, **describe(variable))
+        return node
+    node["kind"] = "op"
+    try:
+        meta = internals.node_metadata(fn)
+    except Exception:  # noqa: BLE001 - nodes from outside anomaly mode may lack metadata
+        meta = {}
+    node["module"] = meta.get(MODULE_TAG)
+    node["line"] = _script_line(fn, script_path)
+    node["saved"] = _saved(fn, storage_names)
+    if internals.is_custom_function_node(fn):
+        node["kind"] = "custom"
+        cls = internals.forward_class(fn)
+        if cls is not None:
+            w.customs[node_id] = cls
+            node["function"] = cls.__qualname__
+            node["backward_source"] = _backward_source(cls, script_path)
+    return node
+
+
+def _saved(fn: Any, storage_names: dict[int, str]) -> list[dict]:
+    out = []
+    for name, value in internals.saved_values(fn):
+        if value is internals.FREED:
+            out.append({"name": name, "freed": True})
+        elif isinstance(value, torch.Tensor):
+            entry = {"name": name, **describe(value)}
+            owner = storage_names.get(storage_key(value))
+            if owner is not None:
+                entry["param"] = owner
+            out.append(entry)
+        elif value is None:
+            continue
+        else:
+            text = repr(value)
+            out.append({"name": name, "value": text if len(text) <= 80 else text[:77] + "..."})
+    return out
+
+
+def storage_key(t: torch.Tensor) -> int | None:
+    """Identifies the memory behind a tensor: a `.data` or `detach()` alias shares it."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - sparse, meta and wrapper tensors have no plain storage
+        return None
+
+
+def _backward_source(cls: type, script_path: str) -> dict | None:
+    """Where the custom Function's backward is written, and its lines."""
+    try:
+        lines, start = inspect.getsourcelines(cls.backward)
+        file = inspect.getsourcefile(cls.backward) or ""
+    except (OSError, TypeError):
+        return None
+    return {"file": "<script>" if file == script_path else file, "line": start,
+            "source": "".join(lines)}

@@ -1,0 +1,110 @@
+"""Route the script's autograd calls to the recorder, and put everything back afterwards.
+
+Intercepted: `Tensor.backward`, `torch.autograd.backward`, `torch.autograd.grad`, every
+optimizer's `step` (through torch's global step hooks), every module call (global forward
+hooks), `Function.apply`, and every torch operation (a TorchFunctionMode), with anomaly-mode
+metadata on so each node knows the script line that created it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.nn.modules import module as nn_module
+from torch.optim import optimizer as optim_module
+from torch.overrides import TorchFunctionMode
+
+from .recorder import Recorder
+
+__all__ = ["instrumented"]
+
+
+class _OpMode(TorchFunctionMode):
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        try:
+            self.recorder.after_op(func, args, out)
+        except Exception as exc:  # noqa: BLE001 - never break the script for our bookkeeping
+            self.recorder._internal_error("watching an operation", exc)
+        return out
+
+
+@contextlib.contextmanager
+def instrumented(recorder: Recorder):
+    """Everything the script does inside this block is recorded."""
+    originals: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, value: Any) -> None:
+        originals.append((owner, name, owner.__dict__[name] if isinstance(owner, type)
+                          else getattr(owner, name)))
+        setattr(owner, name, value)
+
+    tensor_backward = torch.Tensor.backward
+    autograd_backward = torch.autograd.backward
+    autograd_grad = torch.autograd.grad
+
+    def backward_method(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        return recorder.around_backward(
+            "Tensor.backward", self,
+            lambda: tensor_backward(self, gradient, retain_graph, create_graph, inputs))
+
+    def backward_function(tensors, *args, **kwargs):
+        return recorder.around_backward(
+            "torch.autograd.backward", tensors,
+            lambda: autograd_backward(tensors, *args, **kwargs))
+
+    def grad_function(outputs, *args, **kwargs):
+        return recorder.around_backward(
+            "torch.autograd.grad", outputs,
+            lambda: autograd_grad(outputs, *args, **kwargs), returns_grads=True)
+
+    backward_method.__doc__ = tensor_backward.__doc__
+    backward_function.__doc__ = autograd_backward.__doc__
+    grad_function.__doc__ = autograd_grad.__doc__
+
+    function_cls = torch.autograd.Function
+    apply_original = function_cls.__dict__["apply"].__func__
+
+    def apply(cls, *args, **kwargs):
+        with recorder.custom_forward():
+            out = apply_original(cls, *args, **kwargs)
+        try:
+            recorder.saw_custom_apply(cls, args)
+        except Exception as exc:  # noqa: BLE001
+            recorder._internal_error("copying a Function's inputs", exc)
+        return out
+
+    patch(torch.Tensor, "backward", backward_method)
+    patch(torch.autograd, "backward", backward_function)
+    patch(torch.autograd, "grad", grad_function)
+    patch(function_cls, "apply", classmethod(apply))
+
+    handles = [
+        optim_module.register_optimizer_step_pre_hook(
+            lambda opt, args, kwargs: recorder.before_step(opt)),
+        optim_module.register_optimizer_step_post_hook(
+            lambda opt, args, kwargs: recorder.after_step(opt)),
+        nn_module.register_module_forward_pre_hook(
+            lambda module, args: recorder.module_entered(module)),
+        nn_module.register_module_forward_hook(
+            lambda module, args, out: recorder.module_left(module), always_call=True),
+    ]
+    anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
+    mode = _OpMode(recorder)
+    mode.__enter__()
+    try:
+        yield recorder
+    finally:
+        with contextlib.suppress(Exception):
+            mode.__exit__(None, None, None)
+        anomaly.__exit__(None, None, None)
+        for h in handles:
+            h.remove()
+        for owner, name, value in reversed(originals):
+            setattr(owner, name, value)

@@ -1,0 +1,116 @@
+"""Names for the tensors a graph reaches: `middle_linear.weight`, not an address.
+
+Parameters are named by the modules that own them (`named_parameters()` of each outermost
+module the script holds or calls); other leaves by the script variable that holds them. A name,
+once given, stays with its tensor for the whole run, so events can be compared.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+__all__ = ["Namer", "script_frames"]
+
+
+def script_frames(script_path: str) -> Iterator[Any]:
+    """Frames of the running script, innermost first."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == script_path:
+            yield frame
+        frame = frame.f_back
+
+
+class Namer:
+    def __init__(self, script_path: str) -> None:
+        self.script_path = script_path
+        self._by_id: dict[int, tuple[torch.Tensor, str, str]] = {}
+        self._taken: set[str] = set()
+        self._top_modules: list[weakref.ref] = []
+        self._roots: list[tuple[str, nn.Module]] = []
+
+    # -- what the script holds -------------------------------------------------------------
+    def saw_top_level_call(self, module: nn.Module) -> None:
+        """A module was called with no other module around it: a model the script runs."""
+        if not any(ref() is module for ref in self._top_modules):
+            self._top_modules.append(weakref.ref(module))
+
+    def variables(self) -> list[tuple[str, Any]]:
+        """(name, value) of the script's variables, innermost frame first, globals last."""
+        out: list[tuple[str, Any]] = []
+        for frame in script_frames(self.script_path):
+            out.extend(frame.f_locals.items())
+        return out
+
+    def variable_name_of(self, obj: Any) -> str | None:
+        for name, value in self.variables():
+            if value is obj and not name.startswith("_"):
+                return name
+        return None
+
+    # -- naming ----------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Name every parameter of the script's models and every leaf variable it holds."""
+        variables = self.variables()
+        candidates: list[tuple[str, nn.Module]] = []
+        seen: set[int] = set()
+        for name, value in variables:
+            if isinstance(value, nn.Module) and id(value) not in seen and not name.startswith("_"):
+                candidates.append((name, value))
+                seen.add(id(value))
+        for ref in self._top_modules:
+            module = ref()
+            if module is not None and id(module) not in seen:
+                candidates.append((type(module).__name__.lower(), module))
+                seen.add(id(module))
+        inner: set[int] = set()
+        for _, module in candidates:
+            inner.update(id(m) for m in module.modules() if m is not module)
+        roots = [(n, m) for n, m in candidates if id(m) not in inner]
+        with_params = [(n, m) for n, m in roots if any(True for _ in m.parameters())]
+        self._roots = with_params
+        for root_name, module in with_params:
+            prefix = "" if len(with_params) == 1 else root_name + "."
+            for pname, p in module.named_parameters():
+                self._assign(p, prefix + pname, "parameter")
+        for name, value in variables:
+            if (isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad
+                    and not name.startswith("_")):
+                kind = "parameter" if isinstance(value, nn.Parameter) else "leaf"
+                self._assign(value, name, kind)
+
+    def name(self, tensor: torch.Tensor) -> tuple[str, str]:
+        """(name, kind) of a leaf; one not found in the script gets a numbered name."""
+        known = self._by_id.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            return known[1], known[2]
+        kind = "parameter" if isinstance(tensor, nn.Parameter) else "leaf"
+        return self._assign(tensor, "param" if kind == "parameter" else "leaf", kind, number=True)
+
+    def _assign(self, tensor: torch.Tensor, name: str, kind: str, number: bool = False):
+        known = self._by_id.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            return known[1], known[2]
+        unique = name if not number and name not in self._taken else None
+        i = 0 if number else 2
+        while unique is None:
+            candidate = f"{name}{i}" if number else f"{name}#{i}"
+            if candidate not in self._taken:
+                unique = candidate
+            i += 1
+        self._by_id[id(tensor)] = (tensor, unique, kind)
+        self._taken.add(unique)
+        return unique, kind
+
+    # -- what is known ---------------------------------------------------------------------
+    def named(self) -> dict[str, tuple[torch.Tensor, str]]:
+        """Every named tensor: name -> (tensor, kind)."""
+        return {name: (t, kind) for t, name, kind in self._by_id.values()}
+
+    def module_of(self, param_name: str) -> str | None:
+        return param_name.rsplit(".", 1)[0] if "." in param_name else None

@@ -1,0 +1,275 @@
+"""The recorder: what the instrumented script did, event by event.
+
+`intercept.py` routes the script's backward calls, optimizer steps, module calls and torch
+operations here. Everything the recorder does with tensors itself runs inside `guard()`, so
+none of it is mistaken for the script's own work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from . import _internals as internals
+from .backward_event import BackwardRecording, tensors_of
+from .graph import MODULE_TAG, storage_key
+from .naming import Namer, script_frames
+from .summary import summarize
+
+__all__ = ["Recorder", "Limits"]
+
+# Calls under no_grad that are not uses: in-place updates (initialisation, manual SGD).
+_NOT_A_USE = ("__get__", "__set__")
+
+
+@dataclass
+class Limits:
+    max_backward_events: int = 10
+    max_step_events: int = 10
+    max_nodes: int = 200_000
+    gradcheck_max_numel: int = 512
+
+
+@dataclass
+class Escape:
+    """A leaf read in a way that leaves the graph: `.data`, `detach()`, or under no_grad."""
+    how: str
+    line: int
+
+
+@dataclass
+class Recorder:
+    script_path: str
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        self.namer = Namer(self.script_path)
+        self.events: list[dict] = []
+        self.skipped = {"backward": 0, "step": 0}
+        self.internal_errors: list[str] = []
+        self._busy = 0
+        self._backward_depth = 0
+        self._in_step = 0
+        self._custom_forward_depth = 0
+        self._module_stack: list[tuple[nn.Module, str]] = []
+        self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
+        self._custom_inputs: dict[type, tuple] = {}
+        self._pending_steps: dict[int, dict] = {}
+
+    # -- our own work ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def guard(self):
+        self._busy += 1
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            self._busy -= 1
+
+    @contextlib.contextmanager
+    def quiet(self):
+        """Like guard(), with grad mode left as it is (gradcheck needs it)."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+
+    @property
+    def busy(self) -> bool:
+        return self._busy > 0
+
+    def _internal_error(self, where: str, exc: BaseException) -> None:
+        self.internal_errors.append(f"{where}: {type(exc).__name__}: {exc}")
+
+    def current_line(self) -> int | None:
+        for frame in script_frames(self.script_path):
+            return frame.f_lineno
+        return None
+
+    def backward_count(self) -> int:
+        return sum(1 for e in self.events if e["kind"] == "backward")
+
+    # -- backward --------------------------------------------------------------------------
+    def around_backward(self, call: str, outputs: Any, run: Callable[[], Any], *,
+                        synthetic: bool = False, returns_grads: bool = False) -> Any:
+        if self.busy or self._backward_depth:
+            return run()
+        if self.backward_count() >= self.limits.max_backward_events:
+            self.skipped["backward"] += 1
+            return run()
+        self._backward_depth += 1
+        try:
+            try:
+                recording = self._start_backward(call, tensors_of(outputs), synthetic)
+            except Exception as exc:  # noqa: BLE001 - the script must run even if we cannot trace
+                self._internal_error("walking the graph", exc)
+                return run()
+            try:
+                result = run()
+            except BaseException as exc:
+                self.events.append(recording.finish(error=exc))
+                raise
+            finally:
+                recording.remove_hooks()
+            self.events.append(recording.finish(results=result if returns_grads else None))
+            return result
+        finally:
+            self._backward_depth -= 1
+
+    def _start_backward(self, call: str, outputs: list[torch.Tensor], synthetic: bool):
+        with self.guard():
+            self.namer.refresh()
+            labelled = [(t, self.namer.variable_name_of(t) or "output") for t in outputs]
+            storage_names = {}
+            for name, (t, _kind) in self.namer.named().items():
+                key = storage_key(t)
+                if key:
+                    storage_names[key] = name
+            return BackwardRecording(
+                index=len(self.events), call=call, line=self.current_line(), outputs=labelled,
+                script_path=self.script_path, namer=self.namer, storage_names=storage_names,
+                guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes)
+
+    # -- optimizer steps -------------------------------------------------------------------
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._in_step += 1
+        if self.busy:
+            return
+        steps = sum(1 for e in self.events if e["kind"] == "step") + len(self._pending_steps)
+        if steps >= self.limits.max_step_events:
+            self.skipped["step"] += 1
+            return
+        try:
+            with self.guard():
+                self.namer.refresh()
+                params = {}
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        name, _kind = self.namer.name(p)
+                        params[name] = (p, summarize(p), summarize(p.grad))
+                self._pending_steps[id(optimizer)] = {
+                    "line": self.current_line(), "params": params,
+                    "lr": [g.get("lr") for g in optimizer.param_groups]}
+        except Exception as exc:  # noqa: BLE001
+            self._internal_error("recording an optimizer step", exc)
+
+    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._in_step = max(0, self._in_step - 1)
+        pending = self._pending_steps.pop(id(optimizer), None)
+        if pending is None:
+            return
+        try:
+            with self.guard():
+                params = {name: {"before": before, "after": summarize(p), "grad": grad}
+                          for name, (p, before, grad) in pending["params"].items()}
+            lr = [float(x) if isinstance(x, (int, float)) else None for x in pending["lr"]]
+            self.events.append({"kind": "step", "index": len(self.events),
+                                "optimizer": type(optimizer).__name__, "line": pending["line"],
+                                "lr": lr, "params": params})
+        except Exception as exc:  # noqa: BLE001
+            self._internal_error("recording an optimizer step", exc)
+
+    # -- modules ---------------------------------------------------------------------------
+    def module_entered(self, module: nn.Module) -> None:
+        if not self._module_stack:
+            self.namer.saw_top_level_call(module)
+            self._module_stack.append((module, ""))
+            return
+        parent, parent_path = self._module_stack[-1]
+        path = None
+        for name, child in parent.named_modules():
+            if child is module and name:
+                path = f"{parent_path}.{name}" if parent_path else name
+                break
+        self._module_stack.append((module, path or type(module).__name__))
+
+    def module_left(self, module: nn.Module) -> None:
+        for i in range(len(self._module_stack) - 1, -1, -1):
+            if self._module_stack[i][0] is module:
+                del self._module_stack[i:]
+                return
+
+    def _module_path(self) -> str | None:
+        if not self._module_stack:
+            return None
+        module, path = self._module_stack[-1]
+        return path or type(module).__name__
+
+    # -- torch operations ------------------------------------------------------------------
+    def after_op(self, func: Any, args: tuple, out: Any) -> None:
+        """Tag new nodes with the module that made them; note leaves that leave the graph."""
+        if self.busy:
+            return
+        path = self._module_path()
+        if path is not None:
+            for t in tensors_of(out):
+                fn = t.grad_fn
+                if fn is not None:
+                    meta = internals.node_metadata(fn)
+                    if MODULE_TAG not in meta:
+                        meta[MODULE_TAG] = path
+        name = getattr(func, "__name__", "")
+        if internals.is_data_getter(func):
+            self._note_escape(args[:1], ".data")
+        elif name in ("detach", "detach_"):
+            self._note_escape(args[:1], "detach()")
+        elif (not torch.is_grad_enabled() and not self._in_step and not self._custom_forward_depth
+              and not name.endswith("_") and not name.startswith("__i") and name not in _NOT_A_USE):
+            how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
+            self._note_escape(args, how)
+
+    def _note_escape(self, args: tuple, how: str) -> None:
+        leaves = [a for a in _flat(args) if isinstance(a, torch.Tensor) and a.is_leaf
+                  and a.requires_grad]
+        if not leaves:
+            return
+        line = self.current_line()
+        if line is None:
+            return
+        for t in leaves:
+            entry = self._escapes.setdefault(id(t), (t, []))
+            if entry[0] is not t:
+                entry = self._escapes[id(t)] = (t, [])
+            if len(entry[1]) < 20 and not any(e.how == how and e.line == line for e in entry[1]):
+                entry[1].append(Escape(how, line))
+
+    def escapes_of(self, tensor: torch.Tensor) -> list[Escape]:
+        entry = self._escapes.get(id(tensor))
+        return entry[1] if entry is not None and entry[0] is tensor else []
+
+    # -- custom Functions ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def custom_forward(self):
+        self._custom_forward_depth += 1
+        try:
+            yield
+        finally:
+            self._custom_forward_depth -= 1
+
+    def saw_custom_apply(self, cls: type, args: tuple) -> None:
+        """Keep a small copy of the first inputs of each Function, for gradcheck later."""
+        if self.busy or cls in self._custom_inputs:
+            return
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not tensors or sum(t.numel() for t in tensors) > self.limits.gradcheck_max_numel:
+            return
+        with self.guard():
+            copy = tuple(a.detach().clone().requires_grad_(a.requires_grad)
+                         if isinstance(a, torch.Tensor) else a for a in args)
+        self._custom_inputs[cls] = copy
+
+    def custom_inputs(self) -> dict[type, tuple]:
+        return dict(self._custom_inputs)
+
+
+def _flat(args: Any):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a

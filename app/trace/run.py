@@ -1,0 +1,161 @@
+"""Trace one script, in this process: the whole instrumented run, start to document.
+
+Called by the worker (a child process the runner starts); tests call it directly too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+from .custom_check import check_custom_functions
+from .diagnose import diagnose
+from .document import error_record, new_document
+from .execute import (CappedText, TimeLimitExceeded, error_from_exception, main_module,
+                      run_as_main)
+from .intercept import instrumented
+from .recorder import Limits, Recorder
+from .summary import summarize
+
+__all__ = ["trace_script", "device_problem"]
+
+
+def device_problem(device: str) -> str | None:
+    """Why `device` cannot be used here, or None when it can."""
+    if device == "cpu":
+        return None
+    m = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if m is None:
+        return f"unknown device {device!r}: use cpu, cuda or cuda:N"
+    if not torch.cuda.is_available():
+        return (f"device {device!r} is not available: this machine has no CUDA GPU that torch "
+                f"{torch.__version__} can use (torch.cuda.is_available() is False). "
+                "Run on the CPU instead (--device cpu).")
+    index = int(m.group(1) or 0)
+    count = torch.cuda.device_count()
+    if index >= count:
+        return (f"device {device!r} does not exist: this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}.")
+    return None
+
+
+def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None = None,
+                 device: str = "cpu", limits: Limits | None = None) -> dict:
+    """Run the script at `path` under the recorder and return its Trace document."""
+    path = Path(path).resolve()
+    source = path.read_text(encoding="utf-8", errors="replace")
+    doc = new_document(name or path.name, source, device, torch.__version__)
+    doc["script"]["args"] = list(argv or [])
+    problem = device_problem(device)
+    if problem:
+        doc["error"] = error_record("DeviceUnavailable", problem)
+        return doc
+
+    recorder = Recorder(str(path), limits or Limits())
+    out, err = CappedText(), CappedText()
+    module = main_module(path)
+    error = None
+    saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path)
+    with contextlib.ExitStack() as stack:
+        if device != "cpu":
+            torch.set_default_device(device)
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
+        stack.enter_context(instrumented(recorder))
+        sys.stdout, sys.stderr = out, err
+        try:
+            run_as_main(path, source, list(argv or []), module)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                error = error_record("ScriptExit", f"the script called sys.exit({exc.code!r})",
+                                     recorder.current_line())
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a clear error record
+            error = error_from_exception(exc, str(path))
+        finally:
+            sys.stdout, sys.stderr = saved[0], saved[1]
+            sys.argv[:], sys.path[:] = saved[2], saved[3]
+        custom_results: dict = {}
+        if not (error and error["type"] == "Timeout"):
+            try:
+                if error is None and recorder.backward_count() == 0:
+                    error = _backward_from_chosen_root(recorder, module.__dict__)
+                custom_results = check_custom_functions(recorder)
+            except TimeLimitExceeded as exc:
+                error = error_from_exception(exc, str(path))
+        if device != "cpu":
+            torch.set_default_device(None)
+
+    doc["events"] = recorder.events
+    doc["events_skipped"] = dict(recorder.skipped)
+    named = recorder.namer.named()
+    doc["params"] = _params(recorder, named)
+    results_by_name = {cls.__qualname__: r for cls, r in custom_results.items()}
+    _attach_gradcheck(recorder.events, results_by_name)
+    doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
+    doc["stdout"], doc["stderr"] = out.getvalue(), err.getvalue()
+    doc["error"] = error
+    return doc
+
+
+def _backward_from_chosen_root(recorder: Recorder, namespace: dict) -> dict | None:
+    """The script never called backward: pick its output and run backward from it ourselves."""
+    root, how = None, None
+    candidate = namespace.get("OUTPUT")
+    if isinstance(candidate, torch.Tensor) and candidate.grad_fn is not None:
+        root, how, label = candidate, "the tensor named OUTPUT", "OUTPUT"
+    else:
+        for var, value in reversed(list(namespace.items())):
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None \
+                    and not var.startswith("_"):
+                root, label = value, var
+                how = f"the last module-level tensor with a grad_fn (`{var}`)"
+                break
+    if root is None:
+        has_tensor = any(isinstance(v, torch.Tensor) for v in namespace.values())
+        detail = ("it made tensors, but none of them has a grad_fn: nothing it computed "
+                  "required grad" if has_tensor else "it made no tensor at all")
+        return error_record(
+            "NoGraph",
+            f"There is no autograd graph to show: the script never called backward() and {detail}. "
+            "Compute something from a tensor that requires grad (an nn.Module's parameters, or "
+            "torch.randn(..., requires_grad=True)) and call .backward() on the result, or name "
+            "the tensor to show OUTPUT.")
+    gradient = torch.ones_like(root)
+    recorder.around_backward(
+        "torch.autograd.backward", root,
+        lambda: torch.autograd.backward(root, gradient, retain_graph=True), synthetic=True)
+    event = recorder.events[-1]
+    event["synthetic_reason"] = (
+        f"The script never calls backward(), so autograd-lab took {how} as the root and ran "
+        "backward from it with a gradient of ones" + ("." if root.dim() == 0 else
+                                                        f" of shape {list(root.shape)}."))
+    event["graph"]["nodes"][0]["label"] = label
+    return None
+
+
+def _params(recorder: Recorder, named: dict) -> dict:
+    params = {}
+    for name, (t, kind) in named.items():
+        uses = {str(e["index"]): e["uses"].get(name, 0)
+                for e in recorder.events if e["kind"] == "backward"}
+        with recorder.guard():
+            grad = summarize(t.grad)
+        params[name] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
+                        "device": str(t.device), "requires_grad": bool(t.requires_grad),
+                        "kind": kind, "module": recorder.namer.module_of(name), "uses": uses,
+                        "grad": grad}
+    return params
+
+
+def _attach_gradcheck(events: list[dict], results: dict[str, dict]) -> None:
+    for e in events:
+        if e["kind"] != "backward":
+            continue
+        for node in e["graph"]["nodes"]:
+            if node.get("function") in results:
+                node["gradcheck"] = results[node["function"]]

@@ -1,0 +1,78 @@
+"""Tensor summaries: what the Trace says about a tensor.
+
+Shape, dtype, device, min/max/mean/norm, and the values themselves when small enough to draw.
+JSON has no NaN or infinity, so those are written as the strings "NaN", "Infinity",
+"-Infinity" (the names JavaScript gives them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+MAX_VALUES = 4096
+
+__all__ = ["MAX_VALUES", "summarize", "describe", "json_number"]
+
+
+def describe(t: torch.Tensor) -> dict[str, Any]:
+    """Shape, dtype and device only: cheap, for saved tensors and edges."""
+    return {
+        "shape": list(t.shape),
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "device": str(t.device),
+    }
+
+
+def json_number(x: float) -> float | str:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def _clean(values: Any) -> Any:
+    if isinstance(values, list):
+        return [_clean(v) for v in values]
+    return json_number(float(values))
+
+
+def summarize(t: torch.Tensor | None, with_values: bool = True) -> dict[str, Any] | None:
+    """Full summary of `t` (None stays None)."""
+    if t is None:
+        return None
+    out = describe(t)
+    if t.layout != torch.strided or t.device.type == "meta":
+        out["layout"] = str(t.layout).removeprefix("torch.")
+        return out
+    with torch.no_grad():
+        x = t.detach()
+        if x.is_complex():
+            x = x.abs()
+        x = x.to("cpu", torch.float64)
+        n = x.numel()
+        out["numel"] = n
+        if n:
+            finite = torch.isfinite(x)
+            out["nonfinite"] = int(n - int(finite.sum()))
+            out["min"] = json_number(float(x.min()))
+            out["max"] = json_number(float(x.max()))
+            out["mean"] = json_number(float(x.mean()))
+            out["norm"] = json_number(float(x.norm()))
+        if with_values and n <= MAX_VALUES:
+            out["values"] = _clean(x.tolist())
+    return out
+
+
+def norm_of(t: torch.Tensor) -> float | str | None:
+    """The L2 norm alone: the cheap figure drawn on every gradient edge."""
+    if t is None or t.layout != torch.strided or t.device.type == "meta":
+        return None
+    with torch.no_grad():
+        x = t.detach()
+        if x.is_complex():
+            x = x.abs()
+        return json_number(float(x.to(torch.float64).norm()))
