@@ -1,5 +1,5 @@
 """Run one script in a fresh child process, with limits, and return its Trace document."""
 
-from .process import DEFAULT_TIMEOUT, run_trace
+from .process import DEFAULT_TIMEOUT, probe_devices, run_trace
 
-__all__ = ["run_trace", "DEFAULT_TIMEOUT"]
+__all__ = ["run_trace", "probe_devices", "DEFAULT_TIMEOUT"]

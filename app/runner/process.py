@@ -25,7 +25,7 @@ GRACE = 3.0  # seconds between SIGTERM (the worker reports where it was) and SIG
 MAX_DOCUMENT = 64 * 1024 * 1024
 MAX_LOG = 16 * 1024
 
-__all__ = ["run_trace", "DEFAULT_TIMEOUT"]
+__all__ = ["run_trace", "probe_devices", "DEFAULT_TIMEOUT"]
 
 
 def _child_env() -> dict[str, str]:
@@ -147,3 +147,12 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     return data[-MAX_LOG:].decode("utf-8", errors="replace")
+
+
+def probe_devices(timeout: float = 60.0) -> dict:
+    """{"torch": version, "devices": [...]} as a worker process sees them."""
+    done = subprocess.run([sys.executable, "-m", "app.trace.probe"], capture_output=True,
+                          env=_child_env(), timeout=timeout, check=False, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("the worker could not start torch: " + done.stderr.strip()[-2000:])
+    return json.loads(done.stdout)

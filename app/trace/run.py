@@ -58,9 +58,9 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
 
     recorder = Recorder(str(path), limits or Limits())
     out, err = CappedText(), CappedText()
-    module = main_module(path)
     error = None
-    saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path)
+    saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")
+    module = main_module(path)
     with contextlib.ExitStack() as stack:
         if device != "cpu":
             torch.set_default_device(device)
@@ -79,6 +79,8 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.argv[:], sys.path[:] = saved[2], saved[3]
+            if saved[4] is not None:
+                sys.modules["__main__"] = saved[4]
         custom_results: dict = {}
         if not (error and error["type"] == "Timeout"):
             try:

@@ -1,0 +1,2 @@
+"""The web layer: FastAPI pages and JSON API. Knows runs only through Trace documents; never
+imports torch or user code."""

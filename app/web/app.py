@@ -1,0 +1,36 @@
+"""The app factory: settings in, a FastAPI app out. Routers are wired here and nowhere else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from app import __version__
+from app.render import KINDS
+from app.resources import resource_dir
+
+from .routers import api, pages
+from .settings import Settings
+from .traces import TraceService
+
+__all__ = ["create_app"]
+
+
+def create_app(settings: Settings | None = None, scenarios_dir: Path | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+    app = FastAPI(title="autograd-lab", version=__version__,
+                  description="See PyTorch autograd at work: graphs, backward order and "
+                              "per-use gradient contributions of scripts.")
+    app.state.settings = settings
+    app.state.scenarios_dir = scenarios_dir or resource_dir("scenarios")
+    app.state.traces = TraceService(settings)
+    templates = Jinja2Templates(directory=str(resource_dir("templates")))
+    templates.env.globals.update(legend=KINDS, version=__version__)
+    app.state.templates = templates
+    app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    return app

@@ -1,0 +1,86 @@
+"""JSON API: scenarios, their traces and drawings. The pages read the same functions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import Response
+
+from app.catalog import OptionError
+from app.devices import parse_device
+from app.render import RenderError
+from app.trace.document import load_schema
+
+from ..deps import CatalogDep, ScenarioDep, TracesDep
+from ..traces import DeviceError
+
+router = APIRouter()
+
+# query parameters that are ours; every other one is a scenario option (e.g. k=2)
+_RESERVED = {"variant", "device", "event"}
+_MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8"}
+
+
+def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[tuple, dict]:
+    """Trace one scenario variant; HTTP errors a person can act on."""
+    try:
+        device = parse_device(device)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    options = {k: v for k, v in request.query_params.items() if k not in _RESERVED}
+    if variant is not None and variant not in scenario.variants:
+        known = ", ".join(scenario.variants) or "none"
+        raise HTTPException(404, f"scenario {scenario.name!r} has no variant {variant!r} "
+                                 f"(its variants: {known})")
+    try:
+        return traces.scenario_trace(scenario, variant, options, device)
+    except OptionError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    except DeviceError as exc:
+        raise HTTPException(422, str(exc)) from exc
+
+
+@router.get("/healthz")
+def healthz() -> dict:
+    return {"status": "ok"}
+
+
+@router.get("/api/scenarios")
+def list_scenarios(catalog: CatalogDep) -> list[dict]:
+    return [s.summary() for s in catalog.values()]
+
+
+@router.get("/api/scenarios/{name}")
+def get_scenario(scenario: ScenarioDep) -> dict:
+    return {**scenario.summary(), "narration": scenario.narration}
+
+
+@router.get("/api/scenarios/{name}/trace")
+def scenario_trace(request: Request, scenario: ScenarioDep, traces: TracesDep,
+                   variant: str | None = None, device: str = "cpu") -> dict:
+    return scenario_run(request, scenario, traces, variant, device)[1]
+
+
+@router.get("/api/scenarios/{name}/graph.{fmt}")
+def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, fmt: str,
+                   variant: str | None = None, device: str = "cpu",
+                   event: int | None = None) -> Response:
+    if fmt not in _MEDIA:
+        raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png or graph.dot")
+    key, doc = scenario_run(request, scenario, traces, variant, device)
+    try:
+        data = traces.drawing(key, doc, event, fmt)
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RenderError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    return Response(data, media_type=_MEDIA[fmt])
+
+
+@router.get("/api/devices")
+def devices(traces: TracesDep) -> dict:
+    return traces.devices()
+
+
+@router.get("/api/schema/trace")
+def trace_schema() -> dict:
+    return load_schema()

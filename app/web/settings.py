@@ -1,0 +1,59 @@
+"""Every setting of the web app, in one place, read from the environment and checked at start.
+
+| setting            | environment variable          | default   | meaning                                  |
+|--------------------|-------------------------------|-----------|------------------------------------------|
+| host               | AUTOGRAD_LAB_HOST             | 127.0.0.1 | address the server binds                 |
+| port               | AUTOGRAD_LAB_PORT             | 8000      | port the server binds                    |
+| trace_timeout      | AUTOGRAD_LAB_TRACE_TIMEOUT    | 60        | wall-clock limit of one run, seconds     |
+| max_workers        | AUTOGRAD_LAB_MAX_WORKERS      | cores     | runs at the same time                    |
+| cache_size         | AUTOGRAD_LAB_CACHE_SIZE       | 64        | traces kept in memory                    |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+__all__ = ["Settings", "SettingsError"]
+
+_ENV_PREFIX = "AUTOGRAD_LAB_"
+
+
+class SettingsError(ValueError):
+    """A setting has a value the app cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    trace_timeout: float = 60.0
+    max_workers: int = max(1, os.cpu_count() or 1)
+    cache_size: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"port must be between 1 and 65535, not {self.port}")
+        if self.trace_timeout <= 0:
+            raise SettingsError(f"trace_timeout must be positive, not {self.trace_timeout}")
+        if self.max_workers < 1:
+            raise SettingsError(f"max_workers must be at least 1, not {self.max_workers}")
+        if self.cache_size < 1:
+            raise SettingsError(f"cache_size must be at least 1, not {self.cache_size}")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> Settings:
+        environ = os.environ if environ is None else environ
+        values: dict = {}
+        for f in fields(cls):
+            raw = environ.get(_ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            kind = type(f.default)
+            try:
+                values[f.name] = kind(raw)
+            except ValueError as exc:
+                raise SettingsError(f"{_ENV_PREFIX}{f.name.upper()}={raw!r} is not a valid "
+                                    f"{kind.__name__}") from exc
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

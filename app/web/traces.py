@@ -1,0 +1,81 @@
+"""Scenario traces for the web app: computed by the runner, kept in a small in-memory cache.
+
+The web process is stateless apart from this cache, so several can run side by side. Two
+requests for the same trace wait for one run instead of starting two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+from app.catalog import Scenario, scenario_args
+from app.render import RenderError, event_graph, render_graph
+from app.runner import probe_devices, run_trace
+
+from .settings import Settings
+
+__all__ = ["TraceService", "DeviceError"]
+
+
+class DeviceError(ValueError):
+    """The requested device is not on this machine."""
+
+
+class TraceService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._cache: OrderedDict[tuple, dict] = OrderedDict()
+        self._renders: OrderedDict[tuple, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple, threading.Lock] = {}
+        self._slots = threading.BoundedSemaphore(settings.max_workers)
+        self._probe: dict | None = None
+
+    def devices(self) -> dict:
+        if self._probe is None:
+            self._probe = probe_devices()
+        return self._probe
+
+    def scenario_trace(self, scenario: Scenario, variant: str | None, options: dict[str, str],
+                       device: str) -> tuple[tuple, dict]:
+        args = scenario_args(scenario, variant, options)  # OptionError for the caller
+        source = scenario.path.read_bytes()
+        key = (scenario.name, hashlib.sha256(source).hexdigest(), tuple(args), device)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return key, self._cache[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._cache:
+                    return key, self._cache[key]
+            with self._slots:
+                doc = run_trace(scenario.path, args=args, device=device,
+                                timeout=self.settings.trace_timeout)
+            if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
+                raise DeviceError(doc["error"]["message"])
+            with self._lock:
+                self._cache[key] = doc
+                while len(self._cache) > self.settings.cache_size:
+                    self._cache.popitem(last=False)
+                self._key_locks.pop(key, None)
+        return key, doc
+
+    def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str) -> bytes:
+        """The graph of one event as svg, png or dot (RenderError, LookupError)."""
+        rkey = (key, event, fmt)
+        with self._lock:
+            if rkey in self._renders:
+                return self._renders[rkey]
+        data = render_graph(event_graph(doc, event), fmt)
+        with self._lock:
+            self._renders[rkey] = data
+            while len(self._renders) > self.settings.cache_size * 2:
+                self._renders.popitem(last=False)
+        return data
+
+
+__all__ += ["RenderError"]
