@@ -33,6 +33,8 @@ class Namer:
         self._taken: set[str] = set()
         self._top_modules: list[weakref.ref] = []
         self._roots: list[tuple[str, nn.Module]] = []
+        # once the script has finished there are no frames to look in: its globals stay
+        self.finished_globals: dict | None = None
 
     # -- what the script holds -------------------------------------------------------------
     def saw_top_level_call(self, module: nn.Module) -> None:
@@ -45,6 +47,8 @@ class Namer:
         out: list[tuple[str, Any]] = []
         for frame in script_frames(self.script_path):
             out.extend(frame.f_locals.items())
+        if self.finished_globals is not None:
+            out.extend(self.finished_globals.items())
         return out
 
     def variable_name_of(self, obj: Any) -> str | None:

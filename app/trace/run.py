@@ -72,8 +72,9 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
             run_as_main(path, source, list(argv or []), module)
         except SystemExit as exc:
             if exc.code not in (None, 0):
-                error = error_record("ScriptExit", f"the script called sys.exit({exc.code!r})",
-                                     recorder.current_line())
+                error = error_from_exception(exc, str(path))
+                error.update(type="ScriptExit",
+                             message=f"the script called sys.exit({exc.code!r})")
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a clear error record
             error = error_from_exception(exc, str(path))
         finally:
@@ -106,6 +107,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
 
 def _backward_from_chosen_root(recorder: Recorder, namespace: dict) -> dict | None:
     """The script never called backward: pick its output and run backward from it ourselves."""
+    recorder.namer.finished_globals = namespace
     root, how = None, None
     candidate = namespace.get("OUTPUT")
     if isinstance(candidate, torch.Tensor) and candidate.grad_fn is not None:

@@ -1,0 +1,99 @@
+"""The command line, run as a user runs it: a real child process, the real worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import jsonschema
+
+from app.trace.document import load_schema
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_trace_writes_a_valid_document(tmp_path):
+    script = tmp_path / "tiny.py"
+    script.write_text("import torch\nw = torch.ones(2, requires_grad=True)\n"
+                      "(w * 3).sum().backward()\nprint(w.grad.tolist())\n")
+    out = tmp_path / "trace.json"
+    done = cli("trace", str(script), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema())
+    assert doc["stdout"] == "[3.0, 3.0]\n"
+    assert doc["script"]["name"] == "tiny.py"
+
+
+def test_render_svg_png_dot_of_a_scenario_with_arguments(tmp_path):
+    for suffix in ("svg", "png", "dot"):
+        out = tmp_path / f"graph.{suffix}"
+        done = cli("render", "reused_layer", "-o", str(out), "--", "--k", "2")
+        assert done.returncode == 0, done.stderr
+        assert out.stat().st_size > 100
+    ET.parse(tmp_path / "graph.svg")  # well-formed XML
+    assert (tmp_path / "graph.png").read_bytes()[:4] == b"\x89PNG"
+    # k=2: the middle weight feeds two TBackward0 nodes
+    dot = (tmp_path / "graph.dot").read_text()
+    assert dot.count("middle_linear.weight") == 1
+
+
+def test_cuda_on_a_machine_without_it(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("this machine has CUDA")
+    script = tmp_path / "s.py"
+    script.write_text("import torch\n(torch.ones(1, requires_grad=True) * 2).sum().backward()\n")
+    done = cli("trace", str(script), "--device", "cuda", "-o", str(tmp_path / "t.json"))
+    assert done.returncode != 0
+    assert "device 'cuda' is not available" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = cli("trace", str(script), "--device", "cuda:1", "-o", str(tmp_path / "t.json"))
+    assert done.returncode != 0 and "'cuda:1'" in done.stderr
+
+
+def test_unknown_device_spelling_is_refused_before_running(tmp_path):
+    done = cli("trace", "reused_layer", "--device", "gpu")
+    assert done.returncode == 2
+    assert "unknown device 'gpu': use cpu, cuda or cuda:N" in done.stderr
+
+
+def test_script_past_its_time_limit_is_stopped_at_its_line(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text("import torch\nx = 0\nwhile True:\n    x += 1\n")
+    done = cli("trace", str(script), "--timeout", "4", "-o", str(tmp_path / "t.json"))
+    assert done.returncode == 1
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["error"]["type"] == "Timeout"
+    assert doc["error"]["line"] in (3, 4)
+    assert "4 s limit" in doc["error"]["message"]
+    assert "Timeout (line" in done.stderr
+
+
+def test_errors_name_the_script_line_not_a_traceback(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import torch\n\nraise KeyError('no such layer')\n")
+    done = cli("trace", str(script), "-o", str(tmp_path / "t.json"))
+    assert done.returncode == 1
+    assert "KeyError (line 3 of bad.py)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_scenarios_lists_the_lessons():
+    done = cli("scenarios")
+    assert done.returncode == 0
+    assert "reused_layer" in done.stdout
+
+
+def test_missing_script_is_a_clear_error():
+    done = cli("trace", "no_such_file.py")
+    assert done.returncode != 0
+    assert "no such script 'no_such_file.py'" in done.stderr

@@ -1,0 +1,50 @@
+"""A non-editable install finds its templates, static files and scenarios."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_wheel_carries_data_folders_and_works_installed(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+                    str(ROOT)], check=True, timeout=300, capture_output=True)
+    (wheel,) = wheels.glob("autograd_lab-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("app/_data/templates/base.html", "app/_data/static/css/app.css",
+                     "app/_data/scenarios/reused_layer.py", "app/trace/trace.schema.json"):
+        assert required in names
+
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(target), str(wheel)], check=True, timeout=300, capture_output=True)
+    # Run from an empty folder with the installed copy first on the path: the source tree's
+    # folders must not be what it finds.
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    probe = (
+        "import app, app.resources as r\n"
+        "from fastapi.testclient import TestClient\n"
+        "from app.web.app import create_app\n"
+        "print(app.__file__)\n"
+        "print(r.resource_dir('templates'))\n"
+        "c = TestClient(create_app())\n"
+        "print(c.get('/').status_code, c.get('/static/css/app.css').status_code)\n"
+        "print([s['name'] for s in c.get('/api/scenarios').json()])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    app_file, templates, statuses, scenarios = done.stdout.strip().splitlines()
+    assert app_file.startswith(str(target))
+    assert templates.startswith(str(target))
+    assert statuses == "200 200"
+    assert "reused_layer" in scenarios

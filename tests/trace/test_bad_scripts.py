@@ -1,0 +1,90 @@
+"""A script that fails gets a clear error pointing at its own line, never at ours."""
+
+from __future__ import annotations
+
+import jsonschema
+
+from app.trace.document import load_schema
+
+
+def check(doc: dict, kind: str, line: int | None) -> dict:
+    jsonschema.validate(doc, load_schema())
+    err = doc["error"]
+    assert err is not None and err["type"] == kind, err
+    assert err["line"] == line
+    # the message is about the script, not about autograd-lab's insides
+    assert "app/trace" not in err["message"]
+    assert all("app/trace" not in f.get("code", "") for f in err.get("frames", []))
+    return err
+
+
+def test_syntax_error(trace_source):
+    err = check(trace_source("import torch\nx = (1,\ny = 2\n"), "SyntaxError", 2)
+    assert "line 2" in err["message"]
+
+
+def test_exception_in_forward(trace_source):
+    doc = trace_source("""
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+            def forward(self, x):
+                return self.fc(x.view(-1, 5))   # 5 does not divide the input
+        Net()(torch.randn(3, 4)).sum().backward()
+    """)
+    err = check(doc, "RuntimeError", 9)
+    assert [f["line"] for f in err["frames"]] == [10, 9]
+    assert "shape" in err["message"]
+
+
+def test_exception_in_custom_backward(trace_source):
+    doc = trace_source("""
+        import torch
+        class Broken(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+            @staticmethod
+            def backward(ctx, g):
+                raise ValueError("this backward is not written yet")
+        x = torch.randn(3, requires_grad=True)
+        Broken.apply(x).sum().backward()
+    """)
+    err = check(doc, "ValueError", 9)
+    assert err["message"] == "this backward is not written yet"
+    (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert event["error"]["type"] == "ValueError"  # the event shows where the pass stopped
+    assert event["order"][:2] == event["graph"]["roots"][:1] + event["order"][1:2]
+
+
+def test_script_with_no_tensor(trace_source):
+    err = check(trace_source("print('hello')\n"), "NoGraph", None)
+    assert "made no tensor at all" in err["message"]
+
+
+def test_script_whose_tensors_need_no_grad(trace_source):
+    err = check(trace_source("import torch\nx = torch.ones(3) * 2\n"), "NoGraph", None)
+    assert "none of them has a grad_fn" in err["message"]
+
+
+def test_nonzero_exit(trace_source):
+    check(trace_source("import sys\nsys.exit(3)\n"), "ScriptExit", 2)
+
+
+def test_output_is_captured_and_capped(trace_source):
+    doc = trace_source("""
+        import sys, torch
+        print("to stdout")
+        print("to stderr", file=sys.stderr)
+        for i in range(40000):
+            print("0123456789")
+        w = torch.ones(1, requires_grad=True)
+        (w * 2).sum().backward()
+    """)
+    assert doc["stdout"].startswith("to stdout\n")
+    assert doc["stderr"] == "to stderr\n"
+    assert len(doc["stdout"]) < 300 * 1024
+    assert "more characters of output were not kept" in doc["stdout"]

@@ -1,0 +1,113 @@
+"""Which tensor is the root, and each way a script can ask for gradients."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.trace_facts import backward_events, diagnostics, values
+
+
+def test_no_backward_takes_last_module_level_tensor(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        a = (w * 2).sum()
+        b = (w ** 2).sum()     # the last one with a grad_fn
+        c = torch.zeros(2)     # no grad_fn: not a candidate
+        print(w.tolist())
+    """)
+    assert doc["error"] is None
+    (event,) = backward_events(doc)
+    assert event["synthetic"] is True
+    out = event["graph"]["nodes"][0]
+    assert out["kind"] == "output" and out["label"] == "b"
+    assert {n["name"] for n in event["graph"]["nodes"]} >= {"PowBackward0", "SumBackward0"}
+    assert "MulBackward0" not in {n["name"] for n in event["graph"]["nodes"]}
+    (diag,) = diagnostics(doc, "root_chosen")
+    assert "`b`" in diag["message"]
+    w = torch.tensor(eval(doc["stdout"]), dtype=torch.float64)
+    assert torch.allclose(values(event["grads"]["w"]["after"]), 2 * w)  # d(sum w^2)/dw
+
+
+def test_output_name_wins(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        OUTPUT = (w * 2).sum()
+        later = (w ** 2).sum()
+    """)
+    (event,) = backward_events(doc)
+    assert event["graph"]["nodes"][0]["label"] == "OUTPUT"
+    assert "MulBackward0" in {n["name"] for n in event["graph"]["nodes"]}
+    assert "OUTPUT" in diagnostics(doc, "root_chosen")[0]["message"]
+
+
+def test_backward_with_gradient_on_non_scalar(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.ones(3, requires_grad=True)
+        y = w * torch.tensor([1.0, 2.0, 3.0])
+        y.backward(torch.tensor([1.0, 10.0, 100.0]))
+    """)
+    (event,) = backward_events(doc)
+    assert event["call"] == "Tensor.backward" and event["line"] == 5
+    assert values(event["grads"]["w"]["after"]).tolist() == [1.0, 20.0, 300.0]
+
+
+def test_autograd_grad_is_an_event_and_leaves_grad_alone(trace_source):
+    doc = trace_source("""
+        import torch
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        (g,) = torch.autograd.grad((x ** 3).sum(), x, create_graph=True)
+        (h,) = torch.autograd.grad(g.sum(), x)
+    """)
+    first, second = backward_events(doc)
+    assert first["call"] == second["call"] == "torch.autograd.grad"
+    assert values(first["results"][0]).tolist() == [3.0, 12.0]   # 3x^2
+    assert values(second["results"][0]).tolist() == [6.0, 12.0]  # 6x
+    assert first["grads"]["x"]["after"] is None  # autograd.grad does not touch .grad
+    # the second graph is the first one's backward: it has more nodes than x**3 alone
+    assert len(second["graph"]["nodes"]) > len(first["graph"]["nodes"])
+
+
+def test_every_module_call_names_its_ops(trace_source):
+    doc = trace_source("""
+        import torch
+        from torch import nn
+        net = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+        net(torch.randn(4, 2)).sum().backward()
+    """)
+    (event,) = backward_events(doc)
+    modules = {n["name"]: n["module"] for n in event["graph"]["nodes"] if n["kind"] == "op"}
+    assert modules["ReluBackward0"] == "1"
+    assert modules["SumBackward0"] is None  # made at top level, outside any module
+    addmm = [n["module"] for n in event["graph"]["nodes"] if n["name"] == "AddmmBackward0"]
+    assert sorted(addmm) == ["0", "2"]
+    assert set(doc["params"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+def test_nonfinite_gradients_are_flagged(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.tensor([0.0, 1.0], requires_grad=True)
+        torch.sqrt(w).sum().backward()   # d sqrt(w)/dw at 0 is infinite
+    """)
+    (diag,) = diagnostics(doc, "nonfinite_gradient")
+    assert diag["params"] == ["w"]
+    (event,) = backward_events(doc)
+    assert event["grads"]["w"]["after"]["values"][0] == "Infinity"
+
+
+def test_backward_on_tensor_without_grad_fn(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        with torch.no_grad():
+            y = (w * 2).sum()
+        y.backward()
+    """)
+    assert doc["error"]["type"] == "RuntimeError" and doc["error"]["line"] == 6
+    (diag,) = diagnostics(doc, "output_without_grad_fn")
+    assert "line 6" in diag["message"]
+    (event,) = backward_events(doc)
+    assert event["error"] is not None

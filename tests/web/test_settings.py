@@ -1,0 +1,28 @@
+"""One settings object: every setting documented, bad values refused at start."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from app.web import settings as settings_module
+from app.web.settings import Settings, SettingsError
+
+
+def test_every_setting_is_documented():
+    doc = settings_module.__doc__
+    for f in fields(Settings):
+        assert f"| {f.name} " in doc, f.name
+        assert f"AUTOGRAD_LAB_{f.name.upper()}" in doc, f.name
+
+
+def test_environment_is_read_and_checked():
+    s = Settings.from_env({"AUTOGRAD_LAB_TRACE_TIMEOUT": "5", "AUTOGRAD_LAB_PORT": "9000"})
+    assert s.trace_timeout == 5.0 and s.port == 9000
+    with pytest.raises(SettingsError, match="AUTOGRAD_LAB_PORT='x' is not a valid int"):
+        Settings.from_env({"AUTOGRAD_LAB_PORT": "x"})
+    with pytest.raises(SettingsError, match="port must be between"):
+        Settings.from_env({"AUTOGRAD_LAB_PORT": "70000"})
+    with pytest.raises(SettingsError, match="trace_timeout must be positive"):
+        Settings(trace_timeout=0)
