@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "node_metadata",
     "creation_stack",
+    "creation_line",
     "saved_values",
     "forward_class",
     "input_shapes",
@@ -42,6 +43,24 @@ def creation_stack(fn: Any) -> list[tuple[str, int, str]]:
         return []
     text = "".join(raw) if isinstance(raw, list) else str(raw)
     return [(m["file"], int(m["line"]), m["func"].strip()) for m in _FRAME.finditer(text)]
+
+
+def creation_line(fn: Any, path: str) -> int | None:
+    """The innermost line of file `path` in the stack that created `fn` (fast path of
+    creation_stack: big graphs ask this of every node)."""
+    raw = node_metadata(fn).get("traceback_")
+    if raw is None:
+        return None
+    text = "".join(raw) if isinstance(raw, list) else str(raw)
+    marker = f'File "{path}", line '
+    at = text.rfind(marker)
+    if at < 0:
+        return None
+    start = at + len(marker)
+    end = start
+    while end < len(text) and text[end].isdigit():
+        end += 1
+    return int(text[start:end]) if end > start else None
 
 
 def saved_values(fn: Any) -> list[tuple[str, Any]]:

@@ -118,11 +118,10 @@ def _inherit_modules(w: Walk) -> None:
 
 def _script_line(fn: Any, script_path: str) -> int | None:
     """The innermost line of the script on the stack that created `fn`."""
-    line = None
-    for file, lineno, _func in internals.creation_stack(fn):
-        if file == script_path:
-            line = lineno
-    return line
+    try:
+        return internals.creation_line(fn, script_path)
+    except Exception:  # noqa: BLE001 - nodes made outside anomaly mode have no metadata
+        return None
 
 
 def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) -> dict:

@@ -96,6 +96,7 @@ def instrumented(recorder: Recorder):
             lambda module, args, out: recorder.module_left(module), always_call=True),
     ]
     anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
+    recorder.when_full = lambda: torch.set_anomaly_enabled(False)
     mode = _OpMode(recorder)
     mode.__enter__()
     try:

@@ -59,6 +59,9 @@ class Recorder:
         self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
         self._custom_inputs: dict[type, tuple] = {}
         self._pending_steps: dict[int, dict] = {}
+        # called once when no further backward pass will be recorded: anomaly mode (a stack
+        # trace for every node created, the main cost of tracing) can then be switched off
+        self.when_full: Callable[[], None] | None = None
 
     # -- our own work ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -99,11 +102,11 @@ class Recorder:
                         synthetic: bool = False, returns_grads: bool = False) -> Any:
         if self.busy or self._backward_depth:
             return run()
-        if self.backward_count() >= self.limits.max_backward_events:
-            self.skipped["backward"] += 1
-            return run()
-        self._backward_depth += 1
+        self._backward_depth += 1  # Tensor.backward calls torch.autograd.backward: one pass
         try:
+            if self.backward_count() >= self.limits.max_backward_events:
+                self.skipped["backward"] += 1
+                return run()
             try:
                 recording = self._start_backward(call, tensors_of(outputs), synthetic)
             except Exception as exc:  # noqa: BLE001 - the script must run even if we cannot trace
@@ -117,6 +120,9 @@ class Recorder:
             finally:
                 recording.remove_hooks()
             self.events.append(recording.finish(results=result if returns_grads else None))
+            if self.backward_count() >= self.limits.max_backward_events and self.when_full:
+                self.when_full()
+                self.when_full = None
             return result
         finally:
             self._backward_depth -= 1

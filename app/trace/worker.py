@@ -1,6 +1,14 @@
 """The child process the runner starts: trace one script, write the Trace document to a file.
 
+    python -m app.trace.worker --serve RUN_DIR [--sandbox JSON]      (what the runner uses)
     python -m app.trace.worker --script PATH --out OUT.json [--device D] [--name N] [-- ARGS]
+
+`--serve` is one run in three steps: import torch and the tracer, confine itself (Landlock:
+read-only interpreter, the run folder the only writable place, no exec, no TCP) and print a
+READY line; wait for the job as one JSON line on stdin (the runner has put the script in
+RUN_DIR by then); set the job's rlimits, trace, write RUN_DIR/trace.json, exit. A pre-started
+worker of the pool is one waiting at the second step. The `--script` form runs directly,
+unconfined, for debugging.
 
 The document is written to a temporary name and renamed, so the runner never reads half a file.
 A SIGTERM (the runner's wall-clock limit) interrupts the script where it is; the document then
@@ -10,11 +18,17 @@ says which line it had reached.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
 import sys
 from pathlib import Path
+
+READY = "AUTOGRAD-LAB-WORKER-READY"
+MAX_JOB_LINE = 64 * 1024
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
 def _on_term(signum, frame):
@@ -25,16 +39,104 @@ def _on_term(signum, frame):
         "(look for an endless loop, a long sleep or too many iterations)")
 
 
+def _write_document(doc: dict, out: Path) -> None:
+    tmp = out.with_name(out.name + ".partial")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, allow_nan=False, separators=(",", ":"))
+    except OSError as exc:  # EFBIG: the document outgrew the run's file-size limit
+        from .document import error_record
+
+        for key in ("events", "params", "diagnostics"):
+            doc[key] = [] if key != "params" else {}
+        doc["stdout"] = doc["stdout"][:4096]
+        doc["error"] = error_record(
+            "TraceTooLarge", f"The trace of this script is too large to keep ({exc.strerror}). "
+            "Make the model or the number of backward passes smaller.")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, allow_nan=False, separators=(",", ":"))
+    os.replace(tmp, out)
+
+
+def _prepare() -> None:
+    """Everything the script may use is loaded before the doors close."""
+    for var in _THREAD_VARS:
+        os.environ.setdefault(var, "1")
+    import inspect  # noqa: F401 - the recorder reads custom Function sources with it
+    import linecache  # noqa: F401
+    import traceback  # noqa: F401
+
+    import numpy  # noqa: F401
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # already fixed by an earlier parallel call: nothing ran here yet, but be safe
+    import torch.autograd.gradcheck  # noqa: F401 - custom_check uses it after the script
+
+    from . import run  # noqa: F401 - the tracer and everything it imports
+
+
+def serve(run_dir: Path, sandbox: dict) -> int:
+    main_pid = os.getpid()
+    # a crash in native code (a segfault through ctypes) still names the script's line
+    faulthandler.enable(all_threads=False)
+    # a write past the file-size limit fails with EFBIG instead of killing the worker
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _prepare()
+    from app.runner.sandbox.confine import apply_landlock, drop_stdin
+    from app.runner.sandbox.rlimits import Limits, apply_job
+
+    import app
+
+    status: dict = {"pid": main_pid, "uid": os.getuid(), "gid": os.getgid()}
+    if sandbox.get("landlock", True):
+        status["landlock"] = apply_landlock(run_dir, Path(app.__file__).parent)
+    else:
+        status["landlock"] = {"enforced": False, "reason": "turned off"}
+    print(READY, json.dumps(status), flush=True)
+
+    line = sys.stdin.buffer.readline(MAX_JOB_LINE)
+    if not line.strip():
+        return 0  # the pool is shutting down: no job will come
+    job = json.loads(line)
+    drop_stdin()
+    status["limits"] = apply_job(Limits.from_json(sandbox.get("limits", {})),
+                                 float(job.get("timeout", 60)))
+    from .recorder import Limits as TraceLimits
+    from .run import trace_script
+
+    limits = TraceLimits(max_backward_events=job.get("max_events", 10),
+                         max_step_events=job.get("max_events", 10))
+    doc = trace_script(run_dir / job["script"], name=job.get("name"), argv=job.get("args", []),
+                       device=job.get("device", "cpu"), limits=limits)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.getpid() != main_pid:
+        os._exit(0)  # a child the script forked finished the script too: only we report
+    doc["sandbox"] = status
+    _write_document(doc, run_dir / "trace.json")
+    sys.stdout.flush()
+    os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.trace.worker")
-    parser.add_argument("--script", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--serve", metavar="RUN_DIR")
+    parser.add_argument("--sandbox", default="{}")
+    parser.add_argument("--script")
+    parser.add_argument("--out")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--name")
     parser.add_argument("--max-events", type=int, default=10)
     parser.add_argument("script_args", nargs="*")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_term)
+    if args.serve:
+        return serve(Path(args.serve), json.loads(args.sandbox))
+    if not (args.script and args.out):
+        parser.error("give --serve RUN_DIR, or --script and --out")
 
     from .recorder import Limits
     from .run import trace_script
@@ -43,11 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = trace_script(Path(args.script), name=args.name, argv=args.script_args,
                        device=args.device, limits=limits)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    out = Path(args.out)
-    tmp = out.with_name(out.name + ".partial")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, allow_nan=False, separators=(",", ":"))
-    os.replace(tmp, out)
+    _write_document(doc, Path(args.out))
     return 0
 
 

@@ -74,3 +74,12 @@ def _this_line() -> int:
     import inspect
 
     return inspect.currentframe().f_back.f_lineno
+
+
+def test_creation_line_agrees_with_the_full_stack():
+    with torch.autograd.set_detect_anomaly(True, check_nan=False):
+        y = torch.randn(2, requires_grad=True).sin()
+    stack = internals.creation_stack(y.grad_fn)
+    expected = [n for f, n, _ in stack if f == __file__][-1]
+    assert internals.creation_line(y.grad_fn, __file__) == expected
+    assert internals.creation_line(y.grad_fn, "/no/such/file.py") is None

@@ -111,3 +111,28 @@ def test_backward_on_tensor_without_grad_fn(trace_source):
     assert "line 6" in diag["message"]
     (event,) = backward_events(doc)
     assert event["error"] is not None
+
+
+def test_backward_passes_past_the_cap_are_counted_not_recorded(trace_source):
+    from app.trace.recorder import Limits
+
+    doc = trace_source("""
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        for _ in range(7):
+            opt.zero_grad()
+            (w * w).sum().backward()
+            opt.step()
+        print(torch.is_anomaly_enabled())
+    """, limits=Limits(max_backward_events=3, max_step_events=2))
+    assert len(backward_events(doc)) == 3
+    assert len([e for e in doc["events"] if e["kind"] == "step"]) == 2
+    assert doc["events_skipped"] == {"backward": 4, "step": 5}
+    assert diagnostics(doc, "events_skipped")
+    # once nothing more is recorded, the expensive stack capture is off
+    assert doc["stdout"] == "False\n"
+    # the recorded steps really are the first ones: w shrinks by lr * 2w each step
+    first_step = next(e for e in doc["events"] if e["kind"] == "step")
+    assert torch.allclose(values(first_step["params"]["w"]["after"]), torch.full((2,), 0.8,
+                          dtype=torch.float64))
