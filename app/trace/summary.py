@@ -63,7 +63,8 @@ def summarize(t: torch.Tensor | None, with_values: bool = True) -> dict[str, Any
             out["mean"] = json_number(float(x.mean()))
             out["norm"] = json_number(float(x.norm()))
         if with_values and n <= MAX_VALUES:
-            out["values"] = _clean(x.tolist())
+            # plain floats are valid JSON as they are; only NaN/inf need spelling out
+            out["values"] = _clean(x.tolist()) if out.get("nonfinite") else x.tolist()
     return out
 
 
