@@ -8,7 +8,8 @@ that use's contribution, and together they make up what the pass adds to `.grad`
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -40,7 +40,7 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
     # Parameters that require grad but never got one.
     if backward_events:
         in_graph = {name for e in backward_events for name in e["uses"]}
-        for name, (t, kind) in named.items():
+        for name, (t, _kind) in named.items():
             if not t.requires_grad or name in in_graph or t.grad is not None:
                 continue
             nodes = [n["id"] for e in backward_events for n in e["graph"]["nodes"]

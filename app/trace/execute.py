@@ -9,6 +9,7 @@ import sys
 import traceback
 import types
 from pathlib import Path
+
 from .document import error_record
 
 __all__ = [

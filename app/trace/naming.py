@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn

@@ -7,8 +7,14 @@ import pytest
 import torch
 
 from app.trace.document import load_schema
-from tests.trace_facts import (backward_events, contribution_sum, diagnostics, param_node,
-                               step_events, values)
+from tests.trace_facts import (
+    backward_events,
+    contribution_sum,
+    diagnostics,
+    param_node,
+    step_events,
+    values,
+)
 
 REUSED = """
 import sys
