@@ -7,12 +7,19 @@
 | trace_timeout      | AUTOGRAD_LAB_TRACE_TIMEOUT    | 60        | wall-clock limit of one run, seconds     |
 | max_workers        | AUTOGRAD_LAB_MAX_WORKERS      | cores     | runs at the same time                    |
 | cache_size         | AUTOGRAD_LAB_CACHE_SIZE       | 64        | traces kept in memory                    |
+| queue_size         | AUTOGRAD_LAB_QUEUE_SIZE       | 4         | runs that may wait for a worker (503 past it) |
+| token              | AUTOGRAD_LAB_TOKEN            | (none)    | needed to run uploaded code when not bound to loopback |
+| max_upload_bytes   | AUTOGRAD_LAB_MAX_UPLOAD_BYTES | 65536     | largest script accepted (413 past it)    |
+| store_path         | AUTOGRAD_LAB_STORE_PATH       | ~/.cache/autograd-lab/runs.sqlite3 | where submitted runs are kept |
+| store_max_runs     | AUTOGRAD_LAB_STORE_MAX_RUNS   | 500       | runs kept; the oldest go first           |
+| store_max_bytes    | AUTOGRAD_LAB_STORE_MAX_BYTES  | 268435456 | compressed bytes kept; the oldest go first |
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 __all__ = ["Settings", "SettingsError"]
 
@@ -30,6 +37,12 @@ class Settings:
     trace_timeout: float = 60.0
     max_workers: int = max(1, os.cpu_count() or 1)
     cache_size: int = 64
+    queue_size: int = 4
+    token: str = ""
+    max_upload_bytes: int = 64 * 1024
+    store_path: str = str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3")
+    store_max_runs: int = 500
+    store_max_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -40,6 +53,13 @@ class Settings:
             raise SettingsError(f"max_workers must be at least 1, not {self.max_workers}")
         if self.cache_size < 1:
             raise SettingsError(f"cache_size must be at least 1, not {self.cache_size}")
+        if self.queue_size < 0:
+            raise SettingsError(f"queue_size must be 0 or more, not {self.queue_size}")
+        if self.max_upload_bytes < 1024:
+            raise SettingsError(f"max_upload_bytes must be at least 1024, not "
+                                f"{self.max_upload_bytes}")
+        if self.store_max_runs < 1 or self.store_max_bytes < 1:
+            raise SettingsError("store_max_runs and store_max_bytes must be positive")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> Settings:

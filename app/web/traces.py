@@ -11,9 +11,10 @@ import threading
 from collections import OrderedDict
 
 from app.catalog import Scenario, scenario_args
-from app.render import RenderError, event_graph, render_graph
+from app.render import event_graph, render_graph
 from app.runner import probe_devices, run_trace
 
+from .gate import Gate
 from .settings import Settings
 
 __all__ = ["TraceService", "DeviceError"]
@@ -30,7 +31,8 @@ class TraceService:
         self._renders: OrderedDict[tuple, bytes] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
-        self._slots = threading.BoundedSemaphore(settings.max_workers)
+        # one gate for scenario traces and uploaded runs: both take a worker
+        self.gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
 
     def devices(self) -> dict:
@@ -52,7 +54,7 @@ class TraceService:
             with self._lock:
                 if key in self._cache:
                     return key, self._cache[key]
-            with self._slots:
+            with self.gate.enter():
                 doc = run_trace(scenario.path, args=args, device=device,
                                 timeout=self.settings.trace_timeout)
             if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
@@ -63,6 +65,12 @@ class TraceService:
                     self._cache.popitem(last=False)
                 self._key_locks.pop(key, None)
         return key, doc
+
+    def run_source(self, source: str, name: str, device: str) -> dict:
+        """Trace submitted code (Busy when every worker and queue place is taken)."""
+        with self.gate.enter():
+            return run_trace(source=source, name=name, device=device,
+                             timeout=self.settings.trace_timeout)
 
     def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str) -> bytes:
         """The graph of one event as svg, png or dot (RenderError, LookupError)."""
@@ -77,5 +85,3 @@ class TraceService:
                 self._renders.popitem(last=False)
         return data
 
-
-__all__ += ["RenderError"]

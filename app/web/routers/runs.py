@@ -1,0 +1,123 @@
+"""Your own code: POST a script, get its Trace; every run has a link that shows it again."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from app.devices import parse_device
+from app.render import RenderError, event_graph, render_graph
+
+from ..auth import check_uploader
+from ..gate import Busy
+
+router = APIRouter()
+
+_MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8"}
+
+
+async def _read_capped(request: Request, cap: int) -> bytes:
+    """The request body, refusing (413) as soon as it passes `cap` bytes."""
+    too_big = HTTPException(413, f"the upload is larger than {cap // 1024} KiB; send a smaller "
+                                 "script (one file of Python source)")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > cap + 64 * 1024:
+        raise too_big
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > cap + 64 * 1024:  # room for multipart framing and the JSON envelope
+            raise too_big
+    return bytes(data)
+
+
+async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str, str]:
+    """(source, name, device) from a JSON body or a multipart upload with the field `file`."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        try:
+            payload = json.loads(body)
+        except ValueError as exc:
+            raise HTTPException(422, f"the body is not valid JSON: {exc}") from exc
+        if not isinstance(payload, dict) or not isinstance(payload.get("source"), str):
+            raise HTTPException(422, 'send {"source": "<python code>", "device": "cpu"}')
+        source = payload["source"]
+        name = str(payload.get("name") or "script.py")
+        device = str(payload.get("device") or "cpu")
+    elif kind == "multipart/form-data":
+        async def replay():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        form = await Request(request.scope, replay).form()
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise HTTPException(422, "the upload needs a file in the form field 'file'")
+        raw = await upload.read()
+        try:
+            source = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise HTTPException(422, "the file is not UTF-8 text; upload a .py script") from exc
+        name = upload.filename or "script.py"
+        device = str(form.get("device") or "cpu")
+    else:
+        raise HTTPException(415, "send JSON ({\"source\": ..., \"device\": ...}) or a "
+                                 "multipart form with the field 'file'")
+    if len(source.encode("utf-8")) > cap:
+        raise HTTPException(413, f"the script is larger than {cap // 1024} KiB")
+    if not source.strip():
+        raise HTTPException(422, "the script is empty")
+    if not name.endswith(".py") or "/" in name or "\\" in name:
+        name = "script.py"
+    try:
+        device = parse_device(device)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    return source, name, device
+
+
+@router.post("/api/runs")
+async def create_run(request: Request) -> dict:
+    check_uploader(request)
+    state = request.app.state
+    cap = state.settings.max_upload_bytes
+    source, name, device = await _submission(request, await _read_capped(request, cap), cap)
+    try:
+        doc = await run_in_threadpool(state.traces.run_source, source, name, device)
+    except Busy as exc:
+        raise HTTPException(503, "every worker is busy and the queue is full; try again in a "
+                                 "few seconds", headers={"Retry-After": "5"}) from exc
+    if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
+        raise HTTPException(422, doc["error"]["message"])
+    run_id = await run_in_threadpool(state.store.put, doc)
+    return {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}}
+
+
+def _stored(request: Request, run_id: str) -> dict:
+    doc = request.app.state.store.get(run_id)
+    if doc is None:
+        raise HTTPException(404, f"no run {run_id!r}: it never existed or was dropped to make "
+                                 "room for newer runs; run the script again")
+    return {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}}
+
+
+@router.get("/api/runs/{run_id}")
+def get_run(request: Request, run_id: str) -> dict:
+    return _stored(request, run_id)
+
+
+@router.get("/api/runs/{run_id}/graph.{fmt}")
+def run_graph(request: Request, run_id: str, fmt: str, event: int | None = None) -> Response:
+    if fmt not in _MEDIA:
+        raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png or graph.dot")
+    doc = _stored(request, run_id)
+    try:
+        data = render_graph(event_graph(doc, event), fmt)
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RenderError as exc:
+        raise HTTPException(422, str(exc)) from exc
+    return Response(data, media_type=_MEDIA[fmt])
+
