@@ -67,13 +67,14 @@ def saved_values(fn: Any) -> list[tuple[str, Any]]:
     """(name, value) of what a node saved for backward.
 
     Built-in nodes expose `_saved_<name>` attributes; a custom Function's node exposes
-    `saved_tensors`. Reading a freed value raises RuntimeError; that is reported as "freed".
+    `saved_tensors`. Reading a freed value raises RuntimeError ("freed"), and so does reading
+    one modified in place since ("modified").
     """
     if is_custom_function_node(fn):
         try:
             return [(f"saved_tensors[{i}]", t) for i, t in enumerate(fn.saved_tensors)]
-        except RuntimeError:
-            return [("saved_tensors", _FREED)]
+        except RuntimeError as exc:
+            return [("saved_tensors", _unreadable(exc))]
     names = _saved_attrs_by_type.get(type(fn))
     if names is None:
         names = tuple(a for a in dir(fn) if a.startswith(_SAVED_PREFIX))
@@ -82,8 +83,8 @@ def saved_values(fn: Any) -> list[tuple[str, Any]]:
     for attr in names:
         try:
             value = getattr(fn, attr)
-        except RuntimeError:
-            value = _FREED
+        except RuntimeError as exc:
+            value = _unreadable(exc)
         out.append((attr[len(_SAVED_PREFIX):], value))
     return out
 
@@ -93,8 +94,21 @@ class _Freed:
         return "<freed>"
 
 
+class _Modified:
+    def __repr__(self) -> str:
+        return "<modified in place>"
+
+
 _FREED = _Freed()
 FREED = _FREED
+# A saved tensor changed in place since it was saved: backward will refuse it.
+MODIFIED = _Modified()
+
+
+def _unreadable(exc: RuntimeError):
+    """Why a saved value cannot be read: freed by an earlier backward, or changed in place
+    (torch's version-counter check, which reading it runs too)."""
+    return MODIFIED if "inplace operation" in str(exc) else _FREED
 
 
 def is_custom_function_node(fn: Any) -> bool:

@@ -46,9 +46,15 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
             nodes = [n["id"] for e in backward_events for n in e["graph"]["nodes"]
                      if any(s.get("param") == name for s in n.get("saved", ()))]
             escapes = recorder.escapes_of(t)
-            why = (f" The script reads it {_lines(escapes)}, which hands out its values "
-                   "without a link to the graph, so no gradient can flow back to it."
-                   if escapes else " No backward graph reaches it.")
+            cuts = [] if escapes else recorder.cuts_above(t)
+            if escapes:
+                why = (f" The script reads it {_lines(escapes)}, which hands out its values "
+                       "without a link to the graph, so no gradient can flow back to it.")
+            elif cuts:
+                why = (f" A tensor computed from it leaves the graph {_lines(cuts)}, so no "
+                       "gradient flows back past that point.")
+            else:
+                why = " No backward graph reaches it."
             out.append(_diag("no_gradient", "warning",
                              f"`{name}` requires grad but received no gradient.{why}",
                              params=[name], nodes=sorted(set(nodes))))

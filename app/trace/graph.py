@@ -158,6 +158,8 @@ def _saved(fn: Any, storage_names: dict[int, str]) -> list[dict]:
     for name, value in internals.saved_values(fn):
         if value is internals.FREED:
             out.append({"name": name, "freed": True})
+        elif value is internals.MODIFIED:
+            out.append({"name": name, "modified": True})
         elif isinstance(value, torch.Tensor):
             entry = {"name": name, **describe(value)}
             owner = storage_names.get(storage_key(value))

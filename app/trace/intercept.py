@@ -9,6 +9,8 @@ metadata on so each node knows the script line that created it.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from typing import Any
 
 import torch
@@ -19,6 +21,21 @@ from torch.overrides import TorchFunctionMode
 from .recorder import Recorder
 
 __all__ = ["instrumented"]
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _called_by_torch() -> bool:
+    """True when torch's own code (gradcheck, say) made the call that reached our wrapper:
+    those passes are torch's business, not the script's.
+
+    Our TorchFunctionMode hands torch.autograd.grad (this wrapper, since it is patched) back
+    to itself from inside torch's dispatch: its frames are skipped to find the real caller.
+    """
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR)
 
 
 class _OpMode(TorchFunctionMode):
@@ -50,16 +67,22 @@ def instrumented(recorder: Recorder):
     autograd_grad = torch.autograd.grad
 
     def backward_method(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        if _called_by_torch():
+            return tensor_backward(self, gradient, retain_graph, create_graph, inputs)
         return recorder.around_backward(
             "Tensor.backward", self,
             lambda: tensor_backward(self, gradient, retain_graph, create_graph, inputs))
 
     def backward_function(tensors, *args, **kwargs):
+        if _called_by_torch():
+            return autograd_backward(tensors, *args, **kwargs)
         return recorder.around_backward(
             "torch.autograd.backward", tensors,
             lambda: autograd_backward(tensors, *args, **kwargs))
 
     def grad_function(outputs, *args, **kwargs):
+        if _called_by_torch():
+            return autograd_grad(outputs, *args, **kwargs)
         return recorder.around_backward(
             "torch.autograd.grad", outputs,
             lambda: autograd_grad(outputs, *args, **kwargs), returns_grads=True)

@@ -59,6 +59,8 @@ class Recorder:
         self._module_stack: list[tuple[nn.Module, str]] = []
         self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
         self._custom_inputs: dict[type, tuple] = {}
+        # (grad_fn, how, line) where a computed tensor left the graph: detach() or no_grad
+        self._cuts: list[tuple[Any, str, int]] = []
         self._pending_steps: dict[int, dict] = {}
         # called once when no further backward pass will be recorded: anomaly mode (a stack
         # trace for every node created, the main cost of tracing) can then be switched off
@@ -225,10 +227,12 @@ class Recorder:
             self._note_escape(args[:1], ".data")
         elif name in ("detach", "detach_"):
             self._note_escape(args[:1], "detach()")
+            self._note_cut(args[:1], "detach()")
         elif (not torch.is_grad_enabled() and not self._in_step and not self._custom_forward_depth
               and not name.endswith("_") and not name.startswith("__i") and name not in _NOT_A_USE):
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             self._note_escape(args, how)
+            self._note_cut(args, how)
 
     def _note_escape(self, args: tuple, how: str) -> None:
         leaves = [a for a in _flat(args) if isinstance(a, torch.Tensor) and a.is_leaf
@@ -244,6 +248,35 @@ class Recorder:
                 entry = self._escapes[id(t)] = (t, [])
             if len(entry[1]) < 20 and not any(e.how == how and e.line == line for e in entry[1]):
                 entry[1].append(Escape(how, line))
+
+    def _note_cut(self, args: tuple, how: str) -> None:
+        """A computed tensor leaves the graph here: what it was computed from gets no gradient
+        through this path. Kept only while passes are still being recorded, and a few."""
+        if len(self._cuts) >= 50 or self.backward_count() >= self.limits.max_backward_events:
+            return
+        fns = [a.grad_fn for a in _flat(args) if isinstance(a, torch.Tensor)
+               and a.grad_fn is not None]
+        line = self.current_line() if fns else None
+        if line is not None:
+            self._cuts.extend((fn, how, line) for fn in fns)
+
+    def cuts_above(self, tensor: torch.Tensor, max_nodes: int = 20_000) -> list[Escape]:
+        """Where the script cut off a graph that reaches `tensor`."""
+        found = []
+        for fn, how, line in self._cuts:
+            if any(found_e.how == how and found_e.line == line for found_e in found):
+                continue
+            seen, stack = {fn}, [fn]
+            while stack and len(seen) < max_nodes:
+                node = stack.pop()
+                if getattr(node, "variable", None) is tensor:
+                    found.append(Escape(how, line))
+                    break
+                for nxt, _ in node.next_functions:
+                    if nxt is not None and nxt not in seen:
+                        seen.add(nxt)
+                        stack.append(nxt)
+        return found
 
     def escapes_of(self, tensor: torch.Tensor) -> list[Escape]:
         entry = self._escapes.get(id(tensor))

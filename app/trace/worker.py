@@ -78,6 +78,20 @@ def _prepare() -> None:
 
     from . import run  # noqa: F401 - the tracer and everything it imports
 
+    _warm_up(torch)
+
+
+def _warm_up(torch) -> None:
+    """One optimizer step of each common kind on a throwaway parameter: the first step imports
+    torch._dynamo, sympy and ~800 other modules (about 2 s), which would otherwise land in the
+    user's run, after the sandbox closed. Zeros only: the script's random stream is untouched."""
+    p = torch.nn.Parameter(torch.zeros(2))
+    for opt in (torch.optim.SGD([p], lr=0.1, momentum=0.9), torch.optim.Adam([p]),
+                torch.optim.AdamW([p])):
+        (p * p).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
 
 def serve(run_dir: Path, sandbox: dict) -> int:
     main_pid = os.getpid()
@@ -86,10 +100,9 @@ def serve(run_dir: Path, sandbox: dict) -> int:
     # a write past the file-size limit fails with EFBIG instead of killing the worker
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _prepare()
+    import app
     from app.runner.sandbox.confine import apply_landlock, drop_stdin
     from app.runner.sandbox.rlimits import Limits, apply_job
-
-    import app
 
     status: dict = {"pid": main_pid, "uid": os.getuid(), "gid": os.getgid()}
     if sandbox.get("landlock", True):

@@ -3,7 +3,6 @@ calls its backward when it reaches it."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -68,8 +67,6 @@ def test_numpy_backward_gives_what_torch_conv2d_gives(traced, plain):
         assert torch.allclose(values(doc["params"][name]["grad"]), expected, atol=1e-5), name
 
 
-@pytest.mark.xfail(strict=True, reason="tracer: backward calls made inside "
-                   "torch.autograd.gradcheck are recorded as the script's own backward events")
 def test_a_script_that_calls_gradcheck_still_has_one_backward(trace_source):
     doc = trace_source("""
         import torch

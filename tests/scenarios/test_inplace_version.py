@@ -3,7 +3,6 @@ TanhBackward0 with the version-counter error; multiplying by a mask does not."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -28,8 +27,6 @@ def test_inplace_change_stops_backward_at_tanh_with_the_version_error(traced, pl
     assert plain("inplace_version", "--variant", "inplace")["h"]._version == 1
 
 
-@pytest.mark.xfail(strict=True, reason="tracer: a saved tensor modified in place is reported "
-                   "as freed (reading it raises the version error, taken for 'freed')")
 def test_the_saved_output_is_shown_modified_not_freed(traced):
     event = backward_events(traced("inplace_version", "--variant", "inplace"))[0]
     (tanh,) = nodes_named(event, "TanhBackward0")

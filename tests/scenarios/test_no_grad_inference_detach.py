@@ -51,8 +51,6 @@ def test_inference_tensors_cannot_be_saved_for_backward(traced):
     assert "Inference tensors cannot be saved for backward" in doc["stdout"]
 
 
-@pytest.mark.xfail(strict=True, reason="tracer: detach() of a non-leaf (the encoder's output) "
-                   "is not noted, so the diagnostic cannot say where the graph was cut")
 def test_the_diagnostic_names_the_detach(traced):
     doc = traced("no_grad_inference_detach", "--variant", "detach")
     for message in (flagged(doc, "no_gradient")[name] for name in ENCODER):

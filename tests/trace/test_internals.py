@@ -83,3 +83,11 @@ def test_creation_line_agrees_with_the_full_stack():
     expected = [n for f, n, _ in stack if f == __file__][-1]
     assert internals.creation_line(y.grad_fn, __file__) == expected
     assert internals.creation_line(y.grad_fn, "/no/such/file.py") is None
+
+
+def test_saved_tensor_modified_in_place_is_told_apart_from_freed():
+    x = torch.randn(3, requires_grad=True)
+    h = torch.tanh(x)
+    h[0] = 0  # tanh saved its result; this changes it
+    (name, value), = internals.saved_values(h.grad_fn.next_functions[0][0])
+    assert name == "result" and value is internals.MODIFIED
