@@ -14,6 +14,7 @@ from .document import error_record
 
 __all__ = [
     "TimeLimitExceeded", "CappedText", "main_module", "run_as_main", "error_from_exception",
+    "scrub_frames",
 ]
 
 MAX_OUTPUT = 256 * 1024
@@ -48,6 +49,29 @@ class CappedText(io.TextIOBase):
         if self._dropped:
             text += f"\n[... {self._dropped} more characters of output were not kept]\n"
         return text
+
+
+_APP_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+def scrub_frames(text: str) -> str:
+    """Drop autograd-lab's own frames (and their code lines) from a formatted stack, such as
+    the forward traceback anomaly mode prints when a backward fails: the script's author
+    should see their frames and torch's, not ours."""
+    out, skip_code = [], False
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip()
+        if stripped.startswith('File "'):
+            skip_code = stripped.startswith(f'File "{_APP_DIR}') or \
+                stripped.startswith('File "<frozen runpy>"')
+            if skip_code:
+                continue
+        elif skip_code and line.startswith("    "):
+            continue
+        else:
+            skip_code = False
+        out.append(line)
+    return "".join(out)
 
 
 def main_module(path: Path) -> types.ModuleType:

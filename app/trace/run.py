@@ -16,7 +16,8 @@ import torch
 from .custom_check import check_custom_functions
 from .diagnose import diagnose
 from .document import error_record, new_document
-from .execute import CappedText, TimeLimitExceeded, error_from_exception, main_module, run_as_main
+from .execute import (CappedText, TimeLimitExceeded, error_from_exception, main_module,
+                      run_as_main, scrub_frames)
 from .intercept import instrumented
 from .recorder import Limits, Recorder
 from .summary import summarize
@@ -65,6 +66,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
             torch.set_default_device(device)
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
+        warnings.showwarning = _show_warning
         stack.enter_context(instrumented(recorder))
         sys.stdout, sys.stderr = out, err
         try:
@@ -102,6 +104,11 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     doc["stdout"], doc["stderr"] = out.getvalue(), err.getvalue()
     doc["error"] = error
     return doc
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    (file or sys.stderr).write(scrub_frames(text))
 
 
 def _backward_from_chosen_root(recorder: Recorder, namespace: dict) -> dict | None:

@@ -88,3 +88,17 @@ def test_output_is_captured_and_capped(trace_source):
     assert doc["stderr"] == "to stderr\n"
     assert len(doc["stdout"]) < 300 * 1024
     assert "more characters of output were not kept" in doc["stdout"]
+
+
+def test_anomaly_report_shows_the_script_frames_not_ours(trace_source):
+    doc = trace_source("""
+        import torch
+        x = torch.randn(3, requires_grad=True)
+        h = torch.tanh(x)
+        h[0] = 0
+        h.sum().backward()
+    """)
+    check(doc, "RuntimeError", 6)
+    assert "Error detected in TanhBackward0" in doc["stderr"]
+    assert "line 4, in <module>" in doc["stderr"]  # where tanh was called
+    assert "app/trace" not in doc["stderr"]
