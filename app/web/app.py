@@ -12,7 +12,10 @@ from app import __version__
 from app.render import KINDS
 from app.resources import resource_dir
 
-from .routers import api, pages
+from .errors import install_error_handlers
+from .highlight import source_lines
+from .narration import inline_html, narration_html
+from .routers import api, docs, pages
 from .settings import Settings
 from .traces import TraceService
 
@@ -21,7 +24,8 @@ __all__ = ["create_app"]
 
 def create_app(settings: Settings | None = None, scenarios_dir: Path | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
-    app = FastAPI(title="autograd-lab", version=__version__,
+    # docs_url/redoc_url off: FastAPI's own pages load Swagger UI from a CDN (routers/docs.py)
+    app = FastAPI(title="autograd-lab", version=__version__, docs_url=None, redoc_url=None,
                   description="See PyTorch autograd at work: graphs, backward order and "
                               "per-use gradient contributions of scripts.")
     app.state.settings = settings
@@ -29,8 +33,12 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.traces = TraceService(settings)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, version=__version__)
+    templates.env.filters.update(narration=narration_html, inline=inline_html,
+                                 source_lines=source_lines)
     app.state.templates = templates
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
+    install_error_handlers(app)
     app.include_router(api.router)
     app.include_router(pages.router)
+    app.include_router(docs.router)
     return app

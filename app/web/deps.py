@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
@@ -13,9 +14,23 @@ from .traces import TraceService
 __all__ = ["ScenarioDep", "TracesDep", "CatalogDep"]
 
 
+_CATALOG_LOCK = threading.Lock()
+
+
 def get_catalog(request: Request) -> dict[str, Scenario]:
+    """The scenarios, read again only when a file in the folder changed.
+
+    Reading is serialized: `ast.parse` is not thread-safe on CPython 3.11 (parallel requests
+    in FastAPI's thread pool raised "AST constructor recursion depth mismatch")."""
     folder = request.app.state.scenarios_dir
-    return load_catalog(folder)
+    stamp = tuple(sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.py")))
+    with _CATALOG_LOCK:
+        cached = getattr(request.app.state, "catalog", None)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        catalog = load_catalog(folder)
+        request.app.state.catalog = (stamp, catalog)
+        return catalog
 
 
 CatalogDep = Annotated[dict[str, Scenario], Depends(get_catalog)]

@@ -11,9 +11,10 @@ from app.render import RenderError
 from app.trace.document import load_schema
 
 from ..deps import CatalogDep, ScenarioDep, TracesDep
+from ..gate import Busy
 from ..traces import DeviceError
 
-router = APIRouter()
+router = APIRouter(tags=["autograd-lab"])
 
 # query parameters that are ours; every other one is a scenario option (e.g. k=2)
 _RESERVED = {"variant", "device", "event"}
@@ -26,7 +27,11 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
         device = parse_device(device)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from exc
-    options = {k: v for k, v in request.query_params.items() if k not in _RESERVED}
+    given = {k: v for k, v in request.query_params.items() if k not in _RESERVED}
+    # Defaults are spelled out so that `?k=3` and no `k` share one run in the cache, and the
+    # Trace's script.args say exactly how to reproduce the run on the command line.
+    options = {k: str(spec["default"]) for k, spec in scenario.options.items()
+               if "default" in spec} | given
     if variant is not None and variant not in scenario.variants:
         known = ", ".join(scenario.variants) or "none"
         raise HTTPException(404, f"scenario {scenario.name!r} has no variant {variant!r} "
@@ -37,6 +42,9 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
         raise HTTPException(422, str(exc)) from exc
     except DeviceError as exc:
         raise HTTPException(422, str(exc)) from exc
+    except Busy as exc:
+        raise HTTPException(503, "every worker is busy and the queue is full: try again in a few "
+                                 "seconds", headers={"Retry-After": "5"}) from exc
 
 
 @router.get("/healthz")
@@ -57,6 +65,10 @@ def get_scenario(scenario: ScenarioDep) -> dict:
 @router.get("/api/scenarios/{name}/trace")
 def scenario_trace(request: Request, scenario: ScenarioDep, traces: TracesDep,
                    variant: str | None = None, device: str = "cpu") -> dict:
+    """Run the scenario (or take the cached run) and return its Trace document.
+
+    Any other query parameter is one of the scenario's options, e.g. `?k=2` for reused_layer.
+    A script that fails still returns 200: the document's `error` says where and why."""
     return scenario_run(request, scenario, traces, variant, device)[1]
 
 
@@ -78,7 +90,11 @@ def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, f
 
 @router.get("/api/devices")
 def devices(traces: TracesDep) -> dict:
-    return traces.devices()
+    """The devices a worker process can use on this machine (cpu, and cuda:N when present)."""
+    try:
+        return traces.devices()
+    except (RuntimeError, OSError) as exc:
+        raise HTTPException(503, f"cannot ask the worker which devices exist: {exc}") from exc
 
 
 @router.get("/api/schema/trace")

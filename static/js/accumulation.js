@@ -1,0 +1,166 @@
+// A parameter's story in one event. After a backward: one bar per use (the gradient each use
+// sent to the parameter's AccumulateGrad), their sum drawn against .grad, and heat maps of .grad
+// and of every contribution. After an optimizer step: the weights before and after, and the
+// change next to the gradient that caused it.
+
+import { h, fmt, num, shapeText, richText } from "./dom.js";
+import { heatmap, maxAbs, colourBar, valueAt, matrix } from "./heatmap.js";
+import { waterfall } from "./waterfall.js";
+
+const MAP_WIDTH = 150; // two heat maps side by side in the panel
+
+/** One number per tensor that adds up across uses: the sum of all entries, or one entry. */
+export function measure(summary, cell) {
+  if (!summary) return 0;
+  if (cell) return valueAt(summary, cell) ?? NaN;
+  const mat = matrix(summary);
+  if (mat) return mat.data.reduce((a, b) => a + b, 0);
+  return num(summary.mean) * (summary.numel ?? 1);
+}
+
+/**
+ * The panel body for parameter `name` in `event`.
+ * hooks: {cell, onCell(index|null), onHover(nodeId|null), onPickNode(id), onEvent(index), diagnostics}
+ */
+export function paramView(doc, event, name, hooks) {
+  const info = doc.params[name] || {};
+  const body = h("div.param-view", { dataset: { param: name } });
+  body.append(
+    h("h3.param-name", {}, h("code", {}, name)),
+    h("p.meta", {}, [shapeText(info.shape), info.dtype, info.device, info.kind, info.module && `module ${info.module}`]
+      .filter(Boolean).join(" · ")),
+  );
+  const diags = (hooks.diagnostics || []).filter((d) => (d.params || []).includes(name));
+  if (diags.length) {
+    body.append(h("ul.diag-inline", {}, diags.map((d) =>
+      h(`li.diag-${d.level}`, {}, h(`span.badge.badge-${d.level}`, { "aria-hidden": "true" }, d.level === "info" ? "i" : "!"),
+        h("span.sr-only", {}, `${d.level}: `), ...richText(d.message, hooks.onLine)))));
+  }
+  if (event.kind === "step") body.append(stepView(doc, event, name));
+  else body.append(backwardView(doc, event, name, hooks));
+  return body;
+}
+
+function backwardView(doc, event, name, hooks) {
+  const out = h("div.accumulation");
+  const contribs = (event.contributions || {})[name] || [];
+  const grads = (event.grads || {})[name] || { before: null, after: null };
+  const nodes = new Map(event.graph.nodes.map((n) => [n.id, n]));
+  if (!contribs.length) {
+    out.append(h("p.notice.notice-warning", {}, `Not used in backward #${event.index}: no gradient reaches it, so `,
+      h("code", {}, ".grad"), grads.after ? " keeps its earlier value." : " stays None."));
+    if (!grads.after) return out;
+  }
+  const cell = hooks.cell && grads.after && valueAt(grads.after, hooks.cell) !== null ? hooks.cell : null;
+  const what = cell ? `entry [${cell.join(", ")}]` : "sum of all entries";
+  out.append(h("p.lead-in", {}, contribs.length === 1 ? "Used once: its gradient is one contribution." :
+    `Used ${contribs.length} times: each use sends its own gradient, and `, contribs.length === 1 ? "" : h("code", {}, ".grad"),
+  contribs.length === 1 ? "" : " is their sum."));
+  out.append(h("div.measure", { role: "radiogroup", "aria-label": "What each bar measures" },
+    h("span", {}, "Bars show: "),
+    radio("measure", "sum", !cell, "the sum of all entries", () => hooks.onCell(null)),
+    radio("measure", "entry", Boolean(cell), cell ? `entry [${cell.join(", ")}]` : "one entry (click a heat-map cell)",
+      () => { if (!cell) hooks.onCell(firstIndex(grads.after)); }, !matrix(grads.after))));
+
+  const rows = [];
+  if (grads.before) rows.push({ kind: "before", label: ".grad before this backward", value: measure(grads.before, cell) });
+  contribs.forEach((c, i) => {
+    const n = nodes.get(c.node) || { name: c.node };
+    rows.push({ kind: "use", node: c.node, value: measure(c.grad, cell),
+      label: `use ${i + 1}: from ${n.name} (${c.node})${n.line ? `, line ${n.line}` : ""}` });
+  });
+  const total = measure(grads.after, cell);
+  rows.push({ kind: "total", label: ".grad after backward", value: total });
+  out.append(waterfall(rows, { onHover: hooks.onHover, onPick: hooks.onPickNode }));
+
+  const sum = rows.filter((r) => r.kind !== "total").reduce((a, r) => a + r.value, 0);
+  const close = Math.abs(sum - total) <= 1e-5 * Math.max(1, Math.abs(total));
+  out.append(h("p.check", { dataset: { sum: String(sum), grad: String(total) } },
+    h("span.check-mark", { "aria-hidden": "true" }, close ? "✓ " : "✗ "),
+    `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"} = ${fmt(sum, 6)}; `,
+    h("code", {}, ".grad"), ` ${what} = `, h("strong.grad-value", {}, fmt(total, 6)),
+    close ? " — they agree." : " — they differ (see the diagnostics)."));
+
+  const tensors = [grads.after, grads.before, ...contribs.map((c) => c.grad)];
+  const scale = maxAbs(...tensors);
+  if (matrix(grads.after)) {
+    const maps = h("div.heatmaps");
+    const pick = (index) => hooks.onCell(index);
+    const size = { maxWidth: MAP_WIDTH, onCell: pick, picked: cell, scale };
+    maps.append(heatmap(grads.after, { title: ".grad after backward", ...size }));
+    if (grads.before) maps.append(heatmap(grads.before, { title: ".grad before", ...size }));
+    contribs.forEach((c, i) => maps.append(heatmap(c.grad, { title: `use ${i + 1} (${c.node})`, ...size })));
+    out.append(h("h4", {}, "Heat maps, one colour scale"), colourBar(scale), maps);
+  } else if (grads.after) {
+    out.append(h("p.hint", {}, `Too large to draw as a heat map (${grads.after.numel} values).`));
+  }
+  const steps = doc.events.filter((e) => e.kind === "step" && e.index > event.index && (e.params || {})[name]);
+  if (steps.length) {
+    out.append(h("p.next-step", {}, "Then: ", steps.slice(0, 3).map((e) =>
+      h("button.link", { type: "button", onclick: () => hooks.onEvent(e.index) },
+        `step #${e.index} (${e.optimizer}): weights before and after`))));
+  }
+  return out;
+}
+
+function stepView(doc, event, name) {
+  const out = h("div.step-view");
+  const p = (event.params || {})[name];
+  if (!p) {
+    out.append(h("p.notice.notice-warning", {}, `Step #${event.index} did not change this parameter ` +
+      "(it has no gradient, or the optimizer does not hold it)."));
+    return out;
+  }
+  const change = difference(p.after, p.before);
+  out.append(h("p.lead-in", {}, `${event.optimizer} step #${event.index}` +
+    (event.lr && event.lr.length ? ` with lr = ${event.lr.map((v) => fmt(v)).join(", ")}` : "") +
+    ": the weights move once, by the summed gradient."));
+  const rows = [
+    ["‖weights‖ before", fmt(p.before.norm, 6)],
+    ["‖weights‖ after", fmt(p.after.norm, 6)],
+    ["‖change‖", change ? fmt(change.norm, 6) : "?"],
+    ["‖.grad‖", p.grad ? fmt(p.grad.norm, 6) : "None"],
+  ];
+  if (change && p.grad && event.lr && event.lr.length === 1 && event.optimizer === "SGD") {
+    const ratio = num(change.norm) / (num(p.grad.norm) || 1);
+    rows.push(["‖change‖ / ‖.grad‖", `${fmt(ratio, 4)} (lr = ${fmt(event.lr[0])})`]);
+  }
+  out.append(h("table.kv", {}, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))))));
+  const scale = maxAbs(p.before, p.after);
+  if (matrix(p.before)) {
+    out.append(h("h4", {}, "Weights before and after, one colour scale"), colourBar(scale),
+      h("div.heatmaps", {}, heatmap(p.before, { title: "before the step", scale, maxWidth: MAP_WIDTH }),
+        heatmap(p.after, { title: "after the step", scale, maxWidth: MAP_WIDTH })));
+    const dscale = maxAbs(change, p.grad);
+    out.append(h("h4", {}, "The change and the gradient, one colour scale"), colourBar(dscale),
+      h("div.heatmaps", {}, heatmap(change, { title: "after − before", scale: dscale, maxWidth: MAP_WIDTH }),
+        heatmap(p.grad, { title: ".grad used by the step", scale: dscale, maxWidth: MAP_WIDTH })));
+  }
+  return out;
+}
+
+/** after − before as a summary with values (both must carry values). */
+function difference(after, before) {
+  const a = matrix(after);
+  const b = matrix(before);
+  if (!a || !b || a.data.length !== b.data.length) return null;
+  const data = a.data.map((v, i) => v - b.data[i]);
+  const shape = after.shape;
+  return { shape, numel: data.length, values: nest(data, shape),
+    min: Math.min(...data), max: Math.max(...data), norm: Math.hypot(...data) };
+}
+
+function nest(flat, shape) {
+  if (shape.length <= 1) return shape.length === 0 ? flat[0] : flat;
+  const size = flat.length / shape[0];
+  return Array.from({ length: shape[0] }, (_, i) => nest(flat.slice(i * size, (i + 1) * size), shape.slice(1)));
+}
+
+function firstIndex(summary) {
+  return (summary && summary.shape ? summary.shape.map(() => 0) : null);
+}
+
+function radio(name, value, checked, label, onchange, disabled = false) {
+  return h("label.radio", {}, h("input", { type: "radio", name, value, checked, disabled, onchange }), " ", label);
+}
+

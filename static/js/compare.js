@@ -1,0 +1,70 @@
+// Every variant of one lesson side by side: each column is one run, its graph as the server
+// draws it, and per parameter its number of uses and the size of its gradient. Rows where the
+// variants disagree are marked, since that difference is the lesson.
+
+import { fetchTrace, graphUrl } from "./api.js";
+import { fill, fmt, h, richText } from "./dom.js";
+import { explain } from "./status.js";
+
+const page = JSON.parse(document.getElementById("page-data").textContent);
+const scenario = page.scenario;
+const defaults = Object.fromEntries(Object.entries(scenario.options || {}).map(([k, spec]) => [k, String(spec.default)]));
+const cards = [...document.querySelectorAll(".compare-card")];
+
+function facts(doc) {
+  const first = doc.events.find((e) => e.kind === "backward");
+  const rows = {};
+  for (const name of Object.keys(doc.params)) {
+    const grad = first && first.grads && first.grads[name] ? first.grads[name].after : doc.params[name].grad;
+    rows[name] = { uses: first ? (first.uses || {})[name] ?? 0 : 0, grad: grad ? fmt(grad.norm) : "None" };
+  }
+  return { first, rows };
+}
+
+async function load(card) {
+  const variant = card.dataset.variant;
+  const run = { variant, device: "cpu", options: defaults };
+  const status = card.querySelector(".compare-status");
+  const t0 = performance.now();
+  const timer = setInterval(() => { status.textContent = `running… ${((performance.now() - t0) / 1000).toFixed(1)} s`; }, 200);
+  try {
+    const doc = await fetchTrace(scenario.name, run);
+    const { first, rows } = facts(doc);
+    const failed = doc.events.filter((e) => e.error);
+    status.textContent = `${doc.events.length} event${doc.events.length === 1 ? "" : "s"}` +
+      (failed.length ? `; ${failed.map((e) => `${e.kind} #${e.index}`).join(", ")} failed` : "");
+    if (first) {
+      card.querySelector(".compare-graph").append(h("img", { src: graphUrl(scenario.name, run, first.index),
+        alt: `backward graph of the ${variant} variant` }));
+    }
+    fill(card.querySelector(".compare-facts"),
+      h("table.params", {}, h("thead", {}, h("tr", {}, h("th", {}, "parameter"), h("th.num", {}, "uses"), h("th.num", {}, "‖.grad‖"))),
+        h("tbody", {}, Object.entries(rows).map(([name, r]) => h("tr", { dataset: { param: name } },
+          h("td", {}, h("code", {}, name)), h("td.num.uses", {}, String(r.uses)), h("td.num.grad", {}, r.grad))))),
+      doc.diagnostics.length ? h("ul.diag-inline", {}, doc.diagnostics.map((d) => h(`li.diag-${d.level}`, {},
+        h(`span.badge.badge-${d.level}`, { "aria-hidden": "true" }, d.level === "info" ? "i" : "!"), ...richText(d.message)))) : "",
+      failed.map((e) => h("p.notice.notice-error", {}, `${e.kind} #${e.index}: ${e.error.type}: ${e.error.message}`)));
+    return rows;
+  } catch (err) {
+    card.classList.add("failed");
+    status.textContent = explain(err);
+    return null;
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+/** Mark the parameters whose uses differ from one variant to the next. */
+function markDifferences(all) {
+  const names = new Set(all.filter(Boolean).flatMap((rows) => Object.keys(rows)));
+  for (const name of names) {
+    const uses = new Set(all.filter(Boolean).map((rows) => (rows[name] ? rows[name].uses : "—")));
+    if (uses.size < 2) continue;
+    for (const row of document.querySelectorAll(`tr[data-param="${CSS.escape(name)}"]`)) {
+      row.classList.add("differs");
+      row.title = "the variants differ here";
+    }
+  }
+}
+
+Promise.all(cards.map(load)).then(markDifferences);

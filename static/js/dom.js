@@ -1,0 +1,92 @@
+// Small DOM and number helpers shared by the page's modules. Text always goes in through
+// textContent, never innerHTML, because trace documents carry strings from user scripts.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** h("div.cls#id", {attr: v, onclick: fn}, child, "text", [more]) -> HTMLElement */
+export function h(tag, attrs = {}, ...children) {
+  return build(document.createElement(parseTag(tag).name), tag, attrs, children);
+}
+
+/** The same for SVG elements. */
+export function s(tag, attrs = {}, ...children) {
+  return build(document.createElementNS(SVG_NS, parseTag(tag).name), tag, attrs, children);
+}
+
+function parseTag(tag) {
+  const [name] = tag.split(/[.#]/);
+  return { name: name || "div" };
+}
+
+function build(el, tag, attrs, children) {
+  for (const part of tag.match(/[.#][^.#]+/g) || []) {
+    if (part[0] === ".") el.classList.add(part.slice(1));
+    else el.id = part.slice(1);
+  }
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key === "text") el.textContent = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+/** Replace an element's children. */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+/**
+ * Text with `backticks` turned into <code> (diagnostic messages are written that way), and,
+ * given onLine, every "line N" into a button that shows that source line.
+ */
+export function richText(text, onLine = null) {
+  return String(text).split(/(`[^`]+`)/).flatMap((part) => {
+    if (part.startsWith("`") && part.endsWith("`") && part.length > 1) return [h("code", {}, part.slice(1, -1))];
+    if (!onLine) return [part];
+    return part.split(/(\bline \d+)/).map((bit) => {
+      const m = /^line (\d+)$/.exec(bit);
+      return m ? h("button.link.line-link", { type: "button", onclick: () => onLine(Number(m[1])) }, bit) : bit;
+    });
+  });
+}
+
+/** Numbers as the schema sends them: finite numbers, or "NaN"/"Infinity"/"-Infinity". */
+export function num(x) {
+  if (typeof x === "number") return x;
+  if (x === "NaN") return NaN;
+  if (x === "Infinity") return Infinity;
+  if (x === "-Infinity") return -Infinity;
+  return NaN;
+}
+
+export function fmt(x, digits = 4) {
+  const v = num(x);
+  if (!Number.isFinite(v)) return String(v);
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  if (a >= 1e4 || a < 1e-3) return v.toExponential(digits - 1);
+  return v.toPrecision(digits).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
+}
+
+export function signed(x, digits = 4) {
+  const v = num(x);
+  return (v > 0 ? "+" : v < 0 ? "−" : "") + fmt(Math.abs(v), digits);
+}
+
+export function shapeText(shape) {
+  return shape ? `(${shape.join(", ")})` : "";
+}

@@ -1,0 +1,94 @@
+// The details panel for one graph node: what it is, where it came from, what it saved for
+// backward, the gradients that flowed through it, and for a custom Function its backward code.
+
+import { h, fmt, shapeText, richText } from "./dom.js";
+
+/**
+ * hooks: {kinds, onLine(n), onNode(id), onReplay(step), diagnostics}
+ */
+export function nodeView(event, node, hooks) {
+  const nodes = new Map(event.graph.nodes.map((n) => [n.id, n]));
+  const kind = hooks.kinds[node.kind] || { label: node.kind };
+  const body = h("div.node-view", { dataset: { node: node.id } });
+  body.append(
+    h("h3.op-name", {}, node.name),
+    h("p.meta", {}, h(`span.kind-chip.kind-${node.kind}`, {}, kind.label), ` · id ${node.id}`),
+  );
+  const facts = [];
+  if (node.label && node.label !== node.name) facts.push(["tensor", h("code", {}, node.label)]);
+  if (node.param) facts.push(["parameter", h("code", {}, node.param)]);
+  if (node.shape) facts.push(["shape", `${shapeText(node.shape)} ${node.dtype || ""}`]);
+  if (node.module) facts.push(["module", h("code", {}, node.module)]);
+  facts.push(["created at", node.line ? [h("button.link", { type: "button", onclick: () => hooks.onLine(node.line) },
+    `line ${node.line}`), hooks.lineText && hooks.lineText(node.line) ?
+    h("code.line-text", {}, hooks.lineText(node.line).trim()) : ""] : "— (not a line of the script)"]);
+  const step = event.order.indexOf(node.id);
+  facts.push(["backward runs it", step >= 0 ? h("button.link", { type: "button", onclick: () => hooks.onReplay(step + 1) },
+    `step ${step + 1} of ${event.order.length}`) : node.kind === "output" ? "first: it is where the gradient starts" : "never (not on the path)"]);
+  if (node.function) facts.push(["custom Function", h("code", {}, node.function)]);
+  body.append(kv(facts));
+
+  const diags = (hooks.diagnostics || []).filter((d) => (d.nodes || []).includes(node.id) ||
+    (node.param && (d.params || []).includes(node.param)));
+  if (diags.length) {
+    body.append(h("ul.diag-inline", {}, diags.map((d) => h(`li.diag-${d.level}`, {},
+      h(`span.badge.badge-${d.level}`, { "aria-hidden": "true" }, d.level === "info" ? "i" : "!"), ...richText(d.message, hooks.onLine)))));
+  }
+
+  // Edge source -> target: the gradient of `target`'s input `slot`, computed by target's backward.
+  const incoming = event.graph.edges.filter((e) => e.source === node.id);
+  const outgoing = event.graph.edges.filter((e) => e.target === node.id);
+  if (incoming.length) {
+    body.append(h("h4", {}, "Gradient it receives"), edgeTable(incoming, "target", "from", nodes, hooks));
+  }
+  if (outgoing.length) {
+    body.append(h("h4", {}, "Gradients it computes for its inputs"), edgeTable(outgoing, "source", "for", nodes, hooks));
+  }
+  if (node.saved && node.saved.length) {
+    body.append(h("h4", {}, "Saved for backward"), h("table.saved", {},
+      h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "value or tensor"))),
+      h("tbody", {}, node.saved.map((t) => h("tr", {}, h("td", {}, h("code", {}, t.name)),
+        h("td", {}, t.value !== undefined ? t.value :
+          [shapeText(t.shape), t.dtype, t.device].filter(Boolean).join(" "),
+        t.param ? [" · shares memory with ", h("code", {}, t.param)] : "",
+        t.freed ? " · freed after backward" : ""))))));
+  }
+  if (node.gradcheck) {
+    const ok = node.gradcheck.passed;
+    body.append(h(`p.notice.${ok === false ? "notice-warning" : "notice-info"}`, {},
+      h("strong", {}, ok === true ? "gradcheck passed" : ok === false ? "gradcheck FAILED" : "gradcheck not run"),
+      node.gradcheck.message ? `: ${node.gradcheck.message}` : ""));
+  }
+  if (node.backward_source) {
+    const src = node.backward_source;
+    body.append(h("h4", {}, `Its backward (${src.file.split("/").pop()}, line ${src.line})`),
+      h("pre.backward-source", {}, h("code", {}, src.source.split("\n").map((text, i) =>
+        h("span.bline", { dataset: { n: String(src.line + i) } }, text + "\n")))));
+  }
+  return body;
+}
+
+/** What one source line made: a list of its nodes, each one click away. */
+export function lineView(event, line, hooks) {
+  const made = event.graph.nodes.filter((n) => n.line === line);
+  return h("div.line-view", {}, h("h3", {}, `Line ${line}`),
+    made.length ? [h("p", {}, `made ${made.length} node${made.length > 1 ? "s" : ""} of this graph (outlined with a dashed line):`),
+      h("ul.node-list", {}, made.map((n) => h("li", {}, h("button.link", { type: "button", onclick: () => hooks.onNode(n.id) },
+        `${n.name} (${n.id})`), n.module ? ` · ${n.module}` : "")))] :
+      h("p", {}, "No node of this graph was created on this line."));
+}
+
+function edgeTable(edges, end, word, nodes, hooks) {
+  return h("table.edges", {}, h("tbody", {}, edges.map((e) => {
+    const other = nodes.get(e[end]) || { name: e[end] };
+    return h("tr", {},
+      h("td", {}, `${word} `, h("button.link", { type: "button", onclick: () => hooks.onNode(e[end]) },
+        `${other.label && other.kind !== "op" ? other.label : other.name} (${e[end]})`), ` · slot ${e.slot}`),
+      h("td", {}, shapeText(e.shape)),
+      h("td.num", {}, e.grad_norm === null || e.grad_norm === undefined ? "‖·‖ not recorded" : `‖·‖ ${fmt(e.grad_norm)}`));
+  })));
+}
+
+function kv(rows) {
+  return h("table.kv", {}, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))));
+}

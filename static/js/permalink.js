@@ -1,0 +1,52 @@
+// The page's state lives in its URL, so that any view can be shared, bookmarked or reloaded:
+// the run (variant, device, options) and the view (event, node, parameter, line, replay step,
+// heat-map entry). Option names are used as they are (?k=2), like the API and the CLI.
+
+const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell"];
+const RUN_KEYS = ["variant", "device"];
+
+/** Read {run, view} from the current URL, given the scenario's variants and options. */
+export function readUrl(scenario, search = location.search) {
+  const q = new URLSearchParams(search);
+  const options = {};
+  for (const [key, spec] of Object.entries(scenario.options || {})) {
+    options[key] = q.has(key) ? q.get(key) : String(spec.default);
+  }
+  const run = {
+    variant: q.get("variant") || scenario.default_variant || null,
+    device: q.get("device") || "cpu",
+    options,
+  };
+  const int = (key) => (q.has(key) && /^-?\d+$/.test(q.get(key)) ? Number(q.get(key)) : null);
+  const cell = q.get("cell");
+  const view = {
+    event: int("event"),
+    node: q.get("node"),
+    param: q.get("param"),
+    line: int("line"),
+    step: int("step"),
+    cell: cell && /^\d+(,\d+)*$/.test(cell) ? cell.split(",").map(Number) : null,
+  };
+  return { run, view };
+}
+
+/** The URL of a run and view (relative to this page). */
+export function viewUrl(scenario, run, view) {
+  const q = new URLSearchParams();
+  for (const key of RUN_KEYS) if (run[key]) q.set(key, run[key]);
+  for (const [k, v] of Object.entries(run.options || {})) q.set(k, v);
+  for (const key of VIEW_KEYS) {
+    const value = view[key];
+    if (value === null || value === undefined) continue;
+    q.set(key, Array.isArray(value) ? value.join(",") : String(value));
+  }
+  // commas are fine in a query and keep "cell=2,3" readable when the link is pasted somewhere
+  return `${location.pathname}?${q.toString().replace(/%2C/gi, ",")}`;
+}
+
+/** Record the view in the address bar; a new run gets a history entry, a new view does not. */
+export function writeUrl(url, { newEntry = false } = {}) {
+  if (url === location.pathname + location.search) return;
+  if (newEntry) history.pushState(null, "", url);
+  else history.replaceState(null, "", url);
+}

@@ -1,0 +1,30 @@
+// Progress while a run is computed: a trace takes seconds (a fresh worker imports torch and runs
+// the script), so the graph area says what is happening and for how long, instead of freezing.
+
+export class Progress {
+  constructor(box, text) {
+    this.box = box;
+    this.text = text;
+    this.timer = null;
+  }
+
+  start(what) {
+    const t0 = performance.now();
+    this.stop();
+    this.box.hidden = false;
+    this.box.setAttribute("aria-busy", "true");
+    const tick = () => {
+      const secs = ((performance.now() - t0) / 1000).toFixed(1);
+      this.text.textContent = `${what} — ${secs} s (a run takes a few seconds: a fresh worker starts PyTorch and runs the script)`;
+    };
+    tick();
+    this.timer = setInterval(tick, 200);
+  }
+
+  stop() {
+    clearInterval(this.timer);
+    this.timer = null;
+    this.box.hidden = true;
+    this.box.removeAttribute("aria-busy");
+  }
+}

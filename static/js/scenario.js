@@ -1,0 +1,329 @@
+// The scenario page: wires the views to one state object, {run, view}, kept in the URL.
+// `run` picks the trace (variant, device, options); `view` is what is shown of it (event, node,
+// parameter, source line, replay step, heat-map entry). Every change goes through update(),
+// which re-renders from the state, so the page and its permalink cannot disagree.
+
+import { ApiError, fetchGraphSvg, fetchTrace } from "./api.js";
+import { Controls, updateExports } from "./controls.js";
+import { renderDiagnostics } from "./diagnostics.js";
+import { fill, h, fmt } from "./dom.js";
+import { GraphView } from "./graph.js";
+import { installKeys } from "./keys.js";
+import { paramView } from "./accumulation.js";
+import { lineView, nodeView } from "./panel.js";
+import { paramList } from "./params.js";
+import { readUrl, viewUrl, writeUrl } from "./permalink.js";
+import { Progress } from "./progress.js";
+import { renderReplayStatus, replayState } from "./replay.js";
+import { SourceView } from "./source.js";
+import { explain, renderEventNotice, runReport, setStatus } from "./status.js";
+import { renderTimeline } from "./timeline.js";
+
+const $ = (id) => document.getElementById(id);
+const page = JSON.parse($("page-data").textContent);
+const scenario = page.scenario;
+
+let { run, view } = readUrl(scenario);
+let doc = null;
+let shown = null; // the backward event whose graph is drawn
+let hinted = null; // a node pointed at from the accumulation chart
+let pending = null; // AbortController of the run being fetched
+let laidOut = false; // the graph area was sized to the first screen
+
+const status = $("status");
+const progress = new Progress($("progress"), $("progress-text"));
+const graph = new GraphView($("graph"), { onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null }) });
+const source = new SourceView($("source"), { onLine: selectLine });
+const controls = new Controls($("controls"), scenario, {
+  // a new run keeps the chosen parameter (its bars in the other variant are the lesson), but
+  // node ids belong to one graph, so node, line, step and event start afresh
+  onChange: (next) => {
+    run = next;
+    view = { ...view, step: null, cell: null, event: null, node: null, line: null };
+    loadRun(true);
+  },
+});
+
+// ---- state changes ------------------------------------------------------------------------
+
+function update(changes, { reveal = null } = {}) {
+  view = { ...view, ...changes };
+  render();
+  if (reveal) graph.reveal(reveal);
+}
+
+function currentEvent() {
+  return doc ? doc.events.find((e) => e.index === view.event) || null : null;
+}
+
+function nodeById(id) {
+  return shown ? shown.graph.nodes.find((n) => n.id === id) || null : null;
+}
+
+function selectNode(id) {
+  const node = nodeById(id);
+  if (!node) return;
+  const param = node.param && doc.params[node.param] ? node.param : null;
+  update({ node: id, param, line: null, cell: param === view.param ? view.cell : null }, { reveal: id });
+}
+
+function selectParam(name) {
+  const node = shown && shown.graph.nodes.find((n) => n.param === name);
+  update({ param: name, node: node ? node.id : null, line: null, cell: name === view.param ? view.cell : null },
+    { reveal: node ? node.id : null });
+}
+
+function selectLine(line) {
+  update({ line, node: null, param: null, cell: null });
+}
+
+function setStep(step) {
+  if (!shown) return;
+  const s = step === null ? null : Math.max(0, Math.min(step, shown.order.length));
+  const state = replayState(shown, s);
+  update({ step: s }, { reveal: state && state.current });
+}
+
+async function selectEvent(index) {
+  view = { ...view, event: index, step: null, node: null, line: null };
+  try {
+    await showGraph();
+  } catch (err) {
+    setStatus(status, explain(err), "error");
+  }
+  render();
+}
+
+// ---- loading ------------------------------------------------------------------------------
+
+async function loadRun(newEntry = false) {
+  if (pending) pending.abort();
+  const controller = new AbortController();
+  pending = controller;
+  controls.set(run);
+  writeUrl(viewUrl(scenario, run, view), { newEntry });
+  setStatus(status, null);
+  const what = [scenario.name + ".py", run.variant, ...Object.entries(run.options).map(([k, v]) => `${k} = ${v}`),
+    run.device].filter(Boolean).join(", ");
+  progress.start(`Running ${what}`);
+  document.body.classList.add("loading");
+  try {
+    if (run.device !== "cpu") {
+      // Ask the worker which devices exist before asking it to run on one it may not have.
+      const devices = await devicesReady;
+      if (devices && !devices.includes(run.device)) {
+        throw new ApiError(422, `Device “${run.device}” is not available on this server ` +
+          `(it has: ${devices.join(", ")}).`);
+      }
+    }
+    doc = await fetchTrace(scenario.name, run, { signal: controller.signal });
+    shown = null;
+    if (!doc.events.some((e) => e.index === view.event)) {
+      const first = doc.events.find((e) => e.kind === "backward") || doc.events[0];
+      view.event = first ? first.index : null;
+    }
+    await showGraph(controller.signal);
+    if (pending !== controller) return;
+    if (view.param && !view.node && shown) {
+      const node = shown.graph.nodes.find((n) => n.param === view.param);
+      view.node = node ? node.id : null;
+    }
+    reportRun();
+    render();
+    if (!laidOut) {
+      // the toolbars have their real height only now: give the graph the rest of the screen
+      laidOut = true;
+      graph.fitHeight();
+      graph.initialView();
+    }
+    // a permalink's node (or replay step) may be outside the opening view: bring it in
+    const state = replayState(shown, view.step);
+    const focus = view.node || (state && state.current);
+    if (focus) graph.reveal(focus);
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    doc = null;
+    shown = null;
+    graph.clear("Nothing to show: see the message above.");
+    setStatus(status, explain(err), "error");
+  } finally {
+    if (pending === controller) {
+      pending = null;
+      progress.stop();
+      document.body.classList.remove("loading");
+      if (!doc) render();
+    }
+  }
+}
+
+async function showGraph(signal) {
+  const ev = currentEvent();
+  const backward = doc.events.filter((e) => e.kind === "backward");
+  const target = !ev ? null : ev.kind === "backward" ? ev :
+    [...backward].reverse().find((e) => e.index < ev.index) || backward[0] || null;
+  if (target === shown && target) return;
+  shown = target;
+  if (!target) {
+    graph.clear(doc.error ? "The script stopped before it recorded a graph." :
+      "This run recorded no backward pass, so there is no graph to draw.");
+    return;
+  }
+  const svg = await fetchGraphSvg(scenario.name, run, target.index, { signal });
+  graph.show(svg, target, doc.diagnostics);
+}
+
+/** What the run itself says (the script failed, or never called backward), and its output. */
+function reportRun() {
+  const [parts, level] = runReport(doc, { onLine: selectLine });
+  setStatus(status, parts, level);
+  const out = $("script-output");
+  out.hidden = !(doc.stdout || doc.stderr);
+  $("script-stdout").textContent = (doc.stdout || "") + (doc.stderr ? `\n${doc.stderr}` : "");
+}
+
+// ---- rendering ----------------------------------------------------------------------------
+
+/** The graph's highlights only: cheap, so hovering a bar can call it without redrawing panels. */
+function highlight() {
+  const ev = currentEvent();
+  const replay = ev && ev.kind === "backward" ? replayState(shown, view.step) : null;
+  const contrib = new Map(); // node id -> the use numbers it sent to the chosen parameter
+  if (view.param && ev && ev.kind === "backward") {
+    ((ev.contributions || {})[view.param] || []).forEach((c, i) => {
+      contrib.set(c.node, contrib.has(c.node) ? `${contrib.get(c.node)},${i + 1}` : String(i + 1));
+    });
+  }
+  const lineNodes = new Set(view.line && shown ? shown.graph.nodes.filter((n) => n.line === view.line).map((n) => n.id) : []);
+  graph.apply({ selected: view.node, line: lineNodes, replay, contrib, hinted });
+  return replay;
+}
+
+function render() {
+  const ev = currentEvent();
+  const diagnostics = doc ? doc.diagnostics : [];
+  const node = nodeById(view.node);
+  const replay = highlight();
+  source.annotate(shown, doc);
+  const current = replay && replay.current ? nodeById(replay.current) : null;
+  source.select(view.line ?? (node && node.line) ?? (current && current.line) ?? null);
+  if (doc) {
+    renderTimeline($("timeline"), doc, view.event, { onEvent: selectEvent });
+    renderDiagnostics($("diagnostics"), $("diagnostics-list"), diagnostics, { onPick: pickDiagnostic, onLine: selectLine });
+    fill($("params-body"), paramList(doc, ev, { selected: view.param, diagnostics, onParam: selectParam }));
+  } else {
+    fill($("timeline"));
+    fill($("params-body"));
+    $("diagnostics").hidden = true;
+  }
+  $("params").hidden = !doc;
+  renderEventNotice($("event-notice"), ev, { onLine: selectLine });
+  renderPanel(ev, node, diagnostics, replay);
+  renderReplayStatus($("replay-status"), ev, replay, new Map((shown ? shown.graph.nodes : []).map((n) => [n.id, n])));
+  for (const id of ["replay-first", "replay-prev", "replay-next", "replay-last", "replay-stop"]) {
+    $(id).disabled = !(ev && ev.kind === "backward");
+  }
+  $("replay-stop").disabled = view.step === null;
+  updateExports(scenario, run, shown ? shown.index : null, Boolean(doc));
+  const url = viewUrl(scenario, run, view);
+  if (doc) writeUrl(url);
+  $("permalink").value = location.origin + url;
+}
+
+function renderPanel(ev, node, diagnostics, replay) {
+  const title = $("details-title");
+  const body = $("details-body");
+  const hooks = {
+    kinds: page.kinds, diagnostics, cell: view.cell,
+    lineText: (n) => source.text(n), onLine: selectLine, onNode: selectNode, onReplay: setStep, onEvent: selectEvent,
+    onCell: (cell) => update({ cell }),
+    onHover: (id) => { hinted = id; highlight(); },
+    onPickNode: (id) => update({}, { reveal: id }),
+  };
+  if (!doc || !ev) {
+    title.textContent = "Details";
+    fill(body, h("p.hint", {}, doc ? "This run has no events to show." :
+      pending ? "Waiting for the run…" : "No run to show: see the message above."));
+  } else if (view.param && doc.params[view.param]) {
+    title.textContent = ev.kind === "step" ? `Parameter at step #${ev.index}` : `Parameter: where .grad comes from`;
+    fill(body, paramView(doc, ev, view.param, hooks));
+  } else if (node) {
+    title.textContent = "Node";
+    fill(body, nodeView(shown, node, hooks));
+  } else if (view.line && shown) {
+    title.textContent = "Source line";
+    fill(body, lineView(shown, view.line, hooks));
+  } else if (replay && replay.current) {
+    // during a replay with nothing picked, the panel follows the node that runs now
+    title.textContent = `Replay step ${replay.step}: running now`;
+    fill(body, nodeView(shown, nodeById(replay.current), hooks));
+  } else {
+    title.textContent = "Details";
+    fill(body, h("p.hint", {}, ev.kind === "step" ?
+      `Optimizer step #${ev.index} (${ev.optimizer}): pick a parameter below to see its weights before and after.` :
+      "Click a node in the graph, a parameter below, or a highlighted source line."),
+    h("p.hint", {}, "Keys: ← → replay the backward pass · Esc clears · + − 0 zoom."),
+    h("p.run-facts", {}, `torch ${doc.torch || "?"} · device ${doc.device}` +
+      (doc.elapsed ? ` · run took ${fmt(doc.elapsed, 2)} s` : "")));
+  }
+}
+
+function pickDiagnostic(d) {
+  if (d.event !== null && d.event !== undefined && d.event !== view.event) {
+    selectEvent(d.event).then(() => pickDiagnostic({ ...d, event: null }));
+    return;
+  }
+  if (d.params && d.params.length) selectParam(d.params[0]);
+  else if (d.nodes && d.nodes.length) selectNode(d.nodes[0]);
+}
+
+// ---- keyboard and buttons -----------------------------------------------------------------
+
+installKeys({
+  replaying: () => view.step !== null,
+  step: () => view.step ?? 0,
+  toStep: setStep,
+  toEnd: () => setStep(shown ? shown.order.length : 0),
+  clear: () => update({ node: null, param: null, line: null, step: null, cell: null }),
+  zoomIn: () => graph.zoomIn(),
+  zoomOut: () => graph.zoomOut(),
+  fit: () => graph.fit(),
+  ready: () => Boolean(shown),
+});
+
+$("replay-first").addEventListener("click", () => setStep(0));
+$("replay-prev").addEventListener("click", () => setStep(view.step === null ? 0 : view.step - 1));
+$("replay-next").addEventListener("click", () => setStep(view.step === null ? 1 : view.step + 1));
+$("replay-last").addEventListener("click", () => setStep(shown ? shown.order.length : 0));
+$("replay-stop").addEventListener("click", () => setStep(null));
+$("zoom-in").addEventListener("click", () => graph.zoomIn());
+$("zoom-out").addEventListener("click", () => graph.zoomOut());
+$("zoom-fit").addEventListener("click", () => graph.fit());
+$("permalink-copy").addEventListener("click", async () => {
+  const input = $("permalink");
+  try {
+    await navigator.clipboard.writeText(input.value);
+    $("permalink-copy").textContent = "Link copied ✓";
+  } catch {
+    input.select(); // no clipboard access (e.g. plain http on another host): let the user copy
+    $("permalink-copy").textContent = "Press Ctrl+C to copy";
+  }
+  setTimeout(() => { $("permalink-copy").textContent = "Copy link to this view"; }, 2500);
+});
+window.addEventListener("popstate", () => {
+  const next = readUrl(scenario);
+  const sameRun = JSON.stringify(next.run) === JSON.stringify(run);
+  run = next.run;
+  view = next.view;
+  if (sameRun && doc) showGraph().then(render);
+  else loadRun();
+});
+let resizeTimer = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => graph.resized(), 150);
+});
+
+controls.set(run);
+graph.fitHeight();
+const devicesReady = controls.loadDevices();
+loadRun();

@@ -1,0 +1,76 @@
+// The numbered source listing (rendered by the server): which lines made nodes, which line is
+// selected, where the run's events were called and where the script failed.
+
+import { h } from "./dom.js";
+
+export class SourceView {
+  constructor(list, { onLine }) {
+    this.list = list;
+    this.onLine = onLine;
+    this.lines = new Map([...list.querySelectorAll("li[data-line]")].map((li) => [Number(li.dataset.line), li]));
+    list.addEventListener("click", (e) => {
+      const li = e.target.closest("li[data-line]");
+      if (li) onLine(Number(li.dataset.line));
+    });
+    list.addEventListener("keydown", (e) => {
+      const li = e.target.closest("li[data-line]");
+      if (li && (e.key === "Enter" || e.key === " ")) {
+        e.preventDefault();
+        onLine(Number(li.dataset.line));
+      }
+    });
+  }
+
+  /** Mark the lines that made nodes of this event, the lines of the run's events, the error. */
+  annotate(event, doc) {
+    const counts = new Map();
+    for (const n of event ? event.graph.nodes : []) {
+      if (n.line) counts.set(n.line, (counts.get(n.line) || 0) + 1);
+    }
+    for (const [n, li] of this.lines) {
+      li.classList.remove("has-nodes", "error-line");
+      li.querySelectorAll(".line-tag").forEach((t) => t.remove());
+      const count = counts.get(n);
+      if (count) {
+        li.classList.add("has-nodes");
+        li.tabIndex = 0;
+        li.setAttribute("role", "button");
+        li.setAttribute("aria-label", `line ${n}: made ${count} node${count > 1 ? "s" : ""}`);
+        li.title = `line ${n} made ${count} node${count > 1 ? "s" : ""} of this graph: click to see them`;
+      } else {
+        li.removeAttribute("tabindex");
+        li.removeAttribute("role");
+        li.removeAttribute("aria-label");
+        li.removeAttribute("title");
+      }
+    }
+    for (const e of doc ? doc.events : []) {
+      const li = e.line && this.lines.get(e.line);
+      if (li) li.append(h("span.line-tag", {}, e.kind === "backward" ? `backward #${e.index}` : `step #${e.index}`));
+    }
+    const err = doc && doc.error;
+    if (err && err.line && this.lines.get(err.line)) {
+      const li = this.lines.get(err.line);
+      li.classList.add("error-line");
+      li.append(h("span.line-tag.error-tag", {}, `error: ${err.type}`));
+    }
+  }
+
+  /** The text of a line, as the listing shows it. */
+  text(line) {
+    const li = this.lines.get(line);
+    return li ? li.querySelector("code").textContent : "";
+  }
+
+  /** Highlight one line (or none) and scroll the listing, not the page, to it. */
+  select(line) {
+    for (const [n, li] of this.lines) li.classList.toggle("line-selected", n === line);
+    const li = line && this.lines.get(line);
+    if (!li) return;
+    const box = this.list.getBoundingClientRect();
+    const at = li.getBoundingClientRect();
+    if (at.top < box.top || at.bottom > box.bottom) {
+      this.list.scrollTop += at.top - box.top - box.height / 3;
+    }
+  }
+}

@@ -1,0 +1,54 @@
+// The message line above the layout: what went wrong with a run, in words a person can act on,
+// or what the run itself reports (the script failed; it never called backward).
+
+import { ApiError, FormatError } from "./api.js";
+import { fill, h, richText } from "./dom.js";
+
+export function setStatus(el, message, level = "info") {
+  if (!message) {
+    el.replaceChildren();
+    el.className = "status";
+    return;
+  }
+  el.className = `status notice notice-${level}`;
+  el.setAttribute("role", level === "error" ? "alert" : "status");
+  fill(el, Array.isArray(message) ? message : richText(message));
+}
+
+/** An error from loading a run, as the sentence to show. */
+export function explain(err) {
+  if (err instanceof FormatError) return err.message;
+  if (err instanceof ApiError && err.status === 422 && /device/i.test(err.message)) {
+    return `${err.message} Choose another device in the “device” menu.`;
+  }
+  if (err instanceof ApiError) return err.message;
+  return `Something went wrong in the page: ${err.message}`;
+}
+
+/** [parts, level] saying what the Trace itself reports, or [null] when all went as planned. */
+export function runReport(doc, { onLine }) {
+  const parts = [];
+  const err = doc.error;
+  if (err) {
+    parts.push(h("strong", {}, `The script stopped with ${err.type}`),
+      err.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(err.line) }, `line ${err.line}`)] : "",
+      ": ", ...richText(err.message, onLine));
+  }
+  const synthetic = doc.events.find((e) => e.synthetic);
+  if (synthetic) {
+    if (parts.length) parts.push(h("br"));
+    parts.push(h("strong", {}, "This script never calls backward(): "),
+      ...richText(synthetic.synthetic_reason || "the graph shown is that of its last output tensor.", onLine));
+  }
+  return [parts.length ? parts : null, err ? "error" : "info"];
+}
+
+/** A backward or step that raised is still an event: say so above the graph. */
+export function renderEventNotice(box, ev, { onLine }) {
+  const err = ev && ev.error;
+  box.hidden = !err;
+  if (!err) return;
+  fill(box, h("strong", {}, `${ev.kind} #${ev.index} failed with ${err.type}`),
+    ev.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(ev.line) }, `line ${ev.line}`)] : "",
+    ": ", ...richText(err.message, onLine));
+}

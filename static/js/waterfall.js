@@ -1,0 +1,79 @@
+// The gradient accumulation chart: one bar per use, each starting where the previous one ended
+// (a waterfall), so the last use ends exactly at the sum, drawn against .grad below it.
+// A bar is one number per tensor (the sum of its entries, or one entry): those add up exactly,
+// which norms would not. Negative bars are hatched, so direction is not told by hue alone.
+
+import { s, fmt, signed } from "./dom.js";
+
+const ROW = 50;
+const LEFT = 8;
+const WIDTH = 440;
+const ROOM = 74; // space on each side of the bars for the value labels
+
+/**
+ * rows: [{kind: "before"|"use"|"total", label, value, node?}]
+ * hooks: {onHover(nodeId|null), onPick(nodeId)}
+ */
+export function waterfall(rows, { onHover = () => {}, onPick = () => {} } = {}) {
+  let cum = 0;
+  const spans = rows.map((row) => {
+    if (row.kind === "total") return [0, row.value];
+    const from = cum;
+    cum += row.value;
+    return [from, cum];
+  });
+  const points = [0, ...spans.flat()].filter(Number.isFinite);
+  let lo = Math.min(...points);
+  let hi = Math.max(...points);
+  if (hi - lo < 1e-30) { lo -= 1; hi += 1; }
+  const pad = (hi - lo) * 0.04;
+  lo -= pad; hi += pad;
+  const barW = WIDTH - 2 * ROOM;
+  const x = (v) => ROOM + ((v - lo) / (hi - lo)) * barW;
+  const height = rows.length * ROW + 14;
+
+  const svg = s("svg", { class: "waterfall", viewBox: `0 0 ${WIDTH} ${height}`, role: "group",
+    "aria-label": "Gradient accumulation: one bar per use, then .grad" },
+  s("defs", {}, s("pattern", { id: "acc-hatch", width: 6, height: 6, patternUnits: "userSpaceOnUse",
+    patternTransform: "rotate(45)" }, s("rect", { width: 6, height: 6, fill: "#cfe3f3" }),
+  s("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#0072B2", "stroke-width": 3 }))));
+
+  svg.append(s("line", { class: "zero-axis", x1: x(0), x2: x(0), y1: 4, y2: height - 2 }));
+  rows.forEach((row, i) => {
+    const [a, b] = spans[i];
+    const top = i * ROW + 4;
+    const x0 = Math.min(x(a), x(b));
+    const w = Math.max(Math.abs(x(b) - x(a)), 1.5);
+    const cls = `acc-bar ${row.kind}${row.value < 0 ? " negative" : ""}`;
+    const g = s("g", { class: cls, tabindex: row.node ? 0 : null, role: row.node ? "button" : null,
+      dataset: { value: String(row.value), node: row.node || "", kind: row.kind },
+      "aria-label": `${row.label}: ${signed(row.value, 6)}` });
+    // the row's label on a line of its own, so it never runs into a bar or a value
+    g.append(
+      s("text", { class: "acc-label", x: LEFT, y: top + 15, text: row.label }),
+      s("rect", { x: x0, y: top + 21, width: w, height: 20, rx: 2 }),
+      s("text", { class: "acc-value", x: row.value < 0 ? x0 - 4 : x0 + w + 4, y: top + 31,
+        "text-anchor": row.value < 0 ? "end" : "start", "dominant-baseline": "middle", text: row.kind === "total" ? fmt(row.value, 5) : signed(row.value, 5) }),
+    );
+    if (i > 0 && row.kind !== "total") {
+      // dashed connector: this bar starts where the previous one ended
+      g.append(s("line", { class: "connector", x1: x(a), x2: x(a), y1: top - 9, y2: top + 21 }));
+    }
+    if (row.kind === "total") {
+      g.append(s("line", { class: "sum-line", x1: x(spans[i - 1] ? spans[i - 1][1] : 0),
+        x2: x(spans[i - 1] ? spans[i - 1][1] : 0), y1: top - 9, y2: top + 45 }));
+    }
+    if (row.node) {
+      g.addEventListener("mouseenter", () => onHover(row.node));
+      g.addEventListener("mouseleave", () => onHover(null));
+      g.addEventListener("focus", () => onHover(row.node));
+      g.addEventListener("blur", () => onHover(null));
+      g.addEventListener("click", () => onPick(row.node));
+      g.addEventListener("keydown", (e) => { if (e.key === "Enter") onPick(row.node); });
+    }
+    svg.append(g);
+  });
+  // keep value labels inside the drawing even for bars that end at the edge
+  svg.style.overflow = "visible";
+  return svg;
+}

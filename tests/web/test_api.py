@@ -1,0 +1,198 @@
+"""The JSON API: every route, and every error as JSON with a `detail` a person can act on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from app.trace.document import FORMAT, load_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def detail(response) -> str:
+    body = response.json()
+    assert isinstance(body["detail"], str) and body["detail"], body
+    return body["detail"]
+
+
+def test_healthz(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_list_and_get_scenarios(client):
+    listed = client.get("/api/scenarios").json()
+    assert [s["name"] for s in listed] == ["tiny"]
+    one = client.get("/api/scenarios/tiny").json()
+    assert one["title"] == "A linear layer used twice"
+    assert one["variants"] == {"twice": "the layer applied twice", "once": "the layer applied once"}
+    assert one["options"]["scale"]["choices"] == [1, 2]
+    assert one["default_variant"] == "twice"
+    assert "Question:" in one["narration"]
+
+
+def test_unknown_scenario_is_404_naming_the_known_ones(client):
+    for url in ("/api/scenarios/nope", "/api/scenarios/nope/trace",
+                "/api/scenarios/nope/graph.svg"):
+        response = client.get(url)
+        assert response.status_code == 404
+        assert "no scenario named 'nope'" in detail(response) and "tiny" in detail(response)
+
+
+def test_trace_is_a_valid_document_and_defaults_are_spelled_out(client):
+    response = client.get("/api/scenarios/tiny/trace")
+    assert response.status_code == 200
+    doc = response.json()
+    jsonschema.validate(doc, load_schema())
+    assert doc["format"] == FORMAT
+    assert doc["error"] is None
+    # the default variant and option values are passed explicitly: the run is reproducible
+    assert doc["script"]["args"] == ["--variant", "twice", "--scale", "1"]
+    backward = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert backward and backward[0]["uses"]["weight"] == 2
+    # asking with the defaults spelled out is the same run, served from the cache
+    again = client.get("/api/scenarios/tiny/trace?variant=twice&scale=1&device=cpu").json()
+    assert again == doc
+
+
+def test_variant_changes_the_run(client):
+    doc = client.get("/api/scenarios/tiny/trace?variant=once").json()
+    assert doc["script"]["args"][:2] == ["--variant", "once"]
+    backward = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert backward[0]["uses"]["weight"] == 1
+
+
+def test_unknown_variant_is_404_listing_the_variants(client):
+    response = client.get("/api/scenarios/tiny/trace?variant=thrice")
+    assert response.status_code == 404
+    assert "no variant 'thrice'" in detail(response) and "twice, once" in detail(response)
+
+
+@pytest.mark.parametrize("query, words", [
+    ("scale=3", "must be one of 1, 2, not '3'"),
+    ("colour=red", "has no option 'colour'"),
+    ("device=tpu", "unknown device 'tpu'"),
+])
+def test_bad_options_are_422_with_what_to_do(client, query, words):
+    response = client.get(f"/api/scenarios/tiny/trace?{query}")
+    assert response.status_code == 422
+    assert words in detail(response)
+
+
+def test_device_that_is_not_there_is_422_not_a_fallback(client):
+    devices = client.get("/api/devices").json()["devices"]
+    if "cuda" in devices or "cuda:0" in devices:
+        pytest.skip("this machine has CUDA")
+    response = client.get("/api/scenarios/tiny/graph.svg?device=cuda")
+    assert response.status_code == 422
+    assert "not available" in detail(response)
+
+
+def test_busy_workers_are_503_with_retry_after(tiny_dir):
+    """A run that would wait behind a full queue is turned away at once, not left hanging."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from app.web.app import create_app
+    from app.web.settings import Settings
+
+    app = create_app(Settings(max_workers=1, queue_size=0), scenarios_dir=tiny_dir)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with app.state.traces.gate.enter():
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        held.wait(5)
+        with TestClient(app) as c:
+            response = c.get("/api/scenarios/tiny/trace")
+        assert response.status_code == 503
+        assert response.headers["retry-after"] == "5"
+        assert "try again" in detail(response)
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_devices_lists_cpu(client):
+    body = client.get("/api/devices").json()
+    assert "cpu" in body["devices"] and body["torch"]
+
+
+def test_graph_svg_nodes_carry_the_trace_ids(client):
+    doc = client.get("/api/scenarios/tiny/trace").json()
+    response = client.get("/api/scenarios/tiny/graph.svg")
+    assert response.headers["content-type"].startswith("image/svg+xml")
+    svg = ET.fromstring(response.content)
+    ids = {g.get("id") for g in svg.iter("{http://www.w3.org/2000/svg}g")}
+    graph = doc["events"][0]["graph"]
+    assert {n["id"] for n in graph["nodes"]} <= ids
+    assert {f"e-{e['source']}-{e['target']}-{e['slot']}" for e in graph["edges"]} <= ids
+
+
+def test_graph_png_and_dot(client):
+    png = client.get("/api/scenarios/tiny/graph.png?event=0")
+    assert png.headers["content-type"] == "image/png" and png.content[:8] == b"\x89PNG\r\n\x1a\n"
+    dot = client.get("/api/scenarios/tiny/graph.dot")
+    assert dot.headers["content-type"].startswith("text/vnd.graphviz")
+    assert dot.text.lstrip().startswith("digraph")
+
+
+def test_graph_errors(client):
+    response = client.get("/api/scenarios/tiny/graph.gif")
+    assert response.status_code == 404 and "graph.svg, graph.png or graph.dot" in detail(response)
+    response = client.get("/api/scenarios/tiny/graph.svg?event=99")
+    assert response.status_code == 404 and "not a backward event" in detail(response)
+    response = client.get("/api/scenarios/tiny/graph.svg?event=first")
+    assert response.status_code == 422
+    assert "query parameter 'event'" in detail(response) and "'first'" in detail(response)
+    assert response.json()["errors"][0]["loc"] == ["query", "event"]
+
+
+def test_schema_route_serves_the_trace_schema(client):
+    schema = client.get("/api/schema/trace").json()
+    assert schema["$id"] == FORMAT and schema == load_schema()
+
+
+def test_openapi_documents_every_api_route(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/api/scenarios", "/api/scenarios/{name}", "/api/scenarios/{name}/trace",
+                 "/api/scenarios/{name}/graph.{fmt}", "/api/devices", "/api/schema/trace",
+                 "/healthz"):
+        assert path in paths
+    docs = client.get("/docs").text
+    assert "/static/vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js" in docs
+    assert "cdn" not in docs.lower() and '"validatorUrl": null' in docs
+    assert client.get("/redoc").status_code == 404  # it would load from a CDN
+
+
+def test_real_scenario_trace(real_client):
+    """One teaching scenario end to end: the option reaches the script."""
+    doc = real_client.get("/api/scenarios/reused_layer/trace?k=2").json()
+    assert doc["script"]["args"] == ["--k", "2"]
+    backward = [e for e in doc["events"] if e["kind"] == "backward"][0]
+    assert backward["uses"]["middle_linear.weight"] == 2
+
+
+def test_web_layer_never_imports_torch():
+    """The web process serves pages from Trace documents only (DESIGN.md)."""
+    for path in (ROOT / "app" / "web").rglob("*.py"):
+        text = path.read_text()
+        assert "import torch" not in text and "from torch" not in text, path
+    code = ("import sys; from app.web.app import create_app; create_app(); "
+            "import app.web.routers.api, app.web.routers.pages; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
+    done = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True,
+                          text=True, cwd=ROOT, check=True)
+    assert json.loads(done.stdout) == []
