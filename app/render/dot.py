@@ -45,8 +45,9 @@ def to_dot(graph: dict, title: str | None = None) -> str:
     dot = graphviz.Digraph("autograd", graph_attr={
         "rankdir": "TB", "fontname": "Helvetica", "bgcolor": "white", "nodesep": "0.3",
         "ranksep": "0.4", **({"label": title, "labelloc": "t"} if title else {})})
-    dot.attr("node", fontname="Helvetica", fontsize="11", penwidth="1.2")
-    dot.attr("edge", fontname="Helvetica", fontsize="9", color=EDGE_COLOR,
+    # sized for a projector: the page zooms out to fit, and 11 pt labels then became unreadable
+    dot.attr("node", fontname="Helvetica", fontsize="14", penwidth="1.4")
+    dot.attr("edge", fontname="Helvetica", fontsize="12", color=EDGE_COLOR,
              fontcolor=EDGE_COLOR)
     for node in graph["nodes"]:
         style = KINDS[node["kind"]]
