@@ -58,4 +58,12 @@ def to_dot(graph: dict, title: str | None = None) -> str:
     for edge in graph["edges"]:
         dot.edge(edge["source"], edge["target"], id=edge_id(edge),
                  label=_shape(edge.get("shape")), **{"class": "grad-edge"})
+    for cut in graph.get("cuts", ()):
+        if cut.get("source") is None:
+            continue
+        # no gradient flows here: dashed, and it does not pull the layout about
+        dot.edge(cut["source"], cut["node"], id=f"cut-{cut['source']}-{cut['node']}",
+                 label=f"cut: {cut['how'] or 'no edge'}", style="dashed", color="#D55E00",
+                 fontcolor="#D55E00", arrowhead="tee", constraint="false",
+                 **{"class": "cut-edge"})
     return dot.source

@@ -22,7 +22,7 @@ __all__ = ["BackwardRecording"]
 class BackwardRecording:
     def __init__(self, *, index: int, call: str, line: int | None, outputs, script_path: str,
                  namer, storage_names: dict[int, str], guard: Callable, synthetic: bool = False,
-                 max_nodes: int = 200_000) -> None:
+                 max_nodes: int = 200_000, escapes_of: Callable | None = None) -> None:
         self.index = index
         self.call = call
         self.line = line
@@ -40,7 +40,33 @@ class BackwardRecording:
         with guard():
             self._before = {name: summarize(t.grad) for name, t in self._tracked.items()}
         self._leaf_slots = self._slots_into_leaves()
+        self.cuts = self._cuts(escapes_of)
         self._hook_all()
+
+    def _cuts(self, escapes_of: Callable | None) -> list[dict]:
+        """Nodes that saved a named leaf's values but have no edge from it: the script cut the
+        gradient there (detach(), .data, requires_grad_(False)). Each is drawn dashed."""
+        node_of = {name: node_id for node_id, (_t, name) in self.walk.leaves.items()}
+        tensors = dict(self._tracked)
+        inputs: dict[str, list[str]] = {}
+        for e in self.walk.edges:
+            inputs.setdefault(e["target"], []).append(e["source"])
+        by_id = {n["id"]: n for n in self.walk.nodes}
+        cuts = []
+        for node in self.walk.nodes:
+            for name in sorted({s["param"] for s in node.get("saved", ()) if "param" in s}):
+                source = node_of.get(name)
+                if source is not None and _reaches(node, source, inputs, by_id):
+                    continue
+                how, line = None, None
+                escapes = escapes_of(tensors[name]) if escapes_of and name in tensors else []
+                if escapes:
+                    # the escape on the node's own line, else the latest one before it
+                    chosen = next((e for e in escapes if e.line == node.get("line")), escapes[-1])
+                    how, line = chosen.how, chosen.line
+                cuts.append({"param": name, "node": node["id"], "source": source,
+                             "how": how, "line": line})
+        return cuts
 
     def _slots_into_leaves(self) -> dict[str, dict[int, str]]:
         """consumer node id -> {slot: leaf name} for every edge into an AccumulateGrad."""
@@ -100,13 +126,15 @@ class BackwardRecording:
         for slots in self._leaf_slots.values():
             for leaf in slots.values():
                 uses[leaf] = uses.get(leaf, 0) + 1
+        graph = self.walk.document()
+        graph["cuts"] = self.cuts
         event = {
             "kind": "backward",
             "index": self.index,
             "call": self.call,
             "line": self.line,
             "synthetic": self.synthetic,
-            "graph": self.walk.document(),
+            "graph": graph,
             "order": self.order,
             "uses": uses,
             "contributions": self.contributions,
@@ -118,6 +146,22 @@ class BackwardRecording:
         if error is not None:
             event["error"] = {"type": type(error).__name__, "message": str(error).strip()}
         return event
+
+
+def _reaches(node: dict, leaf_id: str, inputs: dict, by_id: dict) -> bool:
+    """Does `node` take gradient to the leaf through its own statement's nodes (F.linear's
+    TBackward0, a view)? Paths through other lines do not count: they are other uses."""
+    stack, seen = [node["id"]], {node["id"]}
+    while stack:
+        for source in inputs.get(stack.pop(), ()):
+            if source == leaf_id:
+                return True
+            nxt = by_id[source]
+            if source not in seen and nxt.get("line") == node.get("line") \
+                    and nxt["kind"] in ("op", "custom"):
+                seen.add(source)
+                stack.append(source)
+    return False
 
 
 def tensors_of(x: Any) -> list[torch.Tensor]:

@@ -27,6 +27,7 @@ def _lines(escapes) -> str:
         where = ", ".join(str(n) for n in sorted(set(lines)))
         label = {".data": "through `.data`", "detach()": "through `detach()`",
                  "no_grad": "under `torch.no_grad()`",
+                 "requires_grad_(False)": "after `requires_grad_(False)`",
                  "inference_mode": "under `torch.inference_mode()`"}[how]
         parts.append(f"{label} (line {where})")
     return "; ".join(parts)

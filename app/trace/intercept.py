@@ -44,9 +44,10 @@ class _OpMode(TorchFunctionMode):
         self.recorder = recorder
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
         try:
-            self.recorder.after_op(func, args, out)
+            self.recorder.after_op(func, args, kwargs, out)
         except Exception as exc:  # noqa: BLE001 - never break the script for our bookkeeping
             self.recorder._internal_error("watching an operation", exc)
         return out

@@ -142,7 +142,8 @@ class Recorder:
             return BackwardRecording(
                 index=len(self.events), call=call, line=self.current_line(), outputs=labelled,
                 script_path=self.script_path, namer=self.namer, storage_names=storage_names,
-                guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes)
+                guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes,
+                escapes_of=self.escapes_of)
 
     # -- optimizer steps -------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -210,7 +211,7 @@ class Recorder:
         return path or type(module).__name__
 
     # -- torch operations ------------------------------------------------------------------
-    def after_op(self, func: Any, args: tuple, out: Any) -> None:
+    def after_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """Tag new nodes with the module that made them; note leaves that leave the graph."""
         if self.busy:
             return
@@ -228,15 +229,19 @@ class Recorder:
         elif name in ("detach", "detach_"):
             self._note_escape(args[:1], "detach()")
             self._note_cut(args[:1], "detach()")
+        elif name == "requires_grad_" and not (args[1] if len(args) > 1
+                                               else kwargs.get("requires_grad", True)):
+            self._note_escape(args[:1], "requires_grad_(False)", switched_off=True)
         elif (not torch.is_grad_enabled() and not self._in_step and not self._custom_forward_depth
               and not name.endswith("_") and not name.startswith("__i") and name not in _NOT_A_USE):
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             self._note_escape(args, how)
             self._note_cut(args, how)
 
-    def _note_escape(self, args: tuple, how: str) -> None:
+    def _note_escape(self, args: tuple, how: str, switched_off: bool = False) -> None:
+        # requires_grad_(False) is seen after it ran: the leaf no longer requires grad
         leaves = [a for a in _flat(args) if isinstance(a, torch.Tensor) and a.is_leaf
-                  and a.requires_grad]
+                  and (a.requires_grad or switched_off)]
         if not leaves:
             return
         line = self.current_line()

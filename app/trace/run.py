@@ -16,8 +16,14 @@ import torch
 from .custom_check import check_custom_functions
 from .diagnose import diagnose
 from .document import error_record, new_document
-from .execute import (CappedText, TimeLimitExceeded, error_from_exception, main_module,
-                      run_as_main, scrub_frames)
+from .execute import (
+    CappedText,
+    TimeLimitExceeded,
+    error_from_exception,
+    main_module,
+    run_as_main,
+    scrub_frames,
+)
 from .intercept import instrumented
 from .recorder import Limits, Recorder
 from .summary import summarize

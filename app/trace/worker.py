@@ -39,23 +39,45 @@ def _on_term(signum, frame):
         "(look for an endless loop, a long sleep or too many iterations)")
 
 
-def _write_document(doc: dict, out: Path) -> None:
+def _dump(doc: dict, path: Path) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, allow_nan=False, separators=(",", ":"))
+
+
+def _write_document(doc: dict, out: Path, keep: Path | None = None) -> None:
     tmp = out.with_name(out.name + ".partial")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, allow_nan=False, separators=(",", ":"))
-    except OSError as exc:  # EFBIG: the document outgrew the run's file-size limit
-        from .document import error_record
+        _dump(doc, tmp)
+    except OSError:
+        # the script filled its folder (ENOSPC): what it left is of no use any more
+        if keep is not None:
+            _clear_folder(out.parent, keep={keep.name})
+        try:
+            _dump(doc, tmp)
+        except OSError as exc:  # EFBIG: the document outgrew the run's file-size limit
+            from .document import error_record
 
-        for key in ("events", "params", "diagnostics"):
-            doc[key] = [] if key != "params" else {}
-        doc["stdout"] = doc["stdout"][:4096]
-        doc["error"] = error_record(
-            "TraceTooLarge", f"The trace of this script is too large to keep ({exc.strerror}). "
-            "Make the model or the number of backward passes smaller.")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, allow_nan=False, separators=(",", ":"))
+            for key in ("events", "params", "diagnostics"):
+                doc[key] = [] if key != "params" else {}
+            doc["stdout"], doc["stderr"] = doc["stdout"][:4096], doc["stderr"][:4096]
+            if not doc.get("error"):
+                doc["error"] = error_record(
+                    "TraceTooLarge", f"The trace of this script is too large to keep "
+                    f"({exc.strerror}). Make the model or the number of backward passes smaller.")
+            _dump(doc, tmp)
     os.replace(tmp, out)
+
+
+def _clear_folder(folder: Path, keep: set[str]) -> None:
+    import shutil
+
+    for entry in folder.iterdir():
+        if entry.name in keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _prepare() -> None:
@@ -106,7 +128,8 @@ def serve(run_dir: Path, sandbox: dict) -> int:
 
     status: dict = {"pid": main_pid, "uid": os.getuid(), "gid": os.getgid()}
     if sandbox.get("landlock", True):
-        status["landlock"] = apply_landlock(run_dir, Path(app.__file__).parent)
+        status["landlock"] = apply_landlock(run_dir, Path(app.__file__).parent,
+                                            private_shm=bool(sandbox.get("shm")))
     else:
         status["landlock"] = {"enforced": False, "reason": "turned off"}
     print(READY, json.dumps(status), flush=True)
@@ -129,7 +152,7 @@ def serve(run_dir: Path, sandbox: dict) -> int:
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
     doc["sandbox"] = status
-    _write_document(doc, run_dir / "trace.json")
+    _write_document(doc, run_dir / "trace.json", keep=run_dir / job["script"])
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report
 
