@@ -139,8 +139,9 @@ def test_variant_switch_changes_edges(watched):
     """stop_gradient: with no stopping the weight has two uses; detach cuts one edge into it."""
     page = watched.page
 
-    def edges() -> set[str]:
-        return set(page.eval_on_selector_all("#graph g.edge", "els => els.map(e => e.id)"))
+    def edges(kind: str = "grad-edge") -> set[str]:
+        return set(page.eval_on_selector_all(f"#graph g.edge.{kind}",
+                                             "els => els.map(e => e.id)"))
 
     open_scenario(watched, "stop_gradient", "variant=both_uses")
     before = edges()
@@ -157,6 +158,9 @@ def test_variant_switch_changes_edges(watched):
     detach = backward(api_trace(watched, "stop_gradient", "variant=detach"))
     assert after == {f"e-{e['source']}-{e['target']}-{e['slot']}" for e in detach["graph"]["edges"]}
     assert after != before
+    # the use that detach removed is drawn as a dashed cut where the weight's values were read
+    assert edges("cut-edge") == {f"cut-{c['source']}-{c['node']}" for c in detach["graph"]["cuts"]}
+    assert len(edges("cut-edge")) == 1
     assert detach["uses"]["linear.weight"] < both["uses"]["linear.weight"]
     # the chosen parameter stays chosen: its bars now show the one use left
     page.wait_for_selector("#details .param-view[data-param='linear.weight']")
