@@ -1,0 +1,374 @@
+"""One sandboxed worker process: start it, wait until it is ready, give it one job, collect
+what it leaves, make sure nothing of it survives.
+
+    child = Child.spawn(policy)          # exec: [unshare ...] launcher -> worker, as its own uid
+    child.wait_ready(60)                 # torch imported, Landlock applied (the pool waits here)
+    outcome = child.execute(job, files={"script.py": source}, timeout=10)
+
+The supervisor enforces what no layer inside the worker can: the wall-clock limit (SIGTERM to
+the worker so it reports its line, SIGKILL of everything after a grace period), a cap on what is
+kept of the worker's raw stdout/stderr, and a cap on the size of the result file it reads.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import sandbox
+from .sandbox import identity, namespaces
+
+__all__ = ["GRACE", "MAX_LOG", "READY", "Child", "Outcome"]
+
+READY = b"AUTOGRAD-LAB-WORKER-READY"  # the worker's first line once confined (app.trace.worker)
+GRACE = 3.0          # seconds between SIGTERM (the worker reports its line) and SIGKILL
+MAX_LOG = 16 * 1024  # bytes kept of the worker's raw output (its tail)
+WORKER = "app.trace.worker"
+
+
+@dataclass
+class Outcome:
+    """What one run left behind, before anyone turns it into a Trace document."""
+    document: dict | None
+    returncode: int | None
+    timed_out: bool
+    elapsed: float
+    log: str
+    log_bytes: int
+    too_large: bool = False
+    status: dict = field(default_factory=dict)  # the sandbox as the worker reported it
+
+    @property
+    def signal(self) -> str | None:
+        code = self.returncode
+        if code is None:
+            return None
+        if code < 0:
+            return signal.Signals(-code).name
+        if code > 128 and code - 128 in signal.Signals._value2member_map_:
+            return signal.Signals(code - 128).name  # `unshare` passes a signal on as 128+n
+        return None
+
+
+class _Drain(threading.Thread):
+    """Reads the worker's stdout+stderr: spots the READY line, keeps only the tail."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True, name="autograd-lab-child-output")
+        self.stream = stream
+        self.ready = threading.Event()
+        self.ended = threading.Event()
+        self.status: dict = {}
+        self.tail = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        pending = b""
+        try:
+            while chunk := os.read(self.stream.fileno(), 65536):
+                self.total += len(chunk)
+                if not self.ready.is_set():
+                    pending += chunk
+                    while b"\n" in pending and not self.ready.is_set():
+                        line, pending = pending.split(b"\n", 1)
+                        if line.startswith(READY):
+                            self._ready(line)
+                        else:
+                            self._keep(line + b"\n")
+                    if self.ready.is_set():
+                        chunk, pending = pending, b""
+                    else:
+                        pending, chunk = pending[-MAX_LOG:], b""
+                self._keep(chunk)
+        except OSError:
+            pass
+        finally:
+            self._keep(pending if not self.ready.is_set() else b"")
+            self.ended.set()
+
+    def _ready(self, line: bytes) -> None:
+        try:
+            self.status = json.loads(line[len(READY):])
+        except ValueError:
+            self.status = {}
+        self.ready.set()
+
+    def _keep(self, data: bytes) -> None:
+        if data:
+            self.tail += data
+            del self.tail[:-MAX_LOG]
+
+
+class Child:
+    """A worker process in its own run folder, under the sandbox `policy` allows here."""
+
+    def __init__(self, policy: sandbox.Policy, program: str = WORKER) -> None:
+        self.policy = policy
+        self.layers = sandbox.effective(policy)
+        self.run_dir = Path(tempfile.mkdtemp(prefix="autograd-lab-run-"))
+        self.lease = identity.lease_uid() if self.layers["uid"] else None
+        self.proc: subprocess.Popen | None = None
+        self.worker_pid: int | None = None
+        self.started = time.monotonic()
+        self._program = program
+        self._drain: _Drain | None = None
+        self._used = False
+        self._dir_fd = -1  # the run folder as the worker sees it (its private tmpfs)
+
+    @classmethod
+    def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER) -> Child:
+        child = cls(policy or sandbox.Policy(), program)
+        try:
+            child._start()
+        except BaseException:
+            child.discard()
+            raise
+        return child
+
+    @property
+    def uid(self) -> int | None:
+        return self.lease.uid if self.lease else None
+
+    def _start(self) -> None:
+        if self.lease:
+            identity.prepare_run_dir(self.run_dir, self.lease.uid, self.lease.gid)
+        limits = self.policy.limits.to_json() if self.layers["rlimits"] else {}
+        plan = {"uid": self.uid, "gid": self.uid, "run_dir": str(self.run_dir),
+                # mounts are only ever made inside the run's own mount namespace: made without
+                # one they would cover the server's (and everyone's) /root
+                "expose": sandbox.paths_to_expose()
+                if self.lease and self.layers["namespaces"] else [],
+                "private_folder": self.layers["namespaces"] and self.layers["rlimits"],
+                "private_shm": self.layers["namespaces"],
+                "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
+                "limits": self.policy.limits.to_json(),
+                "env": sandbox.worker_env(self.run_dir)}
+        # /dev/shm may be written only where it is the run's own (a mount namespace)
+        worker_opts = {"landlock": self.layers["landlock"], "limits": limits,
+                       "shm": self.layers["namespaces"]}
+        python = sys.executable
+        cmd = [python, "-S", "-m", "app.runner.sandbox.enter", json.dumps(plan), "--",
+               python, "-m", self._program, "--serve", str(self.run_dir),
+               "--sandbox", json.dumps(worker_opts)]
+        if self.layers["namespaces"]:
+            cmd = namespaces.unshare_prefix() + cmd
+        launcher_env = {"PYTHONPATH": str(sandbox.app_root()), "LANG": "C.UTF-8",
+                        "PYTHONDONTWRITEBYTECODE": "1"}
+        self.proc = subprocess.Popen(cmd, cwd=self.run_dir, env=launcher_env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._drain = _Drain(self.proc.stdout)
+        self._drain.start()
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> bool:
+        """True once the worker is confined and waits for its job; False if it died, is slow,
+        or `cancel` was set (the pool is stopping)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not (cancel and cancel.is_set()):
+            if self._drain.ready.wait(0.05):
+                if self.worker_pid is None:
+                    self.worker_pid = self._find_worker_pid()
+                    self._drain.status["session"] = self.proc.pid
+                    try:
+                        ns = os.readlink(f"/proc/{self.worker_pid}/ns/pid")
+                        self._drain.status["pid_ns"] = ns
+                    except OSError:
+                        pass
+                    try:
+                        self._open_folder()
+                    except OSError:
+                        return False  # it died just now: the outcome will say how
+                return True
+            if self.proc.poll() is not None:
+                return False
+        return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def status(self) -> dict:
+        return dict(self._drain.status) if self._drain else {}
+
+    def log_tail(self) -> str:
+        return bytes(self._drain.tail).decode("utf-8", errors="replace") if self._drain else ""
+
+    def _find_worker_pid(self) -> int:
+        """The worker's pid as the server sees it: unshare's only child, or the process itself
+        (the launcher exec'd into the worker)."""
+        if not self.layers["namespaces"]:
+            return self.proc.pid
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                kids = f.read().split()
+            return int(kids[0]) if kids else self.proc.pid
+        except OSError:
+            return self.proc.pid
+
+    def _open_folder(self) -> None:
+        """Hold the run folder open as the worker sees it: with a private tmpfs, that is only
+        reachable through the worker's /proc/PID/root, and stays readable (through this
+        descriptor) after the worker and its namespace are gone."""
+        where = self.run_dir
+        if self.layers["namespaces"] and self.layers["rlimits"]:
+            where = Path(f"/proc/{self.worker_pid}/root{self.run_dir}")
+        self._dir_fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        st = os.fstatvfs(self._dir_fd)
+        if where != self.run_dir:
+            self._drain.status["folder_mb"] = st.f_blocks * st.f_frsize // (1024 * 1024)
+
+    def namespaces_differ(self) -> dict[str, bool]:
+        """Per namespace kind: does the worker live in one of its own (checked, not assumed)?"""
+        result = {}
+        for kind in namespaces.NAMESPACES:
+            try:
+                result[kind] = (os.readlink(f"/proc/{self.worker_pid}/ns/{kind}")
+                                != os.readlink(f"/proc/self/ns/{kind}"))
+            except OSError:
+                result[kind] = False
+        return result
+
+    # -- the one job -------------------------------------------------------------------------
+
+    def execute(self, job: dict, files: dict[str, str], timeout: float,
+                start_timeout: float = 60.0, max_result: int | None = None) -> Outcome:
+        """Hand the job over, wait at most `timeout` s, collect, clean up. Call once."""
+        if self._used:
+            raise RuntimeError("a worker runs exactly one job")
+        self._used = True
+        max_result = max_result or self.policy.limits.file_size_mb * 1024 * 1024
+        try:
+            if not self.wait_ready(start_timeout) or self._dir_fd < 0:
+                return self._outcome(None, False, time.monotonic())
+            self.status_ns = self.namespaces_differ() if self.layers["namespaces"] else {}
+            for name, text in files.items():
+                _write_file(self._dir_fd, name, text, self.uid)
+            started = time.monotonic()
+            try:
+                self.proc.stdin.write(json.dumps({**job, "timeout": timeout}).encode() + b"\n")
+                self.proc.stdin.close()
+            except OSError:
+                pass  # it died meanwhile: the outcome says how
+            timed_out = self._wait(timeout)
+            document, too_large = _read_capped(self._dir_fd, "trace.json", max_result)
+            return self._outcome(document, timed_out, started, too_large)
+        finally:
+            self.discard()
+
+    def _wait(self, timeout: float) -> bool:
+        try:
+            self.proc.wait(timeout=timeout)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+        _kill(self.worker_pid or self.proc.pid, signal.SIGTERM)  # it reports the line it is on
+        try:
+            self.proc.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+        return True
+
+    def _outcome(self, document, timed_out, started, too_large=False) -> Outcome:
+        self._terminate()
+        self._drain.ended.wait(2.0)
+        status = self.status
+        if getattr(self, "status_ns", None):
+            status["namespaces"] = self.status_ns
+        return Outcome(document=document, returncode=self.proc.returncode, timed_out=timed_out,
+                       elapsed=time.monotonic() - started, log=self.log_tail(),
+                       log_bytes=self._drain.total, too_large=too_large, status=status)
+
+    def _terminate(self) -> None:
+        """Nothing of the run survives: its process group, the worker (PID 1 of its namespace,
+        whose end takes every process in it along), and any process of the run's own uid."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None and self.worker_pid and self.worker_pid != self.proc.pid:
+            _kill(self.worker_pid, signal.SIGKILL)
+            try:  # let `unshare` reap its child and end, rather than leave it to init
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if self.lease:
+            identity.kill_all(self.lease.uid)
+
+    def discard(self) -> None:
+        """Stop the worker if it runs, remove its folder, give its uid back. Idempotent."""
+        try:
+            self._terminate()
+        finally:
+            for stream in (self.proc.stdin, self.proc.stdout) if self.proc else ():
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            if self._dir_fd >= 0:
+                os.close(self._dir_fd)
+                self._dir_fd = -1
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            if self.lease:
+                self.lease.release()
+                self.lease = None
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _open_in(dir_fd: int, name: str, flags: int, mode: int = 0o600) -> int:
+    """Open `name` right inside the run folder, following no symlink: the run owns the folder
+    and may have put a link to a secret of the server's, or a FIFO, where its result should be."""
+    return os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode,
+                   dir_fd=dir_fd)
+
+
+def _write_file(dir_fd: int, name: str, text: str, owner: int | None) -> None:
+    fd = _open_in(dir_fd, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode("utf-8"))
+        if owner is not None:
+            os.fchown(f.fileno(), owner, owner)
+
+
+def _read_capped(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool]:
+    """The result file, read no further than `cap` bytes: (document or None, too large?)."""
+    try:
+        fd = _open_in(dir_fd, name, os.O_RDONLY)
+    except OSError:
+        return None, False
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, False
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        return None, True
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None, False
+    return (doc if isinstance(doc, dict) else None), False

@@ -1,0 +1,112 @@
+"""Turn a run's Outcome into a Trace document whose `error`, if any, says what happened in words
+a person can act on: which limit was hit, what the sandbox refused, where the script was.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+
+from app.trace.document import error_record, new_document
+
+from .child import Outcome
+from .sandbox import Limits
+
+__all__ = ["to_document"]
+
+_ALLOWED = ("The sandbox allows a script to read its own folder and Python's libraries, to write "
+            "only in its own folder, and to start no program and open no network connection.")
+
+
+def to_document(outcome: Outcome, *, name: str, source: str, device: str, timeout: float,
+                limits: Limits, script_file: str) -> dict:
+    doc = outcome.document
+    if doc is None:
+        doc = new_document(name, source, device, None)
+        doc["error"] = _no_document(outcome, timeout, limits, script_file)
+        doc["stderr"] = outcome.log
+    elif outcome.timed_out and doc.get("error") and doc["error"]["type"] == "Timeout":
+        doc["error"]["message"] = _timeout_message(timeout, doc["error"].get("line"))
+    elif doc.get("error"):
+        _explain_exception(doc["error"], limits)
+    if outcome.log_bytes > len(outcome.log.encode("utf-8", errors="replace")):
+        doc["output_dropped"] = outcome.log_bytes  # raw fd output beyond what was kept
+    doc["elapsed"] = round(outcome.elapsed, 3)
+    doc.setdefault("sandbox", outcome.status)
+    return doc
+
+
+def _timeout_message(timeout: float, line: int | None) -> str:
+    where = f" and was stopped at line {line}" if line else " and was stopped"
+    return (f"The script ran longer than the {timeout:g} s limit{where}. "
+            "Look for an endless loop, a long sleep or too many iterations.")
+
+
+def _crash_line(log: str, script_file: str) -> int | None:
+    """The script's line in a faulthandler dump (the worker enables it): the innermost frame."""
+    lines = re.findall(r'File "([^"]+)", line (\d+)', log)
+    for path, line in lines:  # faulthandler lists the innermost frame first
+        if path.endswith("/" + script_file) or path == script_file:
+            return int(line)
+    return None
+
+
+def _no_document(o: Outcome, timeout: float, limits: Limits, script_file: str) -> dict:
+    if o.too_large:
+        return error_record(
+            "TraceTooLarge", f"The trace is larger than the {limits.file_size_mb} MiB a run may "
+            "return. Make the model or the number of backward passes smaller.")
+    if o.timed_out:
+        return error_record("Timeout", _timeout_message(timeout, None))
+    sig = o.signal
+    line = _crash_line(o.log, script_file)
+    at = f" at line {line}" if line else ""
+    if sig in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"):
+        return error_record(
+            "WorkerCrashed", f"The script crashed in native code ({sig}){at}: something it "
+            "called (ctypes, a C extension) touched memory it must not. The server is fine; "
+            "fix that call.", line, log=o.log)
+    if sig in ("SIGXCPU", "SIGKILL"):
+        return error_record(
+            "ResourceLimit", f"The script's process was killed ({sig}){at}: it used more CPU "
+            f"time than allowed (about {timeout:g} s) or more memory than the "
+            f"{limits.memory_mb} MiB a run may have.", line, log=o.log)
+    if sig:
+        return error_record("WorkerCrashed", f"The script's process was killed by {sig}{at} "
+                            "before it could report.", line, log=o.log)
+    if o.returncode == 70 and "sandbox launcher failed" in o.log:
+        return error_record("SandboxFailed", "The sandbox could not be set up for this run: "
+                            + o.log.strip().splitlines()[-1], log=o.log)
+    return error_record("WorkerFailed", f"The script's process ended (exit status "
+                        f"{o.returncode}) without writing a trace.", log=o.log)
+
+
+def _explain_exception(err: dict, limits: Limits) -> None:
+    """Add the reason to an exception that a sandbox layer or a limit caused."""
+    kind, message = err.get("type", ""), err.get("message", "")
+    if kind == "MemoryError" or "can't allocate memory" in message or \
+            "Cannot allocate memory" in message:
+        err["exception"] = kind
+        err["type"] = "MemoryLimit"
+        detail = "" if message in ("", kind) else f": {message.splitlines()[0][:300]}"
+        err["message"] = (f"The script asked for more memory than the {limits.memory_mb} MiB a "
+                          f"run may use ({kind}{detail}). Use smaller tensors or fewer of them.")
+    elif f"[Errno {errno.EMFILE}]" in message:
+        err["message"] = (f"{message} - a run may have at most {limits.open_files} files open "
+                          "at once; close files when done (use `with open(...)`).")
+    elif f"[Errno {errno.EFBIG}]" in message:
+        err["message"] = (f"{message} - a run may write files of at most "
+                          f"{limits.file_size_mb} MiB.")
+    elif f"[Errno {errno.ENOSPC}]" in message:
+        err["message"] = (f"{message} - a run's folder holds at most {limits.folder_mb} MiB "
+                          f"and {limits.folder_files} files.")
+    elif f"[Errno {errno.EAGAIN}]" in message and kind == "BlockingIOError":
+        err["message"] = (f"{message} - a run may have at most {limits.processes} processes "
+                          "and threads; the script started too many.")
+    elif kind == "ProcessLookupError":
+        err["message"] = (f"{message} - a run sees only its own processes; the server and "
+                          "everything else on the machine are out of its reach.")
+    elif kind == "PermissionError" or f"[Errno {errno.EACCES}]" in message or \
+            f"[Errno {errno.EPERM}]" in message or f"[Errno {errno.ENETUNREACH}]" in message:
+        err["message"] = f"{message} - refused by the sandbox. {_ALLOWED}"

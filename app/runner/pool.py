@@ -1,0 +1,165 @@
+"""Pre-started, already-sandboxed workers, so that a small script answers in about a second.
+
+A worker spends ~2 s importing torch; a pooled one has done that (and applied its Landlock
+ruleset) before the job exists, and waits for the job on its stdin. Each worker runs exactly
+one job and is then thrown away with its folder and its uid; a filler thread starts its
+replacement at once.
+
+    pool = Pool(size=2).start(default=True)    # at web start-up; run_trace now uses it
+    doc = pool.run(source=..., name=..., device="cpu", timeout=10)
+    child = pool.acquire(timeout=1.0)          # or take a worker yourself (None if none ready)
+    pool.stop()                                # at shutdown: idle workers are killed
+
+Bounding concurrency is the caller's business (a semaphore of `cores`); `acquire(timeout)`
+lets it wait a little for a warm worker, and `run` falls back to a fresh (cold) worker when
+none is ready in `wait` seconds, so a burst is slower but never refused here.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from . import sandbox
+from .child import Child
+from .process import DEFAULT_TIMEOUT, START_TIMEOUT, run_in
+from .sandbox import identity
+
+__all__ = ["Pool", "default_pool"]
+
+log = logging.getLogger("autograd_lab.runner.pool")
+_default: Pool | None = None
+
+
+def default_pool() -> Pool | None:
+    """The pool `run_trace` uses, if one was started with `default=True` and is running."""
+    return _default if _default is not None and _default.running else None
+
+
+class Pool:
+    def __init__(self, size: int = 2, policy: sandbox.Policy | None = None,
+                 start_timeout: float = START_TIMEOUT) -> None:
+        if size < 1:
+            raise ValueError("a pool needs at least one worker")
+        self.size = size
+        self.policy = policy or sandbox.Policy()
+        self.start_timeout = start_timeout
+        self._ready: queue.Queue[Child] = queue.Queue()
+        self._room = threading.Semaphore(size)  # one permit per worker not yet started
+        self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.failures = 0  # workers that did not become ready (the last reason in last_error)
+        self.last_error = ""
+        self.served = 0
+
+    @property
+    def running(self) -> bool:
+        return bool(self._threads) and not self._stopped.is_set()
+
+    def start(self, default: bool = False) -> Pool:
+        global _default
+        layers = sandbox.effective(self.policy)
+        if layers["uid"]:
+            swept = identity.sweep_orphans()
+            if swept:
+                log.warning("sandbox pool: killed processes left by a previous server under "
+                            "uids %s", swept)
+        off = [name for name, on in layers.items() if not on]
+        log.info("sandbox pool of %d workers; layers on: %s%s", self.size,
+                 ", ".join(n for n, on in layers.items() if on) or "none",
+                 f"; off: {', '.join(off)}" if off else "")
+        for i in range(self.size):
+            t = threading.Thread(target=self._fill, name=f"autograd-lab-pool-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if default:
+            _default = self
+        return self
+
+    def stop(self) -> None:
+        global _default
+        self._stopped.set()
+        for _ in self._threads:
+            self._room.release()  # wake fillers blocked on a full pool
+        for t in self._threads:
+            t.join(timeout=30)
+        self._threads.clear()
+        while True:
+            try:
+                self._ready.get_nowait().discard()
+            except queue.Empty:
+                break
+        if _default is self:
+            _default = None
+
+    def __enter__(self) -> Pool:
+        return self.start() if not self._threads else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _fill(self) -> None:
+        backoff = 1.0
+        while True:
+            self._room.acquire()
+            if self._stopped.is_set():
+                return
+            try:
+                child = Child.spawn(self.policy)
+            except Exception as exc:  # noqa: BLE001 - report, wait, try again
+                child, reason = None, f"could not start a worker: {exc}"
+            else:
+                reason = ""
+                if not child.wait_ready(self.start_timeout, cancel=self._stopped):
+                    if self._stopped.is_set():
+                        child.discard()
+                        return
+                    reason = "a worker did not become ready: " + child.log_tail()[-2000:]
+                    child.discard()
+                    child = None
+            if child is None:
+                self.failures += 1
+                self.last_error = reason
+                log.warning("sandbox pool: %s", reason)
+                self._room.release()
+                self._stopped.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
+            backoff = 1.0
+            if self._stopped.is_set():
+                child.discard()
+                return
+            self._ready.put(child)
+
+    def idle(self) -> int:
+        """Workers ready right now."""
+        return self._ready.qsize()
+
+    def acquire(self, timeout: float | None = None) -> Child | None:
+        """A ready worker (yours to run one job on, then it is gone), or None after `timeout`.
+        Its replacement starts at once."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                child = self._ready.get(timeout=remaining)
+            except queue.Empty:
+                return None
+            self._room.release()
+            if child.alive():
+                return child
+            log.warning("sandbox pool: an idle worker had died: %s", child.log_tail()[-500:])
+            child.discard()
+
+    def run(self, *, source: str, name: str = "script.py", args=(), device: str = "cpu",
+            timeout: float = DEFAULT_TIMEOUT, max_events: int = 10, wait: float = 5.0) -> dict:
+        """Trace `source` in a pooled worker (or a fresh one if none is ready within `wait` s)."""
+        child = self.acquire(timeout=wait) if self.running else None
+        if child is None:
+            child = Child.spawn(self.policy)
+        self.served += 1
+        return run_in(child, source=source, name=name, args=args, device=device,
+                      timeout=timeout, max_events=max_events)

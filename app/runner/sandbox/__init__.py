@@ -1,0 +1,114 @@
+"""The sandbox every run goes through: which layers this machine offers, and the plan for one
+worker (the launcher's and the worker's instructions).
+
+Layers, each standing on its own:
+- exec: a freshly exec'd worker per run (Popen, never a fork of the server) - always;
+- namespaces: new network, PID, IPC and mount namespaces (`namespaces.py`);
+- uid: an unprivileged uid of the run's own when the server is root (`identity.py`);
+- rlimits: CPU time, address space, file size, open files, processes (`rlimits.py`);
+- landlock: read-only interpreter, writable run folder only, no exec, no TCP (`landlock.py`);
+- environment: nothing of the server's environment reaches the script;
+- output, wall clock, result: enforced by the supervisor (`app/runner/child.py`).
+Torch-free: the web process imports this.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import app
+
+from . import identity, landlock, namespaces
+from .rlimits import Limits
+
+__all__ = ["Limits", "Policy", "app_root", "availability", "worker_env"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which layers to use (each only where available) and the limits of one run."""
+    namespaces: bool = True
+    own_uid: bool = True
+    landlock: bool = True
+    rlimits: bool = True
+    limits: Limits = field(default_factory=Limits)
+
+
+def app_root() -> Path:
+    """The folder that holds the `app` package (what the worker's PYTHONPATH names)."""
+    return Path(app.__file__).resolve().parent.parent
+
+
+def paths_to_expose() -> list[str]:
+    """What the run's uid must reach to start Python and import the worker."""
+    found = []
+    for p in (sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), str(app_root())):
+        real = os.path.realpath(p)
+        if real not in found:
+            found.append(real)
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def availability() -> dict[str, dict]:
+    """{layer: {"available": bool, "detail": why}} for this machine, probed once."""
+    ns_ok, ns_detail = namespaces.check()
+    uid_ok, uid_detail = identity.can_switch()
+    blocked = {}
+    if uid_ok:
+        blocked = identity.blocked_ancestors(paths_to_expose(), identity.UID_BASE,
+                                             identity.UID_BASE)
+        if blocked and not ns_ok:
+            uid_ok = False
+            uid_detail = (f"the interpreter is below {', '.join(blocked)}, which an unprivileged "
+                          "uid cannot enter, and without a mount namespace it cannot be exposed")
+        elif blocked:
+            uid_detail += f" ({', '.join(blocked)} exposed read-only in the run's mount namespace)"
+    abi = landlock.abi_version()
+    ll_detail = (f"Landlock ABI {abi}" + ("" if abi >= 4 else " (no TCP rules before ABI 4)")
+                 if abi else "the kernel offers no Landlock (Linux 5.13+, lsm=landlock)")
+    return {
+        "exec": {"available": True, "detail": "every run is a freshly exec'd Python worker"},
+        "namespaces": {"available": ns_ok, "detail": ns_detail},
+        "uid": {"available": uid_ok, "detail": uid_detail, "needs_mount_ns": bool(
+            uid_ok and blocked)},
+        "rlimits": {"available": True, "detail": "setrlimit"},
+        "landlock": {"available": abi > 0, "detail": ll_detail},
+        "environment": {"available": True, "detail": "the worker gets a fixed, minimal env"},
+    }
+
+
+def effective(policy: Policy) -> dict[str, bool]:
+    avail = availability()
+    ns = policy.namespaces and avail["namespaces"]["available"]
+    return {"namespaces": ns,
+            # an interpreter below /root is reachable for the run's uid only through the
+            # mount namespace: without it, the run keeps the server's uid
+            "uid": policy.own_uid and avail["uid"]["available"] and
+            (ns or not avail["uid"]["needs_mount_ns"]),
+            "landlock": policy.landlock and avail["landlock"]["available"],
+            "rlimits": policy.rlimits}
+
+
+def worker_env(run_dir: Path) -> dict[str, str]:
+    """The whole environment of the worker: nothing of the server's, bar the GPU choice."""
+    env = {
+        "LANG": "C.UTF-8",
+        "HOME": str(run_dir),
+        "TMPDIR": str(run_dir),
+        "PYTHONPATH": str(app_root()),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        # one thread: runs are small, and a busy server runs several side by side
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return env

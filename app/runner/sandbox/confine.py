@@ -1,0 +1,64 @@
+"""Inside the worker, after the imports: apply Landlock, then (with the job) the rlimits.
+
+What the worker may still read is derived from the worker itself: its interpreter, the
+entries of its `sys.path` (torch, numpy, scipy may import submodules lazily), the system's
+shared libraries, /proc and the CPU topology in /sys (read by OpenMP and numpy), a few devices.
+Left out on purpose: /etc (so /etc/passwd), /home, /root, and the app's own source tree, which
+is already imported. Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from . import landlock
+
+__all__ = ["apply_landlock", "landlock_rules"]
+
+_SYSTEM_READ = ["/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/proc",
+                "/sys/devices/system/cpu", "/sys/fs/cgroup"]
+_SYSTEM_READ_FILES = ["/etc/ld.so.cache", "/etc/localtime", "/dev/urandom", "/dev/random",
+                      "/dev/zero"]
+_SYSTEM_WRITE_FILES = ["/dev/null"]
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False
+                   ) -> dict[str, list[str]]:
+    """Readable directories and files, writable ones: everything else is refused."""
+    run_dir, app_dir = run_dir.resolve(), app_dir.resolve()
+    read: list[str] = []
+    candidates = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
+                  *[p for p in sys.path if p]]
+    for entry in candidates:
+        path = Path(entry).resolve()
+        # a sys.path entry above the app (a source checkout) would expose its files
+        if not path.is_dir() or _within(app_dir, path) or _within(path, run_dir):
+            continue
+        if str(path) not in read:
+            read.append(str(path))
+    return {"read": read + _SYSTEM_READ, "read_files": _SYSTEM_READ_FILES,
+            "write": [str(run_dir)] + (["/dev/shm"] if private_shm else []),
+            "write_files": _SYSTEM_WRITE_FILES}
+
+
+def apply_landlock(run_dir: Path, app_dir: Path, private_shm: bool = False) -> dict:
+    """Confine this process for good; the result (or why not) goes into the sandbox report.
+    `private_shm`: /dev/shm is a tmpfs of the run's own, so it may be written."""
+    rules = landlock_rules(run_dir, app_dir, private_shm)
+    try:
+        return {"enforced": True, **landlock.restrict(**rules)}
+    except OSError as exc:
+        return {"enforced": False, "reason": str(exc)}
+
+
+def drop_stdin() -> None:
+    """The job has been read: the script gets an empty stdin."""
+    fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(fd, 0)
+    os.close(fd)

@@ -1,0 +1,128 @@
+"""The launcher: `python -S -m app.runner.sandbox.enter PLAN_JSON -- PROGRAM ARGS...`.
+
+Runs as root inside the run's fresh namespaces (when there are any), for a few milliseconds:
+it makes the interpreter reachable for the run's uid, sets the early resource limits, drops to
+that uid for good (no supplementary groups, no_new_privs: no setuid program can give anything
+back) and exec's the worker. Everything it does happens before a line of the script exists
+in this process tree. Torch-free, and quick to import (-S: no site).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+from .identity import blocked_ancestors
+from .rlimits import Limits, apply_early
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
+_MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 32, 4096, 8192, 16384
+_PR_SET_NO_NEW_PRIVS = 38
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    def enc(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+
+    if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def expose(paths: list[str], uid: int, gid: int, staging: Path) -> list[str]:
+    """Make `paths` reachable for `uid` in this (private) mount namespace.
+
+    A directory the uid cannot enter (typically /root, mode 700, above a pyenv interpreter) is
+    covered by a read-only tmpfs holding only bind mounts of the needed children: the run sees
+    the interpreter but nothing else of that directory, and nothing changes outside.
+    """
+    covered = []
+    for _ in range(8):  # a blocked directory below an exposed one needs another round
+        blocked = blocked_ancestors(paths, uid, gid)
+        if not blocked:
+            return covered
+        for folder, names in blocked.items():
+            staged = []
+            for i, name in enumerate(sorted(names)):
+                stage = staging / f".expose-{len(covered)}-{i}"
+                stage.mkdir()
+                _mount(str(Path(folder) / name), str(stage), None, _MS_BIND | _MS_REC)
+                staged.append((name, stage))
+            _mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=64k")
+            for name, stage in staged:
+                (Path(folder) / name).mkdir()
+                _mount(str(stage), str(Path(folder) / name), None, _MS_MOVE)
+                stage.rmdir()
+            _mount(None, folder, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+            covered.append(folder)
+    raise OSError(f"could not make {paths} reachable for uid {uid}")
+
+
+def private_folder(run_dir: str, limits: Limits, uid: int, gid: int) -> None:
+    """Cover the run folder with a tmpfs of bounded size and file count, seen only in this
+    mount namespace: a script can fill it, not the server's disk. The supervisor reaches it
+    through /proc/PID/root, and keeps a descriptor so it can read the result after the end."""
+    _mount("tmpfs", run_dir, "tmpfs", _MS_NOSUID | _MS_NODEV,
+           f"size={limits.folder_mb}m,nr_inodes={limits.folder_files},mode=0700,"
+           f"uid={uid},gid={gid}")
+
+
+def _own_mount_namespace(server_ns: str | None) -> bool:
+    """Are we in a mount namespace other than the server's? Mounts made anywhere else would
+    cover the server's own /root, /dev/shm or run folders."""
+    return server_ns is not None and os.readlink("/proc/self/ns/mnt") != server_ns
+
+
+def enter(plan: dict) -> None:
+    limits = Limits.from_json(plan["limits"])
+    uid = plan.get("uid")
+    wants_mounts = plan.get("expose") or plan.get("private_shm") or plan.get("private_folder")
+    if wants_mounts and not _own_mount_namespace(plan.get("server_mnt_ns")):
+        raise OSError("refusing to mount: not in a mount namespace of the run's own")
+    if uid is not None and plan.get("expose"):
+        expose(plan["expose"], uid, plan["gid"], Path(plan["run_dir"]))
+    if plan.get("private_shm"):
+        # POSIX shared memory and semaphores (multiprocessing, DataLoader workers) get their
+        # own small /dev/shm: writable for the run, invisible to everyone else
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
+               f"size={limits.folder_mb}m,nr_inodes={limits.folder_files},mode=1777")
+    if plan.get("private_folder"):
+        private_folder(plan["run_dir"], limits, uid or 0, plan.get("gid") or 0)
+        os.chdir(plan["run_dir"])  # the old cwd is the folder below the new tmpfs
+    if uid is not None:
+        apply_early(limits)  # NPROC counts the new uid's processes, none yet
+        os.setgroups([])
+        os.setresgid(plan["gid"], plan["gid"], plan["gid"])
+        os.setresuid(uid, uid, uid)
+    else:
+        # the process cap counts per uid: with the server's own uid it would cap the server
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def main(argv: list[str]) -> None:
+    plan = json.loads(argv[0])
+    program = argv[argv.index("--") + 1:]
+    try:
+        enter(plan)
+    except OSError as exc:
+        # the supervisor reads this line from the worker's output and names the failing layer
+        print(f"autograd-lab sandbox launcher failed: {exc}", file=sys.stderr, flush=True)
+        os._exit(70)
+    try:
+        os.execve(program[0], program, plan["env"])
+    except OSError as exc:
+        print(f"autograd-lab sandbox launcher failed: cannot start {program[0]}: {exc}",
+              file=sys.stderr, flush=True)
+        os._exit(70)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

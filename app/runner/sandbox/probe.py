@@ -1,0 +1,150 @@
+"""A stand-in worker for the self-test: `python -m app.runner.sandbox.probe --serve RUN_DIR`.
+
+It speaks the worker's protocol (confine, READY line, one JSON job on stdin, RUN_DIR/trace.json)
+but, instead of tracing a script, tries the hostile things named in the job and reports, for
+each, whether the sandbox stopped it. No torch, so a probe starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import app
+
+from .confine import apply_landlock, drop_stdin
+from .rlimits import MIB, Limits, apply_job
+
+READY = "AUTOGRAD-LAB-WORKER-READY"
+
+
+def _refused(action) -> tuple[bool, str]:
+    """(held, detail): held when the action raised OSError/MemoryError."""
+    try:
+        result = action()
+    except (OSError, MemoryError, subprocess.SubprocessError) as exc:
+        return True, f"refused: {type(exc).__name__}: {exc}"
+    return False, f"allowed ({result!r})"[:300]
+
+
+def _connect(port: int):
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        return "connected"
+
+
+def _write(path: Path, size: int):
+    with open(path, "wb") as f:
+        f.write(b"x" * size)
+    return f"wrote {size} bytes to {path}"
+
+
+def _fill(folder: Path, total_mb: int):
+    try:
+        for i in range(total_mb // 8):
+            _write(folder / f"fill-{i}", 8 * MIB)
+    finally:
+        for path in folder.glob("fill-*"):
+            path.unlink()  # room for the report
+    return f"wrote {total_mb} MiB"
+
+
+def _fork_many(count: int):
+    pids = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        pids.append(pid)
+    return f"{len(pids)} processes"
+
+
+def _open_many(count: int):
+    files = [open(os.devnull) for _ in range(count)]
+    return f"{len(files)} files open"
+
+
+def _detach_and_sleep():
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(600)
+        os._exit(0)
+    time.sleep(600)
+
+
+def run_checks(job: dict, run_dir: Path, limits: Limits) -> dict:
+    app_file = Path(app.__file__)
+    checks = {
+        "read_passwd": lambda: _refused(lambda: open("/etc/passwd").read(64)),
+        "read_app": lambda: _refused(lambda: app_file.read_text()[:64]),
+        "write_outside": lambda: _refused(
+            lambda: _write(Path(job["outside_dir"]) / "escaped", 10)),
+        "exec": lambda: _refused(lambda: subprocess.run(["/bin/true"], check=True).returncode),
+        "connect": lambda: _refused(lambda: _connect(job["port"])),
+        "pid": lambda: (os.getpid() == 1,
+                        f"pid {os.getpid()}, {sum(p.isdigit() for p in os.listdir('/proc'))} "
+                        "processes visible"),
+        "uid": lambda: (os.getuid() != 0 and os.geteuid() != 0, f"uid {os.getuid()}"),
+        "env": lambda: (True, json.dumps(sorted(os.environ))),
+        "memory": lambda: _refused(lambda: len(bytearray((limits.memory_mb + 256) * MIB))),
+        "open_files": lambda: _refused(lambda: _open_many(limits.open_files + 64)),
+        "file_size": lambda: _refused(
+            lambda: _write(run_dir / "big", (limits.file_size_mb + 1) * MIB)),
+        "folder_size": lambda: _refused(lambda: _fill(run_dir, limits.folder_mb + 64)),
+        "processes": lambda: _refused(lambda: _fork_many(limits.processes + 8)),
+        "output": lambda: (True, _flood(10 * MIB)),
+    }
+    results = {}
+    for name in job["checks"]:
+        held, detail = checks[name]()
+        results[name] = {"held": bool(held), "detail": detail}
+    if job.get("detach_and_sleep"):
+        _detach_and_sleep()
+    return results
+
+
+def _flood(size: int) -> str:
+    written = 0
+    while written < size:
+        written += os.write(1, b"y" * min(65536, size - written))
+    return f"wrote {written} bytes to stdout"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--serve", required=True)
+    parser.add_argument("--sandbox", default="{}")
+    args = parser.parse_args()
+    run_dir, opts = Path(args.serve), json.loads(args.sandbox)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))  # the wall clock: stop at once
+    status = {"pid": os.getpid(), "uid": os.getuid()}
+    if opts.get("landlock"):
+        status["landlock"] = apply_landlock(run_dir, Path(app.__file__).parent,
+                                            private_shm=bool(opts.get("shm")))
+    print(READY, json.dumps(status), flush=True)
+    job = json.loads(sys.stdin.buffer.readline(65536))
+    drop_stdin()
+    limits = Limits.from_json(opts["limits"]) if opts.get("limits") else Limits()
+    if opts.get("limits"):
+        apply_job(limits, float(job.get("timeout", 10)))
+    main_pid = os.getpid()
+    results = run_checks(job, run_dir, limits)
+    if os.getpid() != main_pid:
+        os._exit(0)
+    out = run_dir / "trace.json"
+    with open(out.with_suffix(".partial"), "w") as f:
+        json.dump({"checks": results, "pad": "p" * job.get("pad", 0)}, f)
+    os.replace(out.with_suffix(".partial"), out)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""The start-up self-test: does each sandbox layer hold on this machine, on its own?
+
+Each layer is tried alone (the others turned off) with a probe worker (no torch: a fraction of
+a second each) that attempts what that layer must stop; the supervisor's own duties (wall
+clock, killing a detached child, output and result caps, the empty environment) are tried with
+every layer on. `sandbox_report()` is what /healthz and the page show; the server logs each
+missing layer. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import sandbox
+from .child import MAX_LOG, Child
+from .sandbox import identity
+
+__all__ = ["ALLOWED_ENV", "run_selftest", "sandbox_report", "start_selftest"]
+
+log = logging.getLogger("autograd_lab.runner.selftest")
+PROBE = "app.runner.sandbox.probe"
+ALLOWED_ENV = {"LANG", "HOME", "TMPDIR", "PYTHONPATH", "PYTHONUNBUFFERED",
+               "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+               "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "LC_CTYPE"}
+
+_report: dict | None = None
+_lock = threading.Lock()
+
+
+def _probe(policy: sandbox.Policy, job: dict, timeout: float = 20.0, **kw):
+    child = Child.spawn(policy, program=PROBE)
+    uid = child.uid
+    outcome = child.execute(job, {}, timeout, start_timeout=30.0, **kw)
+    left = identity.processes_of(uid) if uid is not None else []
+    return outcome, left
+
+
+def _checks(outcome) -> dict:
+    doc = outcome.document or {}
+    if "checks" not in doc:
+        return {"probe": {"held": False, "detail": "the probe did not report: " +
+                          outcome.log[-500:]}}
+    return doc["checks"]
+
+
+def _layer_landlock(ctx: dict) -> dict:
+    policy = sandbox.Policy(namespaces=False, own_uid=False, landlock=True, rlimits=False)
+    outcome, _ = _probe(policy, {**ctx, "checks": ["read_passwd", "read_app", "write_outside",
+                                                    "exec", "connect"]})
+    return _checks(outcome)
+
+
+def _layer_namespaces(ctx: dict) -> dict:
+    policy = sandbox.Policy(namespaces=True, own_uid=False, landlock=False, rlimits=False)
+    outcome, _ = _probe(policy, {**ctx, "checks": ["connect", "pid"]})
+    checks = _checks(outcome)
+    for kind, own in outcome.status.get("namespaces", {}).items():
+        checks[f"{kind}_namespace"] = {"held": own, "detail": "own namespace" if own else
+                                       "shares the server's namespace"}
+    return checks
+
+
+def _layer_uid(ctx: dict) -> dict:
+    policy = sandbox.Policy(own_uid=True, landlock=False, rlimits=False)
+    outcome, _ = _probe(policy, {**ctx, "checks": ["uid", "write_outside"]})
+    return _checks(outcome)
+
+
+def _layer_rlimits(ctx: dict) -> dict:
+    policy = sandbox.Policy(landlock=False, rlimits=True)
+    names = ["memory", "open_files", "file_size"]
+    layers = sandbox.effective(policy)
+    if layers["uid"]:
+        names.append("processes")  # the process cap counts per uid: only with a uid of its own
+    if layers["namespaces"]:
+        names.append("folder_size")  # a private tmpfs: needs a mount namespace
+    outcome, _ = _probe(policy, {**ctx, "checks": names})
+    return _checks(outcome)
+
+
+def _supervisor(ctx: dict) -> dict:
+    """With every layer on: environment, output cap, wall clock and a detached child."""
+    policy = sandbox.Policy()
+    timeout = 1.5
+    outcome, left = _probe(policy, {**ctx, "checks": ["env", "output"],
+                                    "detach_and_sleep": True}, timeout=timeout)
+    checks = {}
+    checks["wall_clock"] = {"held": outcome.timed_out and outcome.elapsed < timeout + 10,
+                            "detail": f"stopped after {outcome.elapsed:.1f} s (limit {timeout} s)"}
+    checks["process_tree"] = {"held": not left, "detail": "nothing left alive" if not left
+                              else f"left alive: {left}"}
+    checks["output_cap"] = {"held": len(outcome.log) <= MAX_LOG and outcome.log_bytes > MAX_LOG,
+                            "detail": f"kept {len(outcome.log)} of {outcome.log_bytes} bytes"}
+    # a probe whose report is padded past a 4 KiB cap: the supervisor must refuse to read it
+    outcome2, _ = _probe(policy, {**ctx, "checks": ["env"], "pad": 8192}, max_result=4096)
+    checks["result_cap"] = {"held": outcome2.too_large and outcome2.document is None,
+                            "detail": "a result over the cap was refused" if outcome2.too_large
+                            else "an oversized result was accepted"}
+    checks.update(_worker(ctx))
+    return checks
+
+
+_HOSTILE_TRACE = """\
+import torch
+x = torch.ones(2, requires_grad=True)
+(x * x).sum().backward()
+print(open('/etc/passwd').read())
+"""
+
+
+def _worker(ctx: dict) -> dict:
+    """The real worker (torch, tracer) end to end: it traces, and its sandbox is closed."""
+    from .process import run_in
+
+    doc = run_in(Child.spawn(sandbox.Policy()), source=_HOSTILE_TRACE, name="selftest.py",
+                 timeout=30)
+    err = doc.get("error") or {}
+    landlock_on = sandbox.effective(sandbox.Policy())["landlock"]
+    confined = err.get("type") == "PermissionError" and err.get("line") == 4
+    events = len(doc.get("events", []))
+    return {"worker_traces": {"held": events == 1, "detail": f"{events} backward event(s)"},
+            "worker_confined": {"held": confined or not landlock_on,
+                                "detail": f"{err.get('type')}: {err.get('message', '')[:120]}"}}
+
+
+def _environment(ctx: dict) -> dict:
+    outcome, _ = _probe(sandbox.Policy(), {**ctx, "checks": ["env"]})
+    checks = _checks(outcome)
+    if "env" in checks:
+        names = set(json.loads(checks["env"]["detail"]))
+        extra = sorted(names - ALLOWED_ENV)
+        checks["env"] = {"held": not extra, "detail": "only " + ", ".join(sorted(names))
+                         if not extra else f"server variables leaked: {extra}"}
+    return checks
+
+
+_LAYERS = {"landlock": _layer_landlock, "namespaces": _layer_namespaces, "uid": _layer_uid,
+           "rlimits": _layer_rlimits, "environment": _environment, "supervisor": _supervisor}
+
+
+def run_selftest() -> dict:
+    """Try every available layer; returns the report (also kept for `sandbox_report()`)."""
+    global _report
+    started = time.monotonic()
+    avail = sandbox.availability()
+    outside = tempfile.mkdtemp(prefix="autograd-lab-selftest-")  # root's, 0700 -> 0755
+    os.chmod(outside, 0o755)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    ctx = {"outside_dir": outside, "port": listener.getsockname()[1]}
+    layers: dict[str, dict] = {}
+    try:
+        todo = {name: fn for name, fn in _LAYERS.items()
+                if name not in avail or avail[name]["available"]}
+        with ThreadPoolExecutor(max_workers=len(todo)) as ex:
+            futures = {name: ex.submit(fn, ctx) for name, fn in todo.items()}
+            for name, future in futures.items():
+                try:
+                    layers[name] = {"checks": future.result()}
+                except Exception as exc:  # noqa: BLE001 - a broken layer is a finding
+                    layers[name] = {"checks": {"probe": {"held": False, "detail": repr(exc)}}}
+        escaped = os.listdir(outside)
+        if escaped:
+            layers.setdefault("supervisor", {"checks": {}})["checks"]["no_escape"] = {
+                "held": False, "detail": f"files written outside the run folder: {escaped}"}
+    finally:
+        listener.close()
+        for name in os.listdir(outside):
+            os.unlink(os.path.join(outside, name))
+        os.rmdir(outside)
+    report_layers = {}
+    for name in [*avail, "supervisor"]:
+        info = dict(avail.get(name, {"available": True, "detail": "the server's supervision"}))
+        checks = layers.get(name, {}).get("checks", {})
+        info["checks"] = checks
+        if name == "exec":
+            info["holds"] = True
+        elif not info["available"]:
+            info["holds"] = None
+        else:
+            info["holds"] = bool(checks) and all(c["held"] for c in checks.values())
+        report_layers[name] = info
+    missing = [n for n, i in report_layers.items() if not i["available"]]
+    failing = [n for n, i in report_layers.items() if i["available"] and not i["holds"]]
+    report = {"ok": not missing and not failing, "missing": missing, "failing": failing,
+              "layers": report_layers, "duration_s": round(time.monotonic() - started, 2),
+              "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report["summary"] = ("every sandbox layer is in place and held in the self-test"
+                         if report["ok"] else _summary(report_layers, missing, failing))
+    for name in missing:
+        log.warning("sandbox layer %s is unavailable: %s", name,
+                    report_layers[name]["detail"])
+    for name in failing:
+        bad = {k: c["detail"] for k, c in report_layers[name]["checks"].items() if not c["held"]}
+        log.error("sandbox layer %s did not hold in the self-test: %s", name, bad)
+    with _lock:
+        _report = report
+    return report
+
+
+def _summary(layers: dict, missing: list[str], failing: list[str]) -> str:
+    parts = [f"{n} unavailable ({layers[n]['detail']})" for n in missing]
+    parts += [f"{n} did not hold" for n in failing]
+    return "sandbox incomplete: " + "; ".join(parts)
+
+
+def sandbox_report(run: bool = True) -> dict:
+    """The last self-test's report; runs it first if none ran yet (and `run`)."""
+    with _lock:
+        report = _report
+    if report is None and run:
+        return run_selftest()
+    return report or {"ok": False, "summary": "the sandbox self-test has not run yet",
+                      "layers": {}, "missing": [], "failing": []}
+
+
+def start_selftest() -> threading.Thread:
+    """Run the self-test in the background (at web start-up); `sandbox_report(run=False)`
+    answers 'not run yet' until it is done."""
+    t = threading.Thread(target=run_selftest, name="autograd-lab-selftest", daemon=True)
+    t.start()
+    return t
+

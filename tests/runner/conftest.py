@@ -1,0 +1,83 @@
+"""Fixtures for the runner's tests: one pool of sandboxed workers for a whole module (with
+small limits, so that a memory bomb fails in a second), and checks that a run left nothing
+behind: no process and no file outside its folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from app.runner import Limits, Policy, Pool
+from app.runner.sandbox import availability, identity
+
+TEST_LIMITS = Limits(memory_mb=512, file_size_mb=16, open_files=256, processes=32)
+NORMAL = """\
+import torch
+lin = torch.nn.Linear(3, 2)
+loss = lin(torch.randn(4, 3)).pow(2).sum()
+loss.backward()
+"""
+
+
+def needs(*layers: str):
+    """Skip (with the reason the machine gave) unless every named sandbox layer is available."""
+    avail = availability()
+    missing = [f"{name}: {avail[name]['detail']}" for name in layers
+               if not avail[name]["available"]]
+    return pytest.mark.skipif(bool(missing), reason="sandbox layer unavailable - " +
+                              "; ".join(missing))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with Pool(size=2, policy=Policy(limits=TEST_LIMITS)) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def outside():
+    """A folder anyone may write to, outside every run folder: only the sandbox keeps a run out."""
+    path = Path(tempfile.mkdtemp(prefix="autograd-lab-outside-"))
+    os.chmod(path, 0o777)
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+def leftovers(doc: dict) -> list[int]:
+    """Live processes of the run: of its uid, its session (process group) or its PID namespace."""
+    box = doc.get("sandbox") or {}
+    uid, session, pid_ns = box.get("uid"), box.get("session"), box.get("pid_ns")
+    found = identity.processes_of(uid) if uid and uid >= identity.UID_BASE else []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in (os.getpid(), *found):
+            continue
+        pid = int(entry)
+        try:
+            if session and os.getpgid(pid) == session:
+                found.append(pid)
+                continue
+            if pid_ns and os.readlink(f"/proc/{pid}/ns/pid") == pid_ns and \
+                    pid_ns != os.readlink("/proc/self/ns/pid"):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def files_of_sandbox_uids(folder: Path) -> list[str]:
+    """Entries right inside `folder` owned by a sandbox uid (only a run folder may be)."""
+    found = []
+    for entry in folder.iterdir():
+        try:
+            owner = entry.lstat().st_uid
+        except OSError:
+            continue
+        if identity.UID_BASE <= owner < identity.UID_BASE + identity.UID_COUNT and \
+                not entry.name.startswith("autograd-lab-run-"):
+            found.append(str(entry))
+    return found

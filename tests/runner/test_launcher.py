@@ -1,0 +1,45 @@
+"""The launcher and the supervisor's file handling, without torch: cheap and exact."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from app.runner import sandbox
+from app.runner.child import _read_capped
+
+
+def test_launcher_refuses_to_mount_outside_a_namespace_of_its_own(tmp_path):
+    """Started without `unshare`, a plan that asks for mounts must not touch the server's
+    mount table (a tmpfs over /dev/shm or /root would hit the whole machine)."""
+    before = open("/proc/self/mounts").read()
+    plan = {"uid": None, "gid": None, "run_dir": str(tmp_path), "expose": [],
+            "private_folder": True, "private_shm": True,
+            "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
+            "limits": sandbox.Limits().to_json(), "env": {}}
+    done = subprocess.run([sys.executable, "-S", "-m", "app.runner.sandbox.enter",
+                           json.dumps(plan), "--", "/bin/true"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(sandbox.app_root())}, timeout=30)
+    assert done.returncode == 70
+    assert "refusing to mount: not in a mount namespace of the run's own" in done.stderr
+    assert open("/proc/self/mounts").read() == before
+
+
+def test_result_is_never_read_through_a_symlink_or_a_fifo(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"format": "stolen"}')
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trace.json").symlink_to(secret)
+    os.mkfifo(tmp_path / "run" / "fifo.json")
+    fd = os.open(tmp_path / "run", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert _read_capped(fd, "trace.json", 1024) == (None, False)
+        assert _read_capped(fd, "fifo.json", 1024) == (None, False)  # and it did not block
+        (tmp_path / "run" / "big.json").write_text('{"a": "' + "x" * 2000 + '"}')
+        assert _read_capped(fd, "big.json", 1024) == (None, True)
+        (tmp_path / "run" / "ok.json").write_text('{"a": 1}')
+        assert _read_capped(fd, "ok.json", 1024) == ({"a": 1}, False)
+    finally:
+        os.close(fd)

@@ -1,0 +1,135 @@
+"""The pool: warm workers answer fast, each runs exactly one job, and nothing outlives stop()."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from app.runner import Policy, Pool, default_pool, run_trace
+from app.runner.sandbox import identity
+
+from .conftest import NORMAL, TEST_LIMITS, leftovers
+
+
+def _wait_idle(pool: Pool, count: int, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while pool.idle() < count:
+        assert time.monotonic() < deadline, f"only {pool.idle()} of {count} workers got ready"
+        time.sleep(0.1)
+
+
+def test_warm_worker_answers_in_about_a_second_and_is_used_once():
+    with Pool(size=2, policy=Policy(limits=TEST_LIMITS)) as pool:
+        _wait_idle(pool, 2)
+        started = time.monotonic()
+        first = pool.run(source=NORMAL, name="a.py", timeout=30, wait=0.1)
+        took = time.monotonic() - started
+        assert first["error"] is None
+        assert took < 1.5, f"a warm run took {took:.2f} s"
+        second = pool.run(source=NORMAL, name="b.py", timeout=30, wait=0.1)
+        assert second["error"] is None
+        # two different workers: different sandbox uids, and the first one is gone
+        assert first["sandbox"]["uid"] != second["sandbox"]["uid"]
+        assert leftovers(first) == [] and leftovers(second) == []
+        # its replacement comes
+        _wait_idle(pool, 2)
+
+
+def test_stop_leaves_no_worker_behind():
+    pool = Pool(size=2, policy=Policy(limits=TEST_LIMITS)).start()
+    _wait_idle(pool, 2)
+    waiting = list(pool._ready.queue)
+    uids = [c.uid for c in waiting]
+    pids = [c.worker_pid for c in waiting]
+    folders = [c.run_dir for c in waiting]
+    pool.stop()
+    assert pool.idle() == 0 and not pool.running
+    assert not any(child.alive() for child in waiting)
+    if identity.can_switch()[0]:
+        assert all(identity.processes_of(uid) == [] for uid in uids)
+    for pid in pids:  # gone, not even a zombie waiting for init
+        assert not os.path.exists(f"/proc/{pid}"), open(f"/proc/{pid}/status").read()[:200]
+    assert not any(folder.exists() for folder in folders)
+
+
+def test_acquire_times_out_when_no_worker_is_ready():
+    pool = Pool(size=1, policy=Policy(limits=TEST_LIMITS))  # never started
+    started = time.monotonic()
+    assert pool.acquire(timeout=0.3) is None
+    assert 0.25 < time.monotonic() - started < 2
+
+
+def test_run_trace_uses_the_default_pool_and_falls_back_to_a_fresh_worker():
+    assert default_pool() is None
+    cold = run_trace(source=NORMAL, name="cold.py", timeout=60)
+    assert cold["error"] is None
+    pool = Pool(size=1, policy=Policy(limits=TEST_LIMITS)).start(default=True)
+    try:
+        assert default_pool() is pool
+        _wait_idle(pool, 1)
+        warm = run_trace(source=NORMAL, name="warm.py", timeout=60)
+        assert warm["error"] is None and pool.served == 1
+    finally:
+        pool.stop()
+    assert default_pool() is None
+
+
+def test_a_dead_idle_worker_is_replaced_not_used():
+    with Pool(size=1, policy=Policy(limits=TEST_LIMITS)) as pool:
+        _wait_idle(pool, 1)
+        child = pool._ready.queue[0]
+        import signal
+
+        os.kill(child.worker_pid, signal.SIGKILL)
+        child.proc.wait(timeout=10)
+        doc = pool.run(source=NORMAL, name="after.py", timeout=30, wait=90)
+        assert doc["error"] is None
+
+
+@pytest.mark.parametrize("layer_off", ["namespaces", "own_uid", "landlock", "rlimits"])
+def test_each_layer_can_be_off_and_a_script_still_traces(layer_off):
+    """A machine without one layer still runs scripts (the report says what is missing)."""
+    policy = Policy(limits=TEST_LIMITS, **{layer_off: False})
+    doc = run_trace(source=NORMAL, name="one-off.py", timeout=60, policy=policy)
+    assert doc["error"] is None, doc["error"]
+    assert set(doc["params"]) == {"weight", "bias"}
+    assert leftovers(doc) == []
+
+
+@pytest.mark.skipif(not identity.can_switch()[0], reason="sandbox uids need a root server")
+def test_start_sweeps_processes_a_crashed_server_left():
+    """A process under a sandbox uid nobody leases (its server died) is killed at pool start;
+    one whose uid is leased (a live run) is not."""
+    import subprocess
+
+    lease = identity.lease_uid()
+    orphan_uid = identity.UID_BASE + identity.UID_COUNT - 1
+    if orphan_uid == lease.uid:
+        orphan_uid -= 1
+    sleepers = [subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}",
+                                  "--clear-groups", "sleep", "60"])
+                for uid in (orphan_uid, lease.uid)]
+    try:
+        deadline = time.monotonic() + 5
+        while not all(identity.processes_of(u) for u in (orphan_uid, lease.uid)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        import tempfile
+
+        folders = []
+        for uid in (orphan_uid, lease.uid):
+            folders.append(tempfile.mkdtemp(prefix="autograd-lab-run-"))
+            os.chown(folders[-1], uid, uid)
+        pool = Pool(size=1, policy=Policy(limits=TEST_LIMITS)).start()
+        pool.stop()
+        assert sleepers[0].wait(timeout=5) == -9
+        assert sleepers[1].poll() is None and identity.processes_of(lease.uid)
+        assert not os.path.exists(folders[0]) and os.path.exists(folders[1])
+        os.rmdir(folders[1])
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        lease.release()
