@@ -105,6 +105,21 @@ def enter(plan: dict) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    raise_stack_limit()
+
+
+STACK_BYTES = 1 << 30
+
+
+def raise_stack_limit() -> None:
+    """A larger C stack for the worker (set before exec: the main thread's stack size is fixed
+    then). Freeing a graph of ~50k nodes that Python has wrapped recurses in torch and
+    overflows the default 8 MiB, killing the worker with SIGSEGV after the trace is done.
+    The pages are only used as the recursion needs them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    want = STACK_BYTES if hard == resource.RLIM_INFINITY else min(STACK_BYTES, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_STACK, (want, hard))
 
 
 def main(argv: list[str]) -> None:
