@@ -94,7 +94,7 @@ def cmd_serve(args) -> int:
     from .web.app import create_app
     from .web.settings import Settings
 
-    settings = Settings.from_env(host=args.host, port=args.port)
+    settings = Settings.from_env(host=args.host, port=args.port, token=args.token)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
     return 0
 
@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve the web app")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--token", help="secret that running uploaded code needs (sent as "
+                   "'Authorization: Bearer TOKEN'); required to accept uploads off loopback "
+                   "(default: AUTOGRAD_LAB_TOKEN)")
     p.set_defaults(func=cmd_serve)
     return parser
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -15,8 +16,10 @@ from app.resources import resource_dir
 from .errors import install_error_handlers
 from .highlight import source_lines
 from .narration import inline_html, narration_html
-from .routers import api, docs, pages
+from .routers import api, docs, pages, runs
+from .sandbox import announce
 from .settings import Settings
+from .store import RunStore
 from .traces import TraceService
 
 __all__ = ["create_app"]
@@ -24,13 +27,29 @@ __all__ = ["create_app"]
 
 def create_app(settings: Settings | None = None, scenarios_dir: Path | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # the workers and the self-test start with the server, not with the app object, so
+        # that building an app (tests, `--factory` imports) starts no process
+        app.state.store.open()  # a store path the server cannot write fails here, at once
+        announce(settings)
+        app.state.traces.start()
+        try:
+            yield
+        finally:
+            app.state.traces.stop()
+
     # docs_url/redoc_url off: FastAPI's own pages load Swagger UI from a CDN (routers/docs.py)
     app = FastAPI(title="autograd-lab", version=__version__, docs_url=None, redoc_url=None,
+                  lifespan=lifespan,
                   description="See PyTorch autograd at work: graphs, backward order and "
                               "per-use gradient contributions of scripts.")
     app.state.settings = settings
     app.state.scenarios_dir = scenarios_dir or resource_dir("scenarios")
     app.state.traces = TraceService(settings)
+    app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
+                               settings.store_max_bytes)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, version=__version__)
     templates.env.filters.update(narration=narration_html, inline=inline_html,
@@ -39,6 +58,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     install_error_handlers(app)
     app.include_router(api.router)
+    app.include_router(runs.router)
     app.include_router(pages.router)
     app.include_router(docs.router)
     return app

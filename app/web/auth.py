@@ -1,8 +1,14 @@
 """Who may run code on this server.
 
-Bound to loopback, the server is one person's: uploads are open. Bound to any other address,
-anyone who can reach it could run code on it, so uploads need the token the server was
-started with (`--token` or AUTOGRAD_LAB_TOKEN), sent as `Authorization: Bearer <token>`.
+- A token configured (`--token` or AUTOGRAD_LAB_TOKEN): every upload needs it, as
+  `Authorization: Bearer <token>`, wherever the server listens (so it can be tried on loopback).
+- No token, bound to loopback and asked from loopback: the server is one person's; uploads are
+  open. The client's address is checked as well as the bind, because a server started by
+  `uvicorn --host 0.0.0.0` directly does not tell the settings where it listens.
+- No token otherwise: anyone who can reach the server could run code on it, so uploads are
+  refused (403) with how to start the server with a token.
+- From another host, uploads also need the whole sandbox: every layer present and held in the
+  start-up self-test (`sandbox.py`); while the self-test runs, 503 with Retry-After.
 """
 
 from __future__ import annotations
@@ -11,27 +17,63 @@ import secrets
 
 from fastapi import HTTPException, Request
 
-__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_uploader"]
+from .sandbox import sandbox_status
+
+__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_uploader", "upload_policy"]
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
 def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+    return host in LOOPBACK_HOSTS or host.startswith("127.") or host.startswith("::ffff:127.")
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def _refusal(request: Request, status: dict) -> HTTPException | None:
+    """Why this client may not upload at all (a token would not help), or None."""
+    settings = request.app.state.settings
+    client = _client(request)
+    if not settings.token and not (is_loopback(settings.host) and is_loopback(client)):
+        return HTTPException(403, f"this server is reachable from other hosts (it listens on "
+                                  f"{settings.host}) and has no token, so it runs no uploaded "
+                                  "code; start it with `autograd-lab serve --host "
+                                  f"{settings.host} --token SECRET` (or set AUTOGRAD_LAB_TOKEN)"
+                                  " and give that token here")
+    if is_loopback(client) or status["ok"]:
+        return None
+    if status["state"] == "running":
+        return HTTPException(503, "the server is still checking its sandbox (the start-up "
+                                  "self-test); try again in a few seconds",
+                             headers={"Retry-After": "10"})
+    return HTTPException(403, f"this server's sandbox is not complete ({status['summary']}), so "
+                              "it runs uploaded code only for people on the server's own "
+                              "machine")
+
+
+def upload_policy(request: Request) -> dict:
+    """What the "Your code" page and GET /api/uploads say about uploading from here."""
+    settings = request.app.state.settings
+    status = sandbox_status(settings)
+    refusal = _refusal(request, status)
+    return {"accepts": refusal is None, "refused": refusal.detail if refusal else None,
+            "token_required": bool(settings.token), "max_upload_bytes": settings.max_upload_bytes,
+            "sandbox": status}
 
 
 def check_uploader(request: Request) -> None:
     """Raise the HTTP error that tells this caller how to be allowed to run code."""
     settings = request.app.state.settings
-    if is_loopback(settings.host):
-        return
-    if not settings.token:
-        raise HTTPException(403, f"this server listens on {settings.host} and has no token, so "
-                                 "it runs no uploaded code; restart it with --token TOKEN (or "
-                                 "AUTOGRAD_LAB_TOKEN) and send that token")
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(value.strip(), settings.token):
-        raise HTTPException(401, "running code here needs the server's token: send the header "
-                                 "'Authorization: Bearer TOKEN' (the page asks for it once)",
-                            headers={"WWW-Authenticate": "Bearer"})
+    if settings.token:
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+                value.strip().encode(), settings.token.encode()):
+            raise HTTPException(401, "running code here needs the server's token: send the "
+                                     "header 'Authorization: Bearer TOKEN' (the page asks for it"
+                                     " once)", headers={"WWW-Authenticate": "Bearer"})
+    refusal = _refusal(request, sandbox_status(settings))
+    if refusal is not None:
+        raise refusal

@@ -1,18 +1,27 @@
 """Every setting of the web app, in one place, read from the environment and checked at start.
 
-| setting            | environment variable          | default   | meaning                                  |
-|--------------------|-------------------------------|-----------|------------------------------------------|
-| host               | AUTOGRAD_LAB_HOST             | 127.0.0.1 | address the server binds                 |
-| port               | AUTOGRAD_LAB_PORT             | 8000      | port the server binds                    |
-| trace_timeout      | AUTOGRAD_LAB_TRACE_TIMEOUT    | 60        | wall-clock limit of one run, seconds     |
-| max_workers        | AUTOGRAD_LAB_MAX_WORKERS      | cores     | runs at the same time                    |
-| cache_size         | AUTOGRAD_LAB_CACHE_SIZE       | 64        | traces kept in memory                    |
-| queue_size         | AUTOGRAD_LAB_QUEUE_SIZE       | 4         | runs that may wait for a worker (503 past it) |
-| token              | AUTOGRAD_LAB_TOKEN            | (none)    | needed to run uploaded code when not bound to loopback |
-| max_upload_bytes   | AUTOGRAD_LAB_MAX_UPLOAD_BYTES | 65536     | largest script accepted (413 past it)    |
-| store_path         | AUTOGRAD_LAB_STORE_PATH       | ~/.cache/autograd-lab/runs.sqlite3 | where submitted runs are kept |
-| store_max_runs     | AUTOGRAD_LAB_STORE_MAX_RUNS   | 500       | runs kept; the oldest go first           |
-| store_max_bytes    | AUTOGRAD_LAB_STORE_MAX_BYTES  | 268435456 | compressed bytes kept; the oldest go first |
+| setting          | environment variable          | default   | meaning                       |
+|------------------|-------------------------------|-----------|-------------------------------|
+| host             | AUTOGRAD_LAB_HOST             | 127.0.0.1 | address the server binds      |
+| port             | AUTOGRAD_LAB_PORT             | 8000      | port the server binds         |
+| trace_timeout    | AUTOGRAD_LAB_TRACE_TIMEOUT    | 60        | wall-clock limit of a run, s  |
+| max_workers      | AUTOGRAD_LAB_MAX_WORKERS      | cores     | runs at the same time         |
+| cache_size       | AUTOGRAD_LAB_CACHE_SIZE       | 64        | traces kept in memory         |
+| queue_size       | AUTOGRAD_LAB_QUEUE_SIZE       | 4         | runs that may wait (then 503) |
+| token            | AUTOGRAD_LAB_TOKEN            | (none)    | uploaded code needs it (1)    |
+| max_upload_bytes | AUTOGRAD_LAB_MAX_UPLOAD_BYTES | 65536     | largest script (then 413)     |
+| store_path       | AUTOGRAD_LAB_STORE_PATH       | (2)       | where submitted runs are kept |
+| store_max_runs   | AUTOGRAD_LAB_STORE_MAX_RUNS   | 500       | runs kept; oldest go first    |
+| store_max_bytes  | AUTOGRAD_LAB_STORE_MAX_BYTES  | 268435456 | gzip bytes kept; oldest first |
+| pool_size        | AUTOGRAD_LAB_POOL_SIZE        | cores     | ready sandboxed workers (3)   |
+| selftest         | AUTOGRAD_LAB_SELFTEST         | true      | sandbox self-test at start    |
+
+(1) When set, every upload needs it, on loopback too; bound to another address, uploads are
+    refused without one (auth.py).
+(2) ~/.cache/autograd-lab/runs.sqlite3
+(3) Pre-started workers kept ready; 0 starts a fresh worker for each run.
+With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
+Booleans are written 1/true/yes/on or 0/false/no/off.
 """
 
 from __future__ import annotations
@@ -30,6 +39,16 @@ class SettingsError(ValueError):
     """A setting has a value the app cannot use; the message names it."""
 
 
+def _boolean(raw: str) -> bool:
+    # bool("0") is True: spell the words out rather than trust the constructor
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -43,6 +62,8 @@ class Settings:
     store_path: str = str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3")
     store_max_runs: int = 500
     store_max_bytes: int = 256 * 1024 * 1024
+    pool_size: int = max(1, os.cpu_count() or 1)
+    selftest: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -60,6 +81,8 @@ class Settings:
                                 f"{self.max_upload_bytes}")
         if self.store_max_runs < 1 or self.store_max_bytes < 1:
             raise SettingsError("store_max_runs and store_max_bytes must be positive")
+        if self.pool_size < 0:
+            raise SettingsError(f"pool_size must be 0 or more, not {self.pool_size}")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> Settings:
@@ -71,7 +94,7 @@ class Settings:
                 continue
             kind = type(f.default)
             try:
-                values[f.name] = kind(raw)
+                values[f.name] = _boolean(raw) if kind is bool else kind(raw)
             except ValueError as exc:
                 raise SettingsError(f"{_ENV_PREFIX}{f.name.upper()}={raw!r} is not a valid "
                                     f"{kind.__name__}") from exc

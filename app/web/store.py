@@ -9,6 +9,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 __all__ = ["RunStore"]
@@ -29,13 +30,30 @@ class RunStore:
         self.path = Path(path)
         self.max_runs = max_runs
         self.max_bytes = max_bytes
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        with self._connect() as db:
-            db.execute(_SCHEMA)
+        self._lock = threading.Lock()  # one writer at a time: put + prune
+        self._open_lock = threading.Lock()
+        self._opened = False
 
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30)
+    def open(self) -> RunStore:
+        """Create the folder and the table. The server calls it at start-up, so that a path it
+        cannot write fails at once; otherwise the first use does (an app object that never
+        stores a run leaves no file behind)."""
+        with self._open_lock:
+            if not self._opened:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+                    db.execute(_SCHEMA)
+                self._opened = True
+        return self
+
+    @contextmanager
+    def _connect(self):
+        if not self._opened:
+            self.open()
+        # `with sqlite3.connect()` commits but does not close: close it too, or every request
+        # leaves a file handle to the garbage collector
+        with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+            yield db
 
     def put(self, doc: dict) -> str:
         """Keep `doc`; returns its id (unguessable: a link is the only way to a run)."""
@@ -44,7 +62,7 @@ class RunStore:
         with self._lock, self._connect() as db:
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                        (run_id, time.time(), doc["script"]["name"], len(blob), blob))
-            self._prune(db)
+            self._prune(db, keep=run_id)
         return run_id
 
     def get(self, run_id: str) -> dict | None:
@@ -56,11 +74,14 @@ class RunStore:
         with self._connect() as db:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
-    def _prune(self, db: sqlite3.Connection) -> None:
+    def _prune(self, db: sqlite3.Connection, keep: str) -> None:
         count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs").fetchone()
-        rows = db.execute("SELECT id, size FROM runs ORDER BY created, rowid").fetchall()
+        # rowid, not `created`: insertion order does not go back when the clock does
+        rows = db.execute("SELECT id, size FROM runs ORDER BY rowid").fetchall()
         for run_id, size in rows:
             if count <= self.max_runs and total <= self.max_bytes:
                 break
+            if run_id == keep:
+                continue  # a run larger than the whole bound still answers its own link once
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
             count, total = count - 1, total - size

@@ -1,7 +1,10 @@
-"""Scenario traces for the web app: computed by the runner, kept in a small in-memory cache.
+"""Traces for the web app: computed by the runner, scenario traces kept in a small in-memory
+cache, drawings of both scenario and stored runs cached too.
 
-The web process is stateless apart from this cache, so several can run side by side. Two
-requests for the same trace wait for one run instead of starting two.
+The web process is stateless apart from this cache (and the run store), so several can run
+side by side. Two requests for the same trace wait for one run instead of starting two. Every
+run, scenario or upload, goes through one gate and, when the server keeps one, one pool of
+pre-started sandboxed workers.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections import OrderedDict
 
 from app.catalog import Scenario, scenario_args
 from app.render import event_graph, render_graph
-from app.runner import probe_devices, run_trace
+from app.runner import Pool, probe_devices, run_trace
 
 from .gate import Gate
 from .settings import Settings
@@ -34,6 +37,25 @@ class TraceService:
         # one gate for scenario traces and uploaded runs: both take a worker
         self.gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
+        self.pool: Pool | None = None
+
+    def start(self) -> None:
+        """Start the pool of ready workers (pool_size 0: each run starts a fresh worker)."""
+        if self.settings.pool_size and self.pool is None:
+            self.pool = Pool(self.settings.pool_size).start()
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool = None
+
+    def _run(self, source: str, name: str, args: list[str], device: str) -> dict:
+        pool = self.pool
+        if pool is not None and pool.running:
+            return pool.run(source=source, name=name, args=args, device=device,
+                            timeout=self.settings.trace_timeout)
+        return run_trace(source=source, name=name, args=args, device=device,
+                         timeout=self.settings.trace_timeout)
 
     def devices(self) -> dict:
         if self._probe is None:
@@ -55,8 +77,8 @@ class TraceService:
                 if key in self._cache:
                     return key, self._cache[key]
             with self.gate.enter():
-                doc = run_trace(scenario.path, args=args, device=device,
-                                timeout=self.settings.trace_timeout)
+                doc = self._run(source.decode("utf-8", errors="replace"), scenario.path.name,
+                                args, device)
             if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
                 raise DeviceError(doc["error"]["message"])
             with self._lock:
@@ -69,8 +91,7 @@ class TraceService:
     def run_source(self, source: str, name: str, device: str) -> dict:
         """Trace submitted code (Busy when every worker and queue place is taken)."""
         with self.gate.enter():
-            return run_trace(source=source, name=name, device=device,
-                             timeout=self.settings.trace_timeout)
+            return self._run(source, name, [], device)
 
     def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str) -> bytes:
         """The graph of one event as svg, png or dot (RenderError, LookupError)."""

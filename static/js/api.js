@@ -5,10 +5,11 @@
 export const TRACE_FORMAT = "autograd-lab/trace@1";
 
 export class ApiError extends Error {
-  constructor(status, message) {
+  constructor(status, message, { retryAfter = null } = {}) {
     super(message);
     this.name = "ApiError";
     this.status = status;
+    this.retryAfter = retryAfter; // seconds, when the server is busy (503)
   }
 }
 
@@ -31,18 +32,47 @@ export function runQuery(run, extra = {}) {
   return q.toString();
 }
 
+/**
+ * Where a page's Trace and drawings come from. A scenario is run with the page's settings
+ * (variant, device, options); a stored run is fixed: it is what ran, and has no settings.
+ */
+export function scenarioSubject(scenario) {
+  const base = `/api/scenarios/${encodeURIComponent(scenario.name)}`;
+  return {
+    fixed: false,
+    name: scenario.name,
+    options: scenario.options || {},
+    defaultVariant: scenario.default_variant || null,
+    traceUrl: (run) => `${base}/trace?${runQuery(run)}`,
+    graphUrl: (run, event, fmt = "svg") => `${base}/graph.${fmt}?${runQuery(run, { event })}`,
+  };
+}
+
+export function storedSubject(stored) {
+  const base = `/api/runs/${encodeURIComponent(stored.id)}`;
+  return {
+    fixed: true,
+    name: stored.name.replace(/\.py$/, ""),
+    options: {},
+    defaultVariant: null,
+    device: stored.device,
+    traceUrl: () => base,
+    graphUrl: (run, event, fmt = "svg") => `${base}/graph.${fmt}${event === null || event === undefined ? "" : `?event=${event}`}`,
+  };
+}
+
 export function traceUrl(name, run) {
-  return `/api/scenarios/${encodeURIComponent(name)}/trace?${runQuery(run)}`;
+  return scenarioSubject({ name }).traceUrl(run);
 }
 
 export function graphUrl(name, run, event, fmt = "svg") {
-  return `/api/scenarios/${encodeURIComponent(name)}/graph.${fmt}?${runQuery(run, { event })}`;
+  return scenarioSubject({ name }).graphUrl(run, event, fmt);
 }
 
-async function request(url, { signal, as = "json" } = {}) {
+async function request(url, { signal, as = "json", method = "GET", body, headers = {} } = {}) {
   let response;
   try {
-    response = await fetch(url, { signal, headers: { Accept: as === "json" ? "application/json" : "*/*" } });
+    response = await fetch(url, { signal, method, body, headers: { Accept: as === "json" ? "application/json" : "*/*", ...headers } });
   } catch (err) {
     if (err.name === "AbortError") throw err;
     throw new ApiError(0, "The server did not answer. Is `autograd-lab serve` still running?");
@@ -53,20 +83,39 @@ async function request(url, { signal, as = "json" } = {}) {
       const body = await response.json();
       if (typeof body.detail === "string") detail = body.detail;
     } catch { /* not JSON: keep the status line */ }
-    throw new ApiError(response.status, detail);
+    const retry = Number(response.headers.get("Retry-After"));
+    throw new ApiError(response.status, detail, { retryAfter: Number.isFinite(retry) && retry > 0 ? retry : null });
   }
   return as === "json" ? response.json() : response.text();
 }
 
-/** The Trace of one run; refuses a document whose format this page does not know. */
-export async function fetchTrace(name, run, { signal } = {}) {
-  const doc = await request(traceUrl(name, run), { signal });
+function checked(doc) {
   if (!doc || doc.format !== TRACE_FORMAT) throw new FormatError(doc && doc.format);
   return doc;
 }
 
-export function fetchGraphSvg(name, run, event, { signal } = {}) {
-  return request(graphUrl(name, run, event, "svg"), { signal, as: "text" });
+/** The Trace of one run; refuses a document whose format this page does not know.
+ *  `subject` is a scenario subject, a stored run's, or a scenario's name. */
+export async function fetchTrace(subject, run, { signal } = {}) {
+  const s = typeof subject === "string" ? scenarioSubject({ name: subject }) : subject;
+  return checked(await request(s.traceUrl(run), { signal }));
+}
+
+export function fetchGraphSvg(subject, run, event, { signal } = {}) {
+  const s = typeof subject === "string" ? scenarioSubject({ name: subject }) : subject;
+  return request(s.graphUrl(run, event, "svg"), { signal, as: "text" });
+}
+
+/** Run a script on the server: {source, name, device}; `token` when the server needs one.
+ *  Resolves to the Trace with its `run` id and link. */
+export async function postRun(body, { token = "", signal } = {}) {
+  const headers = { "Content-Type": "application/json" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  return checked(await request("/api/runs", { signal, method: "POST", body: JSON.stringify(body), headers }));
+}
+
+export function fetchStoredRun(id, { signal } = {}) {
+  return request(`/api/runs/${encodeURIComponent(id)}`, { signal });
 }
 
 export function fetchDevices({ signal } = {}) {

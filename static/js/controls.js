@@ -2,7 +2,7 @@
 // a new run; the exports always point at the API with the current settings, so what downloads
 // is what the page shows.
 
-import { fetchDevices, graphUrl, traceUrl } from "./api.js";
+import { fetchDevices } from "./api.js";
 import { h } from "./dom.js";
 
 export class Controls {
@@ -56,9 +56,9 @@ export class Controls {
   }
 }
 
-/** Point the export links at the current run and event. */
-export function updateExports(scenario, run, eventIndex, haveTrace = true) {
-  const tag = [scenario.name, run.variant, ...Object.entries(run.options).map(([k, v]) => `${k}${v}`),
+/** Point the export links at the current run and event (`subject`: see api.js). */
+export function updateExports(subject, run, eventIndex, haveTrace = true) {
+  const tag = [subject.name, run.variant, ...Object.entries(run.options).map(([k, v]) => `${k}${v}`),
     run.device !== "cpu" ? run.device.replace(":", "") : null].filter(Boolean).join("-");
   const set = (id, href, file) => {
     const a = document.getElementById(id);
@@ -74,7 +74,7 @@ export function updateExports(scenario, run, eventIndex, haveTrace = true) {
   const ev = eventIndex === null ? null : eventIndex;
   const suffix = ev === null ? "" : `-event${ev}`;
   for (const fmt of ["svg", "png", "dot"]) {
-    set(`export-${fmt}`, ev === null ? null : graphUrl(scenario.name, run, ev, fmt), `${tag}${suffix}.${fmt}`);
+    set(`export-${fmt}`, ev === null ? null : subject.graphUrl(run, ev, fmt), `${tag}${suffix}.${fmt}`);
   }
-  set("export-json", haveTrace ? traceUrl(scenario.name, run) : null, `${tag}.trace.json`);
+  set("export-json", haveTrace ? subject.traceUrl(run) : null, `${tag}.trace.json`);
 }

@@ -1,19 +1,21 @@
 // The page's state lives in its URL, so that any view can be shared, bookmarked or reloaded:
 // the run (variant, device, options) and the view (event, node, parameter, line, replay step,
-// heat-map entry). Option names are used as they are (?k=2), like the API and the CLI.
+// heat-map entry). Option names are used as they are (?k=2), like the API and the CLI. A stored
+// run of your own code has no run settings (it is what ran): its URL holds the view only.
 
 const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell"];
 const RUN_KEYS = ["variant", "device"];
 
-/** Read {run, view} from the current URL, given the scenario's variants and options. */
-export function readUrl(scenario, search = location.search) {
+/** Read {run, view} from the current URL, given the subject (api.js: its options, default
+ *  variant, and whether its run is fixed). */
+export function readUrl(subject, search = location.search) {
   const q = new URLSearchParams(search);
   const options = {};
-  for (const [key, spec] of Object.entries(scenario.options || {})) {
+  for (const [key, spec] of Object.entries(subject.options || {})) {
     options[key] = q.has(key) ? q.get(key) : String(spec.default);
   }
-  const run = {
-    variant: q.get("variant") || scenario.default_variant || null,
+  const run = subject.fixed ? { variant: null, device: subject.device || "cpu", options } : {
+    variant: q.get("variant") || subject.defaultVariant || null,
     device: q.get("device") || "cpu",
     options,
   };
@@ -31,17 +33,20 @@ export function readUrl(scenario, search = location.search) {
 }
 
 /** The URL of a run and view (relative to this page). */
-export function viewUrl(scenario, run, view) {
+export function viewUrl(subject, run, view) {
   const q = new URLSearchParams();
-  for (const key of RUN_KEYS) if (run[key]) q.set(key, run[key]);
-  for (const [k, v] of Object.entries(run.options || {})) q.set(k, v);
+  if (!subject.fixed) {
+    for (const key of RUN_KEYS) if (run[key]) q.set(key, run[key]);
+    for (const [k, v] of Object.entries(run.options || {})) q.set(k, v);
+  }
   for (const key of VIEW_KEYS) {
     const value = view[key];
     if (value === null || value === undefined) continue;
     q.set(key, Array.isArray(value) ? value.join(",") : String(value));
   }
   // commas are fine in a query and keep "cell=2,3" readable when the link is pasted somewhere
-  return `${location.pathname}?${q.toString().replace(/%2C/gi, ",")}`;
+  const query = q.toString().replace(/%2C/gi, ",");
+  return query ? `${location.pathname}?${query}` : location.pathname;
 }
 
 /** Record the view in the address bar; a new run gets a history entry, a new view does not. */

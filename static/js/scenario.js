@@ -1,9 +1,10 @@
-// The scenario page: wires the views to one state object, {run, view}, kept in the URL.
-// `run` picks the trace (variant, device, options); `view` is what is shown of it (event, node,
+// The page of one run: a scenario's, or a stored run of your own code (/runs/{id}). It wires the
+// views to one state object, {run, view}, kept in the URL. `run` picks the trace (variant,
+// device, options; fixed for a stored run); `view` is what is shown of it (event, node,
 // parameter, source line, replay step, heat-map entry). Every change goes through update(),
 // which re-renders from the state, so the page and its permalink cannot disagree.
 
-import { ApiError, fetchGraphSvg, fetchTrace } from "./api.js";
+import { ApiError, fetchGraphSvg, fetchTrace, scenarioSubject, storedSubject } from "./api.js";
 import { Controls, updateExports } from "./controls.js";
 import { renderDiagnostics } from "./diagnostics.js";
 import { fill, h, fmt } from "./dom.js";
@@ -21,9 +22,10 @@ import { renderTimeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("page-data").textContent);
-const scenario = page.scenario;
+// where the trace comes from: the scenario's endpoints, or the stored run's
+const subject = page.run ? storedSubject(page.run) : scenarioSubject(page.scenario);
 
-let { run, view } = readUrl(scenario);
+let { run, view } = readUrl(subject);
 let doc = null;
 let shown = null; // the backward event whose graph is drawn
 let hinted = null; // a node pointed at from the accumulation chart
@@ -34,7 +36,8 @@ const status = $("status");
 const progress = new Progress($("progress"), $("progress-text"));
 const graph = new GraphView($("graph"), { onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null }) });
 const source = new SourceView($("source"), { onLine: selectLine });
-const controls = new Controls($("controls"), scenario, {
+// a stored run has no settings to change: it is what ran
+const controls = subject.fixed ? null : new Controls($("controls"), subject, {
   // a new run keeps the chosen parameter (its bars in the other variant are the lesson), but
   // node ids belong to one graph, so node, line, step and event start afresh
   onChange: (next) => {
@@ -100,15 +103,15 @@ async function loadRun(newEntry = false) {
   if (pending) pending.abort();
   const controller = new AbortController();
   pending = controller;
-  controls.set(run);
-  writeUrl(viewUrl(scenario, run, view), { newEntry });
+  if (controls) controls.set(run);
+  writeUrl(viewUrl(subject, run, view), { newEntry });
   setStatus(status, null);
-  const what = [scenario.name + ".py", run.variant, ...Object.entries(run.options).map(([k, v]) => `${k} = ${v}`),
+  const what = [subject.name + ".py", run.variant, ...Object.entries(run.options).map(([k, v]) => `${k} = ${v}`),
     run.device].filter(Boolean).join(", ");
   progress.start(`Running ${what}`);
   document.body.classList.add("loading");
   try {
-    if (run.device !== "cpu") {
+    if (run.device !== "cpu" && !subject.fixed) {
       // Ask the worker which devices exist before asking it to run on one it may not have.
       const devices = await devicesReady;
       if (devices && !devices.includes(run.device)) {
@@ -116,7 +119,7 @@ async function loadRun(newEntry = false) {
           `(it has: ${devices.join(", ")}).`);
       }
     }
-    doc = await fetchTrace(scenario.name, run, { signal: controller.signal });
+    doc = await fetchTrace(subject, run, { signal: controller.signal });
     shown = null;
     if (!doc.events.some((e) => e.index === view.event)) {
       const first = doc.events.find((e) => e.kind === "backward") || doc.events[0];
@@ -168,7 +171,7 @@ async function showGraph(signal) {
       "This run recorded no backward pass, so there is no graph to draw.");
     return;
   }
-  const svg = await fetchGraphSvg(scenario.name, run, target.index, { signal });
+  const svg = await fetchGraphSvg(subject, run, target.index, { signal });
   graph.show(svg, target, doc.diagnostics);
 }
 
@@ -223,8 +226,8 @@ function render() {
     $(id).disabled = !(ev && ev.kind === "backward");
   }
   $("replay-stop").disabled = view.step === null;
-  updateExports(scenario, run, shown ? shown.index : null, Boolean(doc));
-  const url = viewUrl(scenario, run, view);
+  updateExports(subject, run, shown ? shown.index : null, Boolean(doc));
+  const url = viewUrl(subject, run, view);
   if (doc) writeUrl(url);
   $("permalink").value = location.origin + url;
 }
@@ -310,7 +313,7 @@ $("permalink-copy").addEventListener("click", async () => {
   setTimeout(() => { $("permalink-copy").textContent = "Copy link to this view"; }, 2500);
 });
 window.addEventListener("popstate", () => {
-  const next = readUrl(scenario);
+  const next = readUrl(subject);
   const sameRun = JSON.stringify(next.run) === JSON.stringify(run);
   run = next.run;
   view = next.view;
@@ -323,7 +326,7 @@ window.addEventListener("resize", () => {
   resizeTimer = setTimeout(() => graph.resized(), 150);
 });
 
-controls.set(run);
+if (controls) controls.set(run);
 graph.fitHeight();
-const devicesReady = controls.loadDevices();
+const devicesReady = controls ? controls.loadDevices() : null;
 loadRun();

@@ -7,62 +7,28 @@ server for anything (the app must work offline). Screenshots go to test-artifact
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts" / "browser"
+from tests.server import ARTIFACTS as _ALL_ARTIFACTS
+from tests.server import serve
+
+ARTIFACTS = _ALL_ARTIFACTS / "browser"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
-def server() -> str:
+def server(tmp_path_factory) -> str:
     """Base URL of a real server process, started the way `autograd-lab serve` starts it."""
-    port = _free_port()
-    log = (ARTIFACTS.parent / "server.log")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "AUTOGRAD_LAB_TRACE_TIMEOUT": "120"}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app.web.app:create_app", "--factory",
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start; see {log}")
-            time.sleep(0.2)
+    with serve(tmp_path_factory.mktemp("store"), name="browser/server",
+               TRACE_TIMEOUT="120") as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="session")

@@ -31,10 +31,10 @@ def test_index_lists_scenarios_and_opens_one(watched):
     page = watched.page
     page.goto(watched.base + "/")
     names = [s["name"] for s in page.request.get(watched.base + "/api/scenarios").json()]
-    cards = page.locator("#scenario-cards .card:not(.card-unavailable)")
+    cards = page.locator("#scenario-cards .card:not(#own-code-card)")
     assert cards.count() == len(names)
     own = page.locator("#own-code-card")
-    assert "Not available yet" in own.inner_text()
+    assert "paste or upload" in own.inner_text()
     watched.shot("index")
     page.click('a[href="/scenarios/reused_layer"]')
     page.wait_for_selector("#graph svg g.node")

@@ -1,6 +1,10 @@
 """An app per test module, over a scenarios folder the tests control, and one over the real
 scenarios. Requests go through FastAPI's TestClient (httpx), in process; runs still happen in a
-worker process, as in production, so the few tests that trace share each run through the cache."""
+worker process, as in production, so the few tests that trace share each run through the cache.
+
+`settings()` is how a test makes its app: the run store in a temporary folder (never the
+user's home), no pool of pre-started workers and no sandbox self-test unless a test asks, so
+that an in-process app starts no process it does not need."""
 
 from __future__ import annotations
 
@@ -54,13 +58,29 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def client(tiny_dir) -> TestClient:
-    app = create_app(Settings(trace_timeout=120), scenarios_dir=tiny_dir)
-    with TestClient(app) as c:
+def settings(tmp_path_factory):
+    """settings(**changes) -> Settings for a test app, with its own store file."""
+    def make(**changes) -> Settings:
+        values = {"trace_timeout": 120, "pool_size": 0, "selftest": False,
+                  "store_path": str(tmp_path_factory.mktemp("store") / "runs.sqlite3")}
+        return Settings(**{**values, **changes})
+
+    return make
+
+
+# TestClient's default client address is "testclient"; the app tells loopback visitors from
+# others, and these tests are the server's own machine
+LOCAL = ("127.0.0.1", 50000)
+
+
+@pytest.fixture(scope="module")
+def client(tiny_dir, settings) -> TestClient:
+    app = create_app(settings(), scenarios_dir=tiny_dir)
+    with TestClient(app, client=LOCAL) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
-def real_client() -> TestClient:
-    with TestClient(create_app(Settings(trace_timeout=120))) as c:
+def real_client(settings) -> TestClient:
+    with TestClient(create_app(settings()), client=LOCAL) as c:
         yield c

@@ -22,8 +22,11 @@ def detail(response) -> str:
     return body["detail"]
 
 
-def test_healthz(client):
-    assert client.get("/healthz").json() == {"status": "ok"}
+def test_healthz_answers_with_the_sandbox_state(client):
+    body = client.get("/healthz").json()
+    assert body["status"] == "ok"
+    # this test app skips the self-test; a served one reports it (test_runs_server.py)
+    assert body["sandbox"]["state"] == "off" and body["sandbox"]["ok"] is False
 
 
 def test_list_and_get_scenarios(client):
@@ -94,16 +97,15 @@ def test_device_that_is_not_there_is_422_not_a_fallback(client):
     assert "not available" in detail(response)
 
 
-def test_busy_workers_are_503_with_retry_after(tiny_dir):
+def test_busy_workers_are_503_with_retry_after(tiny_dir, settings):
     """A run that would wait behind a full queue is turned away at once, not left hanging."""
     import threading
 
     from fastapi.testclient import TestClient
 
     from app.web.app import create_app
-    from app.web.settings import Settings
 
-    app = create_app(Settings(max_workers=1, queue_size=0), scenarios_dir=tiny_dir)
+    app = create_app(settings(max_workers=1, queue_size=0), scenarios_dir=tiny_dir)
     held, release = threading.Event(), threading.Event()
 
     def hold():

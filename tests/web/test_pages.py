@@ -7,13 +7,14 @@ import re
 from app.catalog import load_catalog
 
 
-def test_index_has_one_card_per_scenario_and_says_own_code_is_not_available(real_client):
+def test_index_has_one_card_per_scenario_and_one_for_own_code(real_client):
     html = real_client.get("/").text
     for name, scenario in load_catalog().items():
         assert f'href="/scenarios/{name}"' in html
         assert scenario.title.split("`")[0] in html
-    assert 'id="own-code-card"' in html
-    assert "Not available yet" in html
+    card = html.split('id="own-code-card"')[1].split("</li>")[0]
+    assert 'href="/own-code"' in card and "paste or upload" in card
+    assert "Not available" not in card
 
 
 def test_index_cards_show_title_and_question_with_code_marked(client):
@@ -58,11 +59,17 @@ def test_unknown_scenario_page_is_404_with_the_list(client):
     assert "tiny" in response.json()["detail"]
 
 
-def test_own_code_page_says_plainly_it_is_not_available(client):
+def test_own_code_page_has_the_form_and_says_what_the_sandbox_is(client):
     response = client.get("/own-code")
     assert response.status_code == 200
-    assert "Not available yet." in response.text
-    assert "autograd-lab trace my_model.py" in response.text
+    html = response.text
+    assert '<textarea id="source"' in html and 'type="file" id="file" accept=".py' in html
+    assert '<select id="device"' in html
+    assert re.search(r'<button type="submit" id="run" class="run-button"\s*>', html)  # enabled
+    assert 'id="refused"' not in html and 'id="token"' not in html
+    # this test app skips the self-test: the page says so, and that others cannot upload
+    assert 'data-state="off"' in html and "The sandbox self-test is switched off" in html
+    assert "only for visitors on the server's own machine" in html
 
 
 def test_static_files_and_vendored_library_with_licence(client):

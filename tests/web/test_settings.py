@@ -26,3 +26,12 @@ def test_environment_is_read_and_checked():
         Settings.from_env({"AUTOGRAD_LAB_PORT": "70000"})
     with pytest.raises(SettingsError, match="trace_timeout must be positive"):
         Settings(trace_timeout=0)
+
+
+def test_booleans_are_words_not_truthiness():
+    """bool("0") is True; the setting must read 0/false/no/off as off."""
+    assert Settings.from_env({"AUTOGRAD_LAB_SELFTEST": "0"}).selftest is False
+    assert Settings.from_env({"AUTOGRAD_LAB_SELFTEST": "Yes"}).selftest is True
+    with pytest.raises(SettingsError, match="AUTOGRAD_LAB_SELFTEST='maybe' is not a valid bool"):
+        Settings.from_env({"AUTOGRAD_LAB_SELFTEST": "maybe"})
+    assert Settings.from_env({}, token="t").token == "t"  # `serve --token` arrives this way

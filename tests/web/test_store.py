@@ -64,3 +64,21 @@ def test_gate_turns_away_past_workers_plus_queue():
     release.set()
     running.join(5)
     waiting.join(5)
+
+
+def test_a_run_larger_than_the_whole_bound_still_answers_its_link(tmp_path):
+    import os
+
+    store = RunStore(tmp_path / "r.sqlite3", max_bytes=1000)
+    old = store.put(doc("old.py"))
+    big = store.put({**doc("big.py"), "pad": os.urandom(4000).hex()})
+    assert store.get(big)["script"]["name"] == "big.py"
+    assert store.get(old) is None
+
+
+def test_making_a_store_writes_nothing_until_it_is_used(tmp_path):
+    path = tmp_path / "deep" / "runs.sqlite3"
+    store = RunStore(path)
+    assert not path.parent.exists()  # an app object alone leaves no file behind
+    store.put(doc("a.py"))
+    assert path.exists()

@@ -12,6 +12,7 @@ from app.trace.document import load_schema
 
 from ..deps import CatalogDep, ScenarioDep, TracesDep
 from ..gate import Busy
+from ..sandbox import sandbox_status
 from ..traces import DeviceError
 
 router = APIRouter(tags=["autograd-lab"])
@@ -48,8 +49,10 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
 
 
 @router.get("/healthz")
-def healthz() -> dict:
-    return {"status": "ok"}
+def healthz(request: Request) -> dict:
+    """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
+    until it is done)."""
+    return {"status": "ok", "sandbox": sandbox_status(request.app.state.settings)}
 
 
 @router.get("/api/scenarios")

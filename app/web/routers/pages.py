@@ -10,7 +10,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from ..auth import upload_policy
 from ..deps import CatalogDep, ScenarioDep
+from .runs import stored_run
 
 # HTML for people, kept out of the OpenAPI page; their JSON twins are in api.py
 router = APIRouter(include_in_schema=False)
@@ -22,7 +24,8 @@ def _page(request: Request, template: str, **context) -> HTMLResponse:
 
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, catalog: CatalogDep):
-    return _page(request, "index.html", scenarios=[s.summary() for s in catalog.values()])
+    return _page(request, "index.html", scenarios=[s.summary() for s in catalog.values()],
+                 policy=upload_policy(request))
 
 
 @router.get("/scenarios/{name}", response_class=HTMLResponse)
@@ -44,5 +47,16 @@ def compare_page(request: Request, scenario: ScenarioDep):
 
 @router.get("/own-code", response_class=HTMLResponse)
 def own_code(request: Request):
-    """Placeholder for running a pasted script: says plainly that it is not available yet."""
-    return _page(request, "own_code.html")
+    """Paste or upload a script and run it; says plainly when this server refuses uploads."""
+    return _page(request, "own_code.html", policy=upload_policy(request))
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: str):
+    """A stored run, shown as a scenario is; the browser reads it from /api/runs/{id}."""
+    doc = stored_run(request, run_id)
+    script = doc["script"]
+    run = {"id": run_id, "name": script["name"], "device": doc.get("device") or "cpu",
+           "link": doc["run"]["link"]}
+    return _page(request, "run.html", run=run, source=script.get("source") or "",
+                 torch=doc.get("torch"))

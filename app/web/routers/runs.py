@@ -1,4 +1,8 @@
-"""Your own code: POST a script, get its Trace; every run has a link that shows it again."""
+"""Your own code: POST a script, get its Trace; every run has a link that shows it again.
+
+`stored_run` is shared with the run's page (/runs/{id}); `upload_policy` with the "Your code"
+page (/own-code), so each page and its JSON twin come from one function.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.devices import parse_device
-from app.render import RenderError, event_graph, render_graph
+from app.render import RenderError
 
-from ..auth import check_uploader
+from ..auth import check_uploader, upload_policy
 from ..gate import Busy
 
-router = APIRouter()
+__all__ = ["router", "stored_run"]
+
+router = APIRouter(tags=["your code"])
 
 _MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8"}
 
@@ -23,13 +29,16 @@ async def _read_capped(request: Request, cap: int) -> bytes:
     """The request body, refusing (413) as soon as it passes `cap` bytes."""
     too_big = HTTPException(413, f"the upload is larger than {cap // 1024} KiB; send a smaller "
                                  "script (one file of Python source)")
+    # JSON escapes (\n, \", \uXXXX) can double a script; multipart adds its framing. The
+    # script's own size is checked exactly once decoded.
+    limit = 2 * cap + 64 * 1024
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > cap + 64 * 1024:
+    if declared and declared.isdigit() and int(declared) > limit:
         raise too_big
     data = bytearray()
     async for chunk in request.stream():
         data += chunk
-        if len(data) > cap + 64 * 1024:  # room for multipart framing and the JSON envelope
+        if len(data) > limit:
             raise too_big
     return bytes(data)
 
@@ -51,17 +60,23 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
         async def replay():
             return {"type": "http.request", "body": body, "more_body": False}
 
-        form = await Request(request.scope, replay).form()
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
-            raise HTTPException(422, "the upload needs a file in the form field 'file'")
-        raw = await upload.read()
+        try:
+            form = await Request(request.scope, replay).form()
+        except Exception as exc:  # noqa: BLE001 - python-multipart's errors vary by version
+            raise HTTPException(422, f"the multipart form could not be read: {exc}") from exc
+        try:
+            upload = form.get("file")
+            if upload is None or isinstance(upload, str):
+                raise HTTPException(422, "the upload needs a file in the form field 'file'")
+            raw = await upload.read()
+            name = upload.filename or "script.py"
+            device = str(form.get("device") or "cpu")
+        finally:
+            await form.close()
         try:
             source = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise HTTPException(422, "the file is not UTF-8 text; upload a .py script") from exc
-        name = upload.filename or "script.py"
-        device = str(form.get("device") or "cpu")
     else:
         raise HTTPException(415, "send JSON ({\"source\": ..., \"device\": ...}) or a "
                                  "multipart form with the field 'file'")
@@ -69,7 +84,7 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
         raise HTTPException(413, f"the script is larger than {cap // 1024} KiB")
     if not source.strip():
         raise HTTPException(422, "the script is empty")
-    if not name.endswith(".py") or "/" in name or "\\" in name:
+    if not name.endswith(".py") or "/" in name or "\\" in name or len(name) > 100:
         name = "script.py"
     try:
         device = parse_device(device)
@@ -78,12 +93,21 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
     return source, name, device
 
 
+@router.get("/api/uploads")
+def uploads(request: Request) -> dict:
+    """Whether this client may run code here, whether it needs the token, the size limit and
+    the sandbox's state (the JSON twin of /own-code)."""
+    return upload_policy(request)
+
+
 @router.post("/api/runs")
 async def create_run(request: Request) -> dict:
     check_uploader(request)
     state = request.app.state
     cap = state.settings.max_upload_bytes
     source, name, device = await _submission(request, await _read_capped(request, cap), cap)
+    # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
+    # out of the server's thread pool)
     try:
         doc = await run_in_threadpool(state.traces.run_source, source, name, device)
     except Busy as exc:
@@ -95,7 +119,7 @@ async def create_run(request: Request) -> dict:
     return {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}}
 
 
-def _stored(request: Request, run_id: str) -> dict:
+def stored_run(request: Request, run_id: str) -> dict:
     doc = request.app.state.store.get(run_id)
     if doc is None:
         raise HTTPException(404, f"no run {run_id!r}: it never existed or was dropped to make "
@@ -105,16 +129,17 @@ def _stored(request: Request, run_id: str) -> dict:
 
 @router.get("/api/runs/{run_id}")
 def get_run(request: Request, run_id: str) -> dict:
-    return _stored(request, run_id)
+    """A stored run's Trace, with its id and link (the JSON twin of /runs/{id})."""
+    return stored_run(request, run_id)
 
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
 def run_graph(request: Request, run_id: str, fmt: str, event: int | None = None) -> Response:
     if fmt not in _MEDIA:
         raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png or graph.dot")
-    doc = _stored(request, run_id)
+    doc = stored_run(request, run_id)
     try:
-        data = render_graph(event_graph(doc, event), fmt)
+        data = request.app.state.traces.drawing(("run", run_id), doc, event, fmt)
     except LookupError as exc:
         raise HTTPException(404, str(exc)) from exc
     except RenderError as exc:

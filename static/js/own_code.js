@@ -1,0 +1,207 @@
+// The "Your own code" page: paste or upload a script, choose the device, run it, go to its page.
+// Nothing the user typed is lost: the textarea is never cleared, and a draft survives a reload
+// or a trip to the run's page and back (sessionStorage). A script that fails before recording
+// anything is reported here, next to the text to fix, rather than on an empty run page.
+
+import { ApiError, fetchDevices, fetchStoredRun, postRun } from "./api.js";
+import { fill, h } from "./dom.js";
+import { Progress } from "./progress.js";
+import { setStatus } from "./status.js";
+
+const $ = (id) => document.getElementById(id);
+const page = JSON.parse($("page-data").textContent);
+const policy = page.policy;
+const TOKEN_KEY = "autograd-lab-token";
+const DRAFT_KEY = "autograd-lab-draft";
+
+const form = $("run-form");
+const source = $("source");
+const nameInput = $("name");
+const device = $("device");
+const token = $("token"); // only when the server needs one
+const runButton = $("run");
+const status = $("run-status");
+const progress = new Progress($("progress"), $("progress-text"));
+
+const EXAMPLE = `import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 3), torch.randn(8, 1)
+
+for epoch in range(2):
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    print(f"epoch {epoch}: loss {loss.item():.4f}")
+`;
+
+function storage(kind) {
+  try {
+    return kind === "local" ? window.localStorage : window.sessionStorage;
+  } catch {
+    return null; // storage switched off: the page still works, it just forgets
+  }
+}
+
+function saveDraft() {
+  const s = storage("session");
+  if (s) s.setItem(DRAFT_KEY, JSON.stringify({ source: source.value, name: nameInput.value, device: device.value }));
+}
+
+function restoreDraft() {
+  const s = storage("session");
+  const draft = s && s.getItem(DRAFT_KEY);
+  if (!draft || source.value) return;
+  try {
+    const d = JSON.parse(draft);
+    source.value = d.source || "";
+    nameInput.value = d.name || "script.py";
+    if (d.device) device.dataset.wanted = d.device;
+  } catch { /* an old or broken draft: ignore it */ }
+}
+
+/** Put the caret on a line of the textarea and scroll it into view (for an error's line). */
+function goToLine(line) {
+  const lines = source.value.split("\n");
+  const start = lines.slice(0, line - 1).reduce((n, l) => n + l.length + 1, 0);
+  const end = start + (lines[line - 1] || "").length;
+  source.focus();
+  source.setSelectionRange(start, end);
+  const lineHeight = parseFloat(getComputedStyle(source).lineHeight) || 20;
+  source.scrollTop = Math.max(0, (line - 4) * lineHeight);
+}
+
+/** The run stopped before it recorded anything: say why here, with the line to fix. */
+function showScriptError(doc) {
+  const err = doc.error;
+  const text = err.line ? (source.value.split("\n")[err.line - 1] || "") : "";
+  setStatus(status, [
+    h("strong", {}, `The script stopped with ${err.type}`),
+    err.line ? [" at ", h("button.link", { type: "button", onclick: () => goToLine(err.line) }, `line ${err.line}`)] : "",
+    `: ${err.message}`,
+    // the line itself, unless the message already quotes it (a SyntaxError's does)
+    text.trim() && !err.message.includes(text.trim()) ? h("pre.run-error-source", {}, `${err.line} | ${text}`) : "",
+    h("br"), "Fix it in the box and run again, or ",
+    h("a", { href: doc.run.link }, "open the run anyway"), ".",
+  ], "error");
+  if (err.line) goToLine(err.line);
+}
+
+/** The API's sentences start in lower case (they are also read by programs). */
+const sentence = (text) => text.charAt(0).toUpperCase() + text.slice(1) + (/[.)]$/.test(text) ? "" : ".");
+
+function explainFailure(err) {
+  if (!(err instanceof ApiError)) return `Something went wrong in the page: ${err.message}`;
+  if (err.status === 401) {
+    const s = storage("local");
+    if (s) s.removeItem(TOKEN_KEY); // it was wrong: ask again rather than resend it
+    if (token) {
+      token.value = "";
+      token.focus();
+    }
+    return "The server did not accept that token. Type the token the server was started with " +
+      "(its --token) in “Server token” and run again.";
+  }
+  if (err.status === 503 && err.retryAfter) return `${sentence(err.message)} (The server suggests waiting ${err.retryAfter} s.)`;
+  return sentence(err.message);
+}
+
+async function run(event) {
+  event.preventDefault();
+  if (!source.value.trim()) {
+    setStatus(status, "The script is empty: paste a script into the box, or upload a .py file.", "error");
+    source.focus();
+    return;
+  }
+  if (token && !token.value.trim()) {
+    setStatus(status, "This server runs code only with its token: type it in “Server token”.", "error");
+    token.focus();
+    return;
+  }
+  saveDraft();
+  setStatus(status, null);
+  runButton.disabled = true;
+  form.setAttribute("aria-busy", "true");
+  progress.start(`Running ${nameInput.value || "script.py"} on ${device.value}`);
+  try {
+    const doc = await postRun({ source: source.value, name: nameInput.value, device: device.value },
+      { token: token ? token.value.trim() : "" });
+    if (token) {
+      const s = storage("local");
+      if (s) s.setItem(TOKEN_KEY, token.value.trim()); // it worked: do not ask again
+    }
+    if (doc.error && !doc.events.length) {
+      showScriptError(doc);
+      return;
+    }
+    location.assign(doc.run.link);
+  } catch (err) {
+    setStatus(status, explainFailure(err), "error");
+  } finally {
+    progress.stop();
+    runButton.disabled = Boolean(policy.refused);
+    form.removeAttribute("aria-busy");
+  }
+}
+
+async function readFile() {
+  const file = $("file").files[0];
+  if (!file) return;
+  if (file.size > policy.max_upload_bytes) {
+    setStatus(status, `${file.name} is ${Math.ceil(file.size / 1024)} KiB; the limit is ` +
+      `${policy.max_upload_bytes / 1024} KiB. Upload a smaller script.`, "error");
+    return;
+  }
+  source.value = await file.text();
+  nameInput.value = file.name.endsWith(".py") ? file.name : "script.py";
+  setStatus(status, `Loaded ${file.name}: check it below, then run it.`, "info");
+  saveDraft();
+}
+
+async function loadDevices() {
+  try {
+    const { devices } = await fetchDevices();
+    const wanted = device.dataset.wanted || device.value;
+    fill(device, ...devices.map((d) => h("option", { value: d }, d)));
+    device.value = devices.includes(wanted) ? wanted : "cpu";
+  } catch (err) {
+    device.title = `could not list devices: ${err.message}`;
+  }
+}
+
+/** /own-code?from=ID: start from a stored run's script ("edit and run again"). */
+async function loadFrom(id) {
+  try {
+    const doc = await fetchStoredRun(id);
+    source.value = doc.script.source;
+    nameInput.value = doc.script.name;
+    device.dataset.wanted = doc.device;
+    device.value = doc.device;
+  } catch (err) {
+    setStatus(status, `Could not load that run's script: ${err.message}`, "error");
+  }
+}
+
+form.addEventListener("submit", run);
+source.addEventListener("input", saveDraft);
+$("file").addEventListener("change", readFile);
+$("example").addEventListener("click", () => {
+  if (source.value.trim() && !confirm("Replace the script in the box with the example?")) return;
+  source.value = EXAMPLE;
+  nameInput.value = "example.py";
+  saveDraft();
+  source.focus();
+});
+if (token) {
+  const s = storage("local");
+  token.value = (s && s.getItem(TOKEN_KEY)) || "";
+}
+
+const from = new URLSearchParams(location.search).get("from");
+if (from) await loadFrom(from);
+else restoreDraft();
+loadDevices();

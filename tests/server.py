@@ -1,0 +1,69 @@
+"""A real server for tests: uvicorn in a subprocess on a free loopback port, started the way
+`autograd-lab serve` starts it, with its settings given as AUTOGRAD_LAB_* variables.
+
+    with serve(tmp_path, TOKEN="s3cret", MAX_WORKERS="1") as base:
+        httpx.get(base + "/healthz")
+
+The run store goes to the given folder (never the user's home); the server's output goes to
+test-artifacts/NAME.log, where a failing test's reader finds it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+__all__ = ["ARTIFACTS", "free_port", "serve"]
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
+          **settings: str) -> Iterator[str]:
+    """Yield the base URL of a running server; stop it (and its workers) afterwards."""
+    port = free_port()
+    log = ARTIFACTS / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "AUTOGRAD_LAB_STORE_PATH": str(Path(store_dir) / "runs.sqlite3"),
+           **{f"AUTOGRAD_LAB_{k.upper()}": str(v) for k, v in settings.items()}}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "app.web.app:create_app", "--factory",
+             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start; see {log}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()  # uvicorn's shutdown stops the pool: its idle workers are killed
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,111 @@
+"""Who may run code: the token, the bind address, the client's address and the sandbox.
+
+A request that passes the checks is sent with an empty script, so that it answers 422 ("the
+script is empty") without starting a worker: 422 here means "allowed in".
+"""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.web.app import create_app
+
+from .conftest import LOCAL
+
+OTHER = ("192.0.2.7", 40000)  # a documentation address: another host
+EMPTY = {"source": " "}
+
+
+def app_client(settings, client=LOCAL, **changes) -> TestClient:
+    return TestClient(create_app(settings(**changes)), client=client)
+
+
+def status(c: TestClient, token: str | None = None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return c.post("/api/runs", json=EMPTY, headers=headers).status_code
+
+
+def test_loopback_without_token_is_open(settings):
+    assert status(app_client(settings)) == 422
+
+
+def test_a_configured_token_is_required_even_on_loopback(settings):
+    c = app_client(settings, token="s3cret")
+    response = c.post("/api/runs", json=EMPTY)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert "Authorization: Bearer TOKEN" in response.json()["detail"]
+    assert status(c, "wrong") == 401
+    assert status(c, "s3cret") == 422
+    assert c.post("/api/runs", json=EMPTY, headers={"Authorization": "s3cret"}).status_code == 401
+    assert c.get("/api/uploads").json()["token_required"] is True
+    assert 'id="token"' in c.get("/own-code").text
+
+
+def test_public_bind_without_token_refuses_and_says_how_to_start(settings):
+    c = app_client(settings, host="0.0.0.0")
+    response = c.post("/api/runs", json=EMPTY)
+    assert response.status_code == 403
+    assert "--token" in response.json()["detail"] and "0.0.0.0" in response.json()["detail"]
+    page = c.get("/own-code").text
+    assert 'id="refused"' in page and "--token SECRET" in page
+    assert 'id="run" class="run-button" disabled' in page
+    assert "card-unavailable" in c.get("/").text.split('id="own-code-card"')[0][-80:]
+
+
+def test_a_client_from_another_host_is_not_loopback_whatever_the_bind_says(settings):
+    """`uvicorn --host 0.0.0.0` started directly leaves settings.host at 127.0.0.1."""
+    assert status(app_client(settings, client=OTHER)) == 403
+
+
+@pytest.mark.parametrize("selftest_state, code", [("off", 403), ("running", 503)])
+def test_other_hosts_need_a_sandbox_that_held(settings, monkeypatch, selftest_state, code):
+    from app.web import sandbox
+
+    if selftest_state == "running":
+        monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {"ok": False})
+    c = app_client(settings, client=OTHER, host="0.0.0.0", token="t",
+                   selftest=selftest_state != "off")
+    response = c.post("/api/runs", json=EMPTY, headers={"Authorization": "Bearer t"})
+    assert response.status_code == code
+    if code == 503:
+        assert response.headers["retry-after"] == "10"
+    else:
+        assert "sandbox is not complete" in response.json()["detail"]
+    # the same machine may still upload: the sandbox's gaps are stated on its page
+    assert status(app_client(settings, host="0.0.0.0", token="t"), "t") == 422
+
+
+def test_other_hosts_may_upload_when_every_layer_held(settings, monkeypatch):
+    from app.web import sandbox
+
+    monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {
+        "ok": True, "checked_at": "now", "summary": "every sandbox layer is in place",
+        "missing": [], "failing": [], "layers": {}})
+    c = app_client(settings, client=OTHER, host="0.0.0.0", token="t", selftest=True)
+    assert status(c, "t") == 422
+    assert status(c) == 401
+    assert 'data-state="ok"' in c.get("/own-code").text
+
+
+def test_a_missing_layer_is_named_on_the_page_and_refuses_other_hosts(settings, monkeypatch):
+    from app.web import sandbox
+
+    monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {
+        "ok": False, "checked_at": "now", "missing": ["landlock"], "failing": ["rlimits"],
+        "summary": "sandbox incomplete: landlock unavailable (kernel without Landlock); "
+                   "rlimits did not hold",
+        "layers": {"landlock": {"available": False, "detail": "kernel without Landlock"},
+                   "rlimits": {"available": True, "detail": "setrlimit"}}})
+    here = app_client(settings, selftest=True)
+    page = here.get("/own-code").text
+    assert 'data-state="done"' in page
+    assert "<code>landlock</code> is unavailable on this machine: kernel without Landlock" in page
+    assert "<code>rlimits</code> did not hold in the self-test" in page
+    assert status(here) == 422  # this machine may still run code, knowing what is missing
+    response = app_client(settings, client=OTHER, selftest=True, host="0.0.0.0",
+                          token="t").post("/api/runs", json=EMPTY,
+                                          headers={"Authorization": "Bearer t"})
+    assert response.status_code == 403 and "landlock unavailable" in response.json()["detail"]
+    assert here.get("/healthz").json()["sandbox"]["missing"] == ["landlock"]
