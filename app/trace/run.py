@@ -41,7 +41,7 @@ def device_problem(device: str) -> str | None:
     if not torch.cuda.is_available():
         return (f"device {device!r} is not available: this machine has no CUDA GPU that torch "
                 f"{torch.__version__} can use (torch.cuda.is_available() is False). "
-                "Run on the CPU instead (--device cpu).")
+                "Run it on the CPU instead (device cpu).")
     index = int(m.group(1) or 0)
     count = torch.cuda.device_count()
     if index >= count:

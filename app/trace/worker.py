@@ -151,7 +151,9 @@ def serve(run_dir: Path, sandbox: dict) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
-    doc["sandbox"] = status
+    # the document goes to whoever has the run's link: which layers held, not the server's paths
+    doc["sandbox"] = {**status, "landlock": {k: v for k, v in status["landlock"].items()
+                                             if k not in ("read", "write")}}
     _write_document(doc, run_dir / "trace.json", keep=run_dir / job["script"])
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report

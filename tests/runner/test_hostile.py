@@ -21,6 +21,8 @@ from app.runner.sandbox import availability
 
 from .conftest import NORMAL, files_of_sandbox_uids, leftovers
 
+pytestmark = pytest.mark.slow  # minutes of hostile scripts: `make test` runs them, test-fast not
+
 ROOT = Path(__file__).resolve().parents[2]
 APP_FILE = ROOT / "app" / "cli.py"
 
