@@ -4,6 +4,7 @@ own node ids, so the page can go from a drawn node to its record and back."""
 from __future__ import annotations
 
 import graphviz
+from graphviz import nohtml
 
 from .legend import EDGE_COLOR, KINDS
 
@@ -50,20 +51,24 @@ def to_dot(graph: dict, title: str | None = None) -> str:
     dot.attr("edge", fontname="Helvetica", fontsize="12", color=EDGE_COLOR,
              fontcolor=EDGE_COLOR)
     for node in graph["nodes"]:
-        style = KINDS[node["kind"]]
+        style = KINDS.get(node["kind"], KINDS["op"])
         tooltip = node["name"] + (f" — line {node['line']}" if node.get("line") else "")
-        dot.node(node["id"], _label(node), id=node["id"], shape=style["shape"],
+        # nohtml: a name like "<<TABLE>...>>" (from a script's own class or variable names)
+        # is text, never a graphviz HTML label that could carry a link into the page
+        dot.node(nohtml(node["id"]), nohtml(_label(node)), id=nohtml(node["id"]),
+                 tooltip=nohtml(tooltip), shape=style["shape"],
                  style=style["style"], fillcolor=style["fill"], fontcolor=style["text"],
-                 tooltip=tooltip, **{"class": f"kind-{node['kind']}"})
+                 **{"class": f"kind-{node['kind']}"})
     for edge in graph["edges"]:
-        dot.edge(edge["source"], edge["target"], id=edge_id(edge),
+        dot.edge(nohtml(edge["source"]), nohtml(edge["target"]), id=nohtml(edge_id(edge)),
                  label=_shape(edge.get("shape")), **{"class": "grad-edge"})
     for cut in graph.get("cuts", ()):
         if cut.get("source") is None:
             continue
         # no gradient flows here: dashed, and it does not pull the layout about
-        dot.edge(cut["source"], cut["node"], id=f"cut-{cut['source']}-{cut['node']}",
-                 label=f"cut: {cut['how'] or 'no edge'}", style="dashed", color="#D55E00",
+        dot.edge(nohtml(cut["source"]), nohtml(cut["node"]),
+                 id=nohtml(f"cut-{cut['source']}-{cut['node']}"),
+                 label=nohtml(f"cut: {cut['how'] or 'no edge'}"), style="dashed", color="#D55E00",
                  fontcolor="#D55E00", arrowhead="tee", constraint="false",
                  **{"class": "cut-edge"})
     return dot.source

@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import re
 
-from app.trace.document import error_record, new_document
+from app.trace.document import error_record, malformed, new_document
 
 from .child import Outcome
 from .sandbox import Limits
@@ -22,7 +22,14 @@ _ALLOWED = ("The sandbox allows a script to read its own folder and Python's lib
 def to_document(outcome: Outcome, *, name: str, source: str, device: str, timeout: float,
                 limits: Limits, script_file: str) -> dict:
     doc = outcome.document
-    if doc is None:
+    problem = malformed(doc) if doc is not None else None
+    if problem is not None:
+        # the script can write the worker's report itself: a forged one is not shown
+        doc = new_document(name, source, device, None)
+        doc["error"] = error_record(
+            "WorkerFailed", f"The run's report was not a valid trace ({problem}): the script "
+            "may have overwritten it. Nothing of it is shown.")
+    elif doc is None:
         doc = new_document(name, source, device, None)
         doc["error"] = _no_document(outcome, timeout, limits, script_file)
         doc["stderr"] = outcome.log

@@ -46,6 +46,8 @@ class BackwardRecording:
     def _cuts(self, escapes_of: Callable | None) -> list[dict]:
         """Nodes that saved a named leaf's values but have no edge from it: the script cut the
         gradient there (detach(), .data, requires_grad_(False)). Each is drawn dashed."""
+        if self.walk.truncated:
+            return []  # edges are missing: every saved parameter would look cut
         node_of = {name: node_id for node_id, (_t, name) in self.walk.leaves.items()}
         tensors = dict(self._tracked)
         inputs: dict[str, list[str]] = {}
@@ -148,17 +150,28 @@ class BackwardRecording:
         return event
 
 
+# Backward nodes of ops whose output is a view of their input: a parameter read through one of
+# these (w.t(), w.view(...)) still has its edge, whatever line made the view.
+_VIEW_NODES = ("TBackward", "TransposeBackward", "PermuteBackward", "ViewBackward",
+               "UnsafeViewBackward", "ReshapeAliasBackward", "ExpandBackward", "SliceBackward",
+               "SelectBackward", "SqueezeBackward", "UnsqueezeBackward", "AsStridedBackward",
+               "AliasBackward", "NarrowBackward", "DiagonalBackward", "UnbindBackward",
+               "SplitBackward", "ChunkBackward")
+
+
 def _reaches(node: dict, leaf_id: str, inputs: dict, by_id: dict) -> bool:
-    """Does `node` take gradient to the leaf through its own statement's nodes (F.linear's
-    TBackward0, a view)? Paths through other lines do not count: they are other uses."""
+    """Does `node` take gradient to the leaf through views of it or through its own
+    statement's nodes (F.linear's TBackward0)? Paths through other computations do not count:
+    they are other uses."""
     stack, seen = [node["id"]], {node["id"]}
     while stack:
         for source in inputs.get(stack.pop(), ()):
             if source == leaf_id:
                 return True
             nxt = by_id[source]
-            if source not in seen and nxt.get("line") == node.get("line") \
-                    and nxt["kind"] in ("op", "custom"):
+            passes = nxt["kind"] in ("op", "custom") and (
+                nxt.get("line") == node.get("line") or nxt["name"].startswith(_VIEW_NODES))
+            if source not in seen and passes:
                 seen.add(source)
                 stack.append(source)
     return False

@@ -142,16 +142,30 @@ def _backward_from_chosen_root(recorder: Recorder, namespace: dict) -> dict | No
             "torch.randn(..., requires_grad=True)) and call .backward() on the result, or name "
             "the tensor to show OUTPUT.")
     gradient = torch.ones_like(root)
-    recorder.around_backward(
-        "torch.autograd.backward", root,
-        lambda: torch.autograd.backward(root, gradient, retain_graph=True), synthetic=True)
-    event = recorder.events[-1]
+    before = len(recorder.events)
+    try:
+        recorder.around_backward(
+            "torch.autograd.backward", root,
+            lambda: torch.autograd.backward(root, gradient, retain_graph=True), synthetic=True)
+    except Exception as exc:  # noqa: BLE001 - e.g. an in-place change the graph cannot undo
+        error = error_from_exception(exc, recorder.script_path)
+        error["message"] = (f"autograd-lab took {how} as the root, but backward from it "
+                            f"fails: {error['message']}")
+        if len(recorder.events) > before:
+            _mark_synthetic(recorder.events[-1], how, root, label)
+        return error
+    if len(recorder.events) == before:  # the walk itself failed: reported as a tracer_error
+        return None
+    _mark_synthetic(recorder.events[-1], how, root, label)
+    return None
+
+
+def _mark_synthetic(event: dict, how: str, root: torch.Tensor, label: str) -> None:
     event["synthetic_reason"] = (
         f"The script never calls backward(), so autograd-lab took {how} as the root and ran "
         "backward from it with a gradient of ones" + ("." if root.dim() == 0 else
                                                         f" of shape {list(root.shape)}."))
     event["graph"]["nodes"][0]["label"] = label
-    return None
 
 
 def _params(recorder: Recorder, named: dict) -> dict:

@@ -80,8 +80,28 @@ def _clear_folder(folder: Path, keep: set[str]) -> None:
             entry.unlink(missing_ok=True)
 
 
+def _normal_thread_stacks() -> None:
+    """The launcher gives the main thread a 1 GiB stack limit (freeing deep graphs recurses);
+    glibc would give every new thread that much too, and a script's few threads would eat its
+    memory budget. New threads get the usual 8 MiB."""
+    import ctypes
+    import threading
+
+    threading.stack_size(8 << 20)
+    try:
+        libc = ctypes.CDLL(None)
+        attr = ctypes.create_string_buffer(256)  # a pthread_attr_t, with room to spare
+        if libc.pthread_attr_init(attr) == 0:
+            libc.pthread_attr_setstacksize(attr, ctypes.c_size_t(8 << 20))
+            libc.pthread_setattr_default_np(attr)
+            libc.pthread_attr_destroy(attr)
+    except (OSError, AttributeError):
+        pass  # not glibc: its own default applies
+
+
 def _prepare() -> None:
     """Everything the script may use is loaded before the doors close."""
+    _normal_thread_stacks()
     for var in _THREAD_VARS:
         os.environ.setdefault(var, "1")
     import inspect  # noqa: F401 - the recorder reads custom Function sources with it

@@ -23,6 +23,11 @@ from .settings import Settings
 __all__ = ["TraceService", "DeviceError"]
 
 
+# errors of the machine rather than of the script: worth another try
+_PASSING = {"Timeout", "WorkerCrashed", "WorkerFailed", "SandboxFailed", "MemoryLimit",
+            "TraceTooLarge"}
+
+
 class DeviceError(ValueError):
     """The requested device is not on this machine."""
 
@@ -79,13 +84,16 @@ class TraceService:
             with self.gate.enter():
                 doc = self._run(source.decode("utf-8", errors="replace"), scenario.path.name,
                                 args, device)
-            if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
-                raise DeviceError(doc["error"]["message"])
             with self._lock:
-                self._cache[key] = doc
-                while len(self._cache) > self.settings.cache_size:
-                    self._cache.popitem(last=False)
                 self._key_locks.pop(key, None)
+                if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
+                    raise DeviceError(doc["error"]["message"])
+                # a run that failed for a passing reason (a slow moment, a lost worker) is
+                # not kept: the next visitor gets a fresh try instead of the same error
+                if not (doc.get("error") and doc["error"]["type"] in _PASSING):
+                    self._cache[key] = doc
+                    while len(self._cache) > self.settings.cache_size:
+                        self._cache.popitem(last=False)
         return key, doc
 
     def run_source(self, source: str, name: str, device: str) -> dict:

@@ -85,3 +85,17 @@ def test_too_large_graph_is_refused():
                        for i in range(5000)], "edges": [], "roots": []}
     with pytest.raises(RenderError, match="5000 nodes"):
         render_graph(graph, "svg")
+
+
+def test_names_from_a_script_are_text_not_markup():
+    """A custom Function or variable named like a graphviz HTML label must not become one."""
+    evil = '<<TABLE><TR><TD HREF="javascript:alert(1)">x</TD></TR></TABLE>>'
+    graph = {"nodes": [{"id": "n0", "name": evil, "label": evil, "kind": "op"},
+                       {"id": "out0", "name": "output", "label": evil, "kind": "output",
+                        "shape": []}],
+             "edges": [{"source": "n0", "target": "out0", "slot": 0, "shape": []}],
+             "roots": ["n0"]}
+    svg = render_graph(graph, "svg").decode()
+    assert "xlink:href" not in svg  # no link anywhere in the drawing
+    assert "&lt;&lt;TABLE&gt;" in svg  # the name is shown as the text it is
+    ET.fromstring(svg)

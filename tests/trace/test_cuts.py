@@ -22,6 +22,9 @@ h = torch.tanh(lin(x))
 how = sys.argv[1]
 if how == "detach":
     out = F.linear(h, lin.weight.detach(), lin.bias.detach())
+elif how == "view_earlier":
+    wt = lin.weight.t()      # a view made on one line...
+    out = h @ wt + lin.bias  # ...used on another: still an edge, not a cut
 elif how == "requires_grad":
     lin.requires_grad_(False)
     out = lin(h)
@@ -33,7 +36,7 @@ out.sum().backward()
 
 
 @pytest.mark.parametrize("how, label, line", [("detach", "detach()", 12),
-                                               ("requires_grad", "requires_grad_(False)", 14)])
+                                               ("requires_grad", "requires_grad_(False)", 17)])
 def test_the_cut_is_recorded_with_how_and_where(trace_source, how, label, line):
     doc = trace_source(SCRIPT, argv=[how])
     (event,) = backward_events(doc)
@@ -52,8 +55,9 @@ def test_the_cut_is_recorded_with_how_and_where(trace_source, how, label, line):
     assert f"cut-{weight['id']}-{cut['node']}" in ids
 
 
-def test_two_real_uses_are_not_a_cut(trace_source):
-    doc = trace_source(SCRIPT, argv=["both"])
+@pytest.mark.parametrize("how", ["both", "view_earlier"])
+def test_real_uses_are_not_cuts(trace_source, how):
+    doc = trace_source(SCRIPT, argv=[how])
     (event,) = backward_events(doc)
     assert event["graph"]["cuts"] == []
     assert event["uses"]["weight"] == 2

@@ -136,3 +136,19 @@ def test_backward_passes_past_the_cap_are_counted_not_recorded(trace_source):
     first_step = next(e for e in doc["events"] if e["kind"] == "step")
     assert torch.allclose(values(first_step["params"]["w"]["after"]), torch.full((2,), 0.8,
                           dtype=torch.float64))
+
+
+def test_chosen_root_whose_backward_fails_is_a_clear_error(trace_source):
+    doc = trace_source("""
+        import torch
+        x = torch.randn(3, requires_grad=True)
+        a = x.sigmoid()
+        a.add_(1)          # sigmoid saved its output: backward through it now fails
+        b = a * 2
+    """)
+    err = doc["error"]
+    assert err["type"] == "RuntimeError"
+    assert "took the last module-level tensor with a grad_fn (`b`)" in err["message"]
+    assert "modified by an inplace operation" in err["message"]
+    (event,) = backward_events(doc)
+    assert event["synthetic"] and event["error"]["type"] == "RuntimeError"

@@ -18,7 +18,7 @@ from tests.server import serve
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
-SLOW = "import time\nimport torch\ntime.sleep(3)\nw = torch.ones(2, requires_grad=True)\n" \
+SLOW = "import time\nimport torch\ntime.sleep(6)\nw = torch.ones(2, requires_grad=True)\n" \
        "(2 * w).sum().backward()\n"
 
 
@@ -65,7 +65,9 @@ def test_a_full_queue_is_503_with_retry_after(base):
     thread = threading.Thread(target=lambda: slow.update(response=run(base, SLOW)))
     thread.start()
     try:
-        time.sleep(0.5)  # the slow run has the only worker (it sleeps 3 s in the script)
+        # the slow run takes the only worker as soon as its request is read (well within 2 s
+        # even on a loaded machine) and keeps it for the 6 s its script sleeps
+        time.sleep(2.0)
         busy = run(base)
         assert busy.status_code == 503, busy.text
         assert busy.headers["retry-after"] == "5" and "try again" in busy.json()["detail"]

@@ -7,11 +7,11 @@ from fastapi.responses import Response
 
 from app.catalog import OptionError
 from app.devices import parse_device
-from app.render import RenderError
 from app.trace.document import load_schema
 
 from ..deps import CatalogDep, ScenarioDep, TracesDep
 from ..gate import Busy
+from ..responses import MEDIA, document, drawing
 from ..sandbox import sandbox_status
 from ..traces import DeviceError
 
@@ -19,7 +19,6 @@ router = APIRouter(tags=["autograd-lab"])
 
 # query parameters that are ours; every other one is a scenario option (e.g. k=2)
 _RESERVED = {"variant", "device", "event"}
-_MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8"}
 
 
 def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[tuple, dict]:
@@ -72,23 +71,17 @@ def scenario_trace(request: Request, scenario: ScenarioDep, traces: TracesDep,
 
     Any other query parameter is one of the scenario's options, e.g. `?k=2` for reused_layer.
     A script that fails still returns 200: the document's `error` says where and why."""
-    return scenario_run(request, scenario, traces, variant, device)[1]
+    return document(scenario_run(request, scenario, traces, variant, device)[1])
 
 
 @router.get("/api/scenarios/{name}/graph.{fmt}")
 def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, fmt: str,
                    variant: str | None = None, device: str = "cpu",
                    event: int | None = None) -> Response:
-    if fmt not in _MEDIA:
-        raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png or graph.dot")
+    if fmt not in MEDIA:
+        return drawing(fmt, bytes)  # the 404, before any run
     key, doc = scenario_run(request, scenario, traces, variant, device)
-    try:
-        data = traces.drawing(key, doc, event, fmt)
-    except LookupError as exc:
-        raise HTTPException(404, str(exc)) from exc
-    except RenderError as exc:
-        raise HTTPException(422, str(exc)) from exc
-    return Response(data, media_type=_MEDIA[fmt])
+    return drawing(fmt, lambda: traces.drawing(key, doc, event, fmt))
 
 
 @router.get("/api/devices")

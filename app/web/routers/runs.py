@@ -7,22 +7,24 @@ page (/own-code), so each page and its JSON twin come from one function.
 from __future__ import annotations
 
 import json
+import re
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.devices import parse_device
-from app.render import RenderError
 
 from ..auth import check_uploader, upload_policy
 from ..gate import Busy
+from ..responses import MEDIA, document, drawing
 
 __all__ = ["router", "stored_run"]
 
 router = APIRouter(tags=["your code"])
 
-_MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8"}
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,97}\.py")
+
 
 
 async def _read_capped(request: Request, cap: int) -> bytes:
@@ -49,7 +51,7 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
     if kind == "application/json":
         try:
             payload = json.loads(body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: [[[[... nested deep
             raise HTTPException(422, f"the body is not valid JSON: {exc}") from exc
         if not isinstance(payload, dict) or not isinstance(payload.get("source"), str):
             raise HTTPException(422, 'send {"source": "<python code>", "device": "cpu"}')
@@ -84,7 +86,7 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
         raise HTTPException(413, f"the script is larger than {cap // 1024} KiB")
     if not source.strip():
         raise HTTPException(422, "the script is empty")
-    if not name.endswith(".py") or "/" in name or "\\" in name or len(name) > 100:
+    if not _SAFE_NAME.fullmatch(name):  # a file name in the run folder: plain, short, .py
         name = "script.py"
     try:
         device = parse_device(device)
@@ -116,7 +118,8 @@ async def create_run(request: Request) -> dict:
     if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
         raise HTTPException(422, doc["error"]["message"])
     run_id = await run_in_threadpool(state.store.put, doc)
-    return {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}}
+    return await run_in_threadpool(
+        document, {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}})
 
 
 def stored_run(request: Request, run_id: str) -> dict:
@@ -130,19 +133,14 @@ def stored_run(request: Request, run_id: str) -> dict:
 @router.get("/api/runs/{run_id}")
 def get_run(request: Request, run_id: str) -> dict:
     """A stored run's Trace, with its id and link (the JSON twin of /runs/{id})."""
-    return stored_run(request, run_id)
+    return document(stored_run(request, run_id))
 
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
 def run_graph(request: Request, run_id: str, fmt: str, event: int | None = None) -> Response:
-    if fmt not in _MEDIA:
-        raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png or graph.dot")
+    if fmt not in MEDIA:
+        return drawing(fmt, bytes)  # the 404, before reading the store
     doc = stored_run(request, run_id)
-    try:
-        data = request.app.state.traces.drawing(("run", run_id), doc, event, fmt)
-    except LookupError as exc:
-        raise HTTPException(404, str(exc)) from exc
-    except RenderError as exc:
-        raise HTTPException(422, str(exc)) from exc
-    return Response(data, media_type=_MEDIA[fmt])
+    return drawing(fmt, lambda: request.app.state.traces.drawing(("run", run_id), doc, event,
+                                                                 fmt))
 

@@ -1,0 +1,56 @@
+"""Hostile scripts sent to a real server: each gets its own clear error, and right after each
+the server still answers /healthz and still runs a normal script (issue 5).
+
+The sandbox's own tests (tests/runner/test_hostile.py) go through every case at the runner;
+these send the worst of them the way a stranger would, through POST /api/runs.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.server import serve
+
+SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
+
+CASES = {
+    "endless_loop": ("import torch\nwhile True:\n    pass\n", "Timeout", "limit"),
+    "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", None, "processes"),
+    "memory_bomb": ("import torch\nx = torch.empty(10**12)\n", None, "memory"),
+    "read_passwd": ("print(open('/etc/passwd').read())\n", "PermissionError", "sandbox"),
+    "detached_sleeper": ("import subprocess, sys\n"
+                         "subprocess.Popen([sys.executable, '-c', 'import time; "
+                         "time.sleep(600)'], start_new_session=True)\n" + SMALL, None, ""),
+}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("store"), name="hostile-server", MAX_WORKERS="1",
+               QUEUE_SIZE="4", POOL_SIZE="1", TRACE_TIMEOUT="5", SELFTEST="false") as url:
+        yield url
+
+
+def post(base: str, source: str) -> httpx.Response:
+    return httpx.post(base + "/api/runs", json={"source": source}, timeout=120)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_hostile_script_then_the_server_still_serves(base, name):
+    source, kind, words = CASES[name]
+    response = post(base, source)
+    assert response.status_code == 200, response.text
+    error = response.json()["error"]
+    if name == "detached_sleeper":
+        # the child cannot even start (no exec in the sandbox): the error names the refusal
+        assert error is not None and "sandbox" in error["message"].lower()
+    else:
+        assert error is not None, f"{name} was not stopped"
+        if kind:
+            assert error["type"] == kind, error
+        assert words in error["message"].lower(), error
+    assert httpx.get(base + "/healthz", timeout=5).status_code == 200
+    after = post(base, SMALL)
+    assert after.status_code == 200 and after.json()["error"] is None
+    assert after.json()["params"]["w"]["uses"] == {"0": 2}
