@@ -15,8 +15,8 @@ What to look at: in `both_uses` (no stopping, for comparison) `linear.weight` ha
 edges and `.grad` is their sum. In `requires_grad` and `detach` it has one: from the first use,
 whose gradient has come back through the second use's AddmmBackward0 node. That node still
 saves the weight's values (it needs them to send the gradient back to h), but has no edge into
-the weight: the drawing marks that cut with a dashed edge. In `no_grad` the graph stops at the loss: the backward error and the diagnostic say
-why.
+the weight: the drawing marks that cut with a dashed edge. In `no_grad` the graph stops at
+the loss: the backward error and the diagnostic say why.
 """
 
 import argparse
