@@ -60,14 +60,21 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                              f"`{name}` requires grad but received no gradient.{why}",
                              params=[name], nodes=sorted(set(nodes))))
 
+    # one finding per parameter, not one per pass: a training loop would repeat it each time
+    reused: dict[str, list[tuple[int, int]]] = {}
     for e in backward_events:
         for name, k in e["uses"].items():
             if k > 1:
-                out.append(_diag(
-                    "multiple_uses", "info",
-                    f"`{name}` is used {k} times in backward #{e['index']}: each use sends its "
-                    f"own gradient, and `.grad` receives their sum.",
-                    params=[name], event=e["index"]))
+                reused.setdefault(name, []).append((e["index"], k))
+    for name, found in reused.items():
+        index, k = found[0]
+        more = f" (and in {len(found) - 1} more backward passes)" if len(found) > 1 else ""
+        out.append(_diag(
+            "multiple_uses", "info",
+            f"`{name}` is used {k} times in backward #{index}{more}: each use sends its own "
+            "gradient, and `.grad` receives their sum.", params=[name], event=index))
+
+    for e in backward_events:
         err = e.get("error")
         if err and _NO_GRAD_FN in err["message"]:
             outs = [n["id"] for n in e["graph"]["nodes"] if n["kind"] == "output"]

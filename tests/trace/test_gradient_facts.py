@@ -220,3 +220,15 @@ def test_custom_function_leaving_torch_gets_its_own_node(trace_source):
     assert {n["param"] for n in event["graph"]["nodes"] if n["id"] in sources} == {"x", "filt"}
     assert node["id"] in event["order"]
     assert node["gradcheck"]["passed"] is True
+
+
+def test_a_reused_parameter_is_reported_once_for_a_whole_loop(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        for _ in range(4):
+            (w * w).sum().backward()
+    """)
+    (diag,) = diagnostics(doc, "multiple_uses")
+    assert diag["params"] == ["w"] and diag["event"] == 0
+    assert "used 2 times in backward #0 (and in 3 more backward passes)" in diag["message"]
