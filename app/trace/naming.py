@@ -33,7 +33,6 @@ class Namer:
         self._by_id: dict[int, tuple[torch.Tensor, str, str]] = {}
         self._taken: set[str] = set()
         self._top_modules: list[weakref.ref] = []
-        self._roots: list[tuple[str, nn.Module]] = []
         # once the script has finished there are no frames to look in: its globals stay
         self.finished_globals: dict | None = None
 
@@ -78,7 +77,6 @@ class Namer:
             inner.update(id(m) for m in module.modules() if m is not module)
         roots = [(n, m) for n, m in candidates if id(m) not in inner]
         with_params = [(n, m) for n, m in roots if any(True for _ in m.parameters())]
-        self._roots = with_params
         for root_name, module in with_params:
             prefix = "" if len(with_params) == 1 else root_name + "."
             for pname, p in module.named_parameters():
