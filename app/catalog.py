@@ -19,15 +19,43 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing_extensions import TypedDict
+
 from .resources import resource_dir
 
-__all__ = ["Scenario", "load_catalog", "scenario_args", "OptionError"]
+__all__ = ["Scenario", "ScenarioSummary", "load_catalog", "scenario_args", "OptionError",
+           "UnknownVariant", "ScenarioError", "RESERVED_QUERY_NAMES"]
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
+# The page's own query parameters (static/js/permalink.js reads and writes them, and the API
+# takes the first three): a scenario option may not be called any of these, since every other
+# query parameter is an option (`?k=2`).
+RESERVED_QUERY_NAMES = ("variant", "device", "event", "node", "param", "line", "step", "cell")
+
+
+class ScenarioError(ValueError):
+    """A scenario file the catalogue cannot use; the message names the file and the fix."""
+
 
 class OptionError(ValueError):
-    """A variant or option the scenario does not have; the message lists what it does have."""
+    """An option the scenario does not have, or a value it does not take; the message lists
+    what it does have."""
+
+
+class UnknownVariant(OptionError):
+    """A variant the scenario does not have."""
+
+
+class ScenarioSummary(TypedDict):
+    """What the index card and GET /api/scenarios show of a scenario."""
+    name: str
+    title: str
+    question: str
+    answer: str
+    variants: dict[str, str]
+    options: dict[str, dict]
+    default_variant: str | None
 
 
 @dataclass(frozen=True)
@@ -45,7 +73,7 @@ class Scenario:
     def default_variant(self) -> str | None:
         return next(iter(self.variants), None)
 
-    def summary(self) -> dict:
+    def summary(self) -> ScenarioSummary:
         return {"name": self.name, "title": self.title, "question": self.question,
                 "answer": self.answer, "variants": self.variants, "options": self.options,
                 "default_variant": self.default_variant}
@@ -68,6 +96,11 @@ def parse_scenario(path: Path) -> Scenario:
                 and isinstance(stmt.targets[0], ast.Name) \
                 and stmt.targets[0].id in ("VARIANTS", "OPTIONS"):
             literals[stmt.targets[0].id] = ast.literal_eval(stmt.value)
+    reserved = sorted(set(literals.get("OPTIONS", {})) & set(RESERVED_QUERY_NAMES))
+    if reserved:
+        raise ScenarioError(f"{path.name}: option {', '.join(map(repr, reserved))} has the name "
+                            f"of one of the page's own query parameters "
+                            f"({', '.join(RESERVED_QUERY_NAMES)}); rename it")
     title, _, rest = doc.partition("\n")
     return Scenario(
         name=path.stem, path=path, title=title.strip() or path.stem.replace("_", " "),
@@ -91,8 +124,8 @@ def scenario_args(scenario: Scenario, variant: str | None, options: dict[str, st
     if variant is not None:
         if variant not in scenario.variants:
             known = ", ".join(scenario.variants) or "none"
-            raise OptionError(f"scenario {scenario.name!r} has no variant {variant!r} "
-                              f"(its variants: {known})")
+            raise UnknownVariant(f"scenario {scenario.name!r} has no variant {variant!r} "
+                                 f"(its variants: {known})")
         args += ["--variant", variant]
     elif scenario.variants:
         args += ["--variant", scenario.default_variant]

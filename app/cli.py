@@ -34,12 +34,12 @@ def _script_path(text: str) -> Path:
 
 
 def _trace(args) -> dict:
-    from .runner import run_trace
+    from .runner import trace_in_sandbox
 
     if args.script.endswith(".json") and Path(args.script).is_file():
         return json.loads(Path(args.script).read_text(encoding="utf-8"))
-    return run_trace(_script_path(args.script), device=args.device, timeout=args.timeout,
-                     args=args.script_args)
+    return trace_in_sandbox(_script_path(args.script), device=args.device, timeout=args.timeout,
+                            args=args.script_args)
 
 
 def _report_error(doc: dict) -> int:

@@ -5,12 +5,16 @@ import re
 
 _DEVICE = re.compile(r"cpu|cuda(?::(\d+))?")
 
-__all__ = ["parse_device"]
+__all__ = ["UnknownDevice", "parse_device"]
+
+
+class UnknownDevice(ValueError):
+    """Not a device name at all (a missing device is the worker's to say)."""
 
 
 def parse_device(text: str) -> str:
-    """Return the device name, or raise ValueError with a message a person can act on."""
+    """Return the device name, or raise UnknownDevice with a message a person can act on."""
     value = text.strip().lower()
     if not _DEVICE.fullmatch(value):
-        raise ValueError(f"unknown device {text!r}: use cpu, cuda or cuda:N (N a GPU index)")
+        raise UnknownDevice(f"unknown device {text!r}: use cpu, cuda or cuda:N (N a GPU index)")
     return value

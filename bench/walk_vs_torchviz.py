@@ -21,7 +21,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.trace.graph import walk  # noqa: E402
-from app.trace.run import trace_script  # noqa: E402
+from app.trace.tracer import trace_script  # noqa: E402
 
 
 def best_of(fn, repeat=5) -> float:

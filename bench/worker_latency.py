@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.runner import Policy, Pool, run_trace  # noqa: E402
+from app.runner import Policy, Pool, trace_in_sandbox  # noqa: E402
 
 SCRIPT = """\
 import torch
@@ -60,10 +60,10 @@ def main() -> None:
         plain = [_timed(lambda: subprocess.run([sys.executable, str(path)], check=True,
                                                capture_output=True)) for _ in range(n)]
 
-    cold = [_timed(lambda: _check(run_trace(source=SCRIPT, name="small.py", timeout=120)))
+    cold = [_timed(lambda: _check(trace_in_sandbox(source=SCRIPT, name="small.py", timeout=120)))
             for _ in range(n)]
     bare = Policy(namespaces=False, own_uid=False, landlock=False, rlimits=False)
-    cold_bare = [_timed(lambda: _check(run_trace(source=SCRIPT, name="small.py", timeout=120,
+    cold_bare = [_timed(lambda: _check(trace_in_sandbox(source=SCRIPT, name="small.py", timeout=120,
                                                  policy=bare))) for _ in range(n)]
 
     pooled = []
@@ -72,13 +72,13 @@ def main() -> None:
             deadline = time.monotonic() + 120
             while pool.idle() < pool.size and time.monotonic() < deadline:
                 time.sleep(0.05)  # warm workers wait and none is starting: an idle server
-            pooled.append(_timed(lambda: _check(pool.run(source=SCRIPT, name="small.py",
-                                                         timeout=120, wait=0.1))))
+            pooled.append(_timed(lambda: _check(trace_in_sandbox(
+                pool=pool, source=SCRIPT, name="small.py", timeout=120, wait=0.1))))
 
     rows = [("plain `python script.py` (no trace, no sandbox)", plain),
-            ("cold run_trace, no sandbox layers", cold_bare),
-            ("cold run_trace, full sandbox (fresh worker)", cold),
-            ("pooled run_trace, full sandbox (pre-started worker)", pooled)]
+            ("cold trace_in_sandbox, no sandbox layers", cold_bare),
+            ("cold trace_in_sandbox, full sandbox (fresh worker)", cold),
+            ("pooled trace_in_sandbox, full sandbox (pre-started worker)", pooled)]
     base = statistics.median(plain)
     print(f"small script ({len(SCRIPT.splitlines())} lines, 3 backward + 3 steps), "
           f"median of {n} runs each")

@@ -15,7 +15,7 @@ SCENARIOS = ROOT / "scenarios"
 @pytest.fixture
 def trace_source(tmp_path):
     """trace_source(code, argv=None, name="script.py") -> Trace document, traced in-process."""
-    from app.trace.run import trace_script
+    from app.trace.tracer import trace_script
 
     def run(code: str, argv: list[str] | None = None, name: str = "script.py", **kwargs) -> dict:
         path = tmp_path / name
@@ -28,7 +28,7 @@ def trace_source(tmp_path):
 @pytest.fixture
 def trace_scenario():
     """trace_scenario(name, *argv) -> Trace document of scenarios/NAME.py, traced in-process."""
-    from app.trace.run import trace_script
+    from app.trace.tracer import trace_script
 
     def run(name: str, *argv: str) -> dict:
         return trace_script(SCENARIOS / f"{name}.py", argv=list(argv))

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import jsonschema
 
-from app.trace.document import load_schema
+from app.format import load_schema
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

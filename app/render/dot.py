@@ -8,20 +8,24 @@ from graphviz import nohtml
 
 from .legend import EDGE_COLOR, KINDS
 
-__all__ = ["event_graph", "to_dot", "edge_id"]
+__all__ = ["EventNotFound", "event_graph", "to_dot", "edge_id"]
+
+
+class EventNotFound(LookupError):
+    """The trace has no backward event of that index (or none at all) to draw."""
 
 
 def event_graph(doc: dict, event: int | None = None) -> dict:
     """The graph of backward event `event` (default: the first backward event)."""
     backward = [e for e in doc.get("events", []) if e.get("kind") == "backward"]
     if not backward:
-        raise LookupError("this trace has no backward event, so there is no graph to draw")
+        raise EventNotFound("this trace has no backward event, so there is no graph to draw")
     if event is None:
         return backward[0]["graph"]
     for e in backward:
         if e["index"] == event:
             return e["graph"]
-    raise LookupError(f"event {event} is not a backward event of this trace "
+    raise EventNotFound(f"event {event} is not a backward event of this trace "
                       f"(backward events: {', '.join(str(e['index']) for e in backward)})")
 
 

@@ -1,26 +1,43 @@
-"""Run one script in a fresh, sandboxed child process, with limits, and return its Trace.
+"""Run one script in a fresh, sandboxed worker process and return its Trace. Torch-free.
 
-For the web layer:
-- `run_trace(script | source=..., name=..., args=..., device=..., timeout=...)`: one run,
-  always a Trace document (its `error` explains failures); uses the default pool if running;
-- `Pool(size).start(default=True)` at start-up, `.stop()` at shutdown; `.acquire(timeout)`;
+For the web layer and the CLI:
+- `trace_in_sandbox(script | source=..., name=..., args=..., device=..., timeout=..., pool=...)`:
+  one run, always a Trace document (its `error` explains failures); with a running `Pool`, a
+  pre-started worker, else a fresh one;
+- `Pool(size).start()` at start-up, `.stop()` at shutdown;
+- `Policy` and `ResourceLimits`: which sandbox layers and limits a run gets;
+- `probe_devices()`: the devices a worker can use, asked of a worker (torch is the worker's);
 - `sandbox_report()`: which sandbox layers this machine has and whether each held in the
   start-up self-test (for /healthz and the page); `start_selftest()` runs it in the background.
+
+The names are loaded on first use (PEP 562): the sandbox launcher runs as
+`python -S -m app.runner.sandbox.enter`, which imports this package first, without site-packages,
+and must not pull in the rest of the runner.
 """
 
-from .pool import Pool, default_pool
-from .process import DEFAULT_TIMEOUT, probe_devices, run_trace
-from .sandbox import Limits, Policy
-from .selftest import sandbox_report, start_selftest
+from __future__ import annotations
 
-__all__ = [
-           "DEFAULT_TIMEOUT",
-           "Limits",
-           "Policy",
-           "Pool",
-           "default_pool",
-           "probe_devices",
-           "run_trace",
-           "sandbox_report",
-           "start_selftest",
-]
+import importlib
+
+_EXPORTS = {
+    "DEFAULT_TIMEOUT": "sandboxed_trace",
+    "trace_in_sandbox": "sandboxed_trace",
+    "probe_devices": "sandboxed_trace",
+    "Pool": "pool",
+    "Policy": "sandbox",
+    "ResourceLimits": "sandbox",
+    "sandbox_report": "selftest",
+    "start_selftest": "selftest",
+    "availability": "sandbox",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

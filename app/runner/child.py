@@ -3,12 +3,12 @@ what it leaves, make sure nothing of it survives.
 
     child = Child.spawn(policy)          # exec: [unshare ...] launcher -> worker, as its own uid
     child.wait_ready(60)                 # torch imported, Landlock applied (the pool waits here)
-    outcome = child.execute(job, files={"script.py": source}, timeout=10)
+    outcome = child.execute(Job(...), files={"script.py": source}, timeout=10)
 
-The supervisor enforces what no layer inside the worker can: the wall-clock limit (SIGTERM to
-the worker so it reports its line, SIGKILL of everything after a grace period), a cap on what is
-kept of the worker's raw stdout/stderr, and a cap on the size of the result file it reads.
-Torch-free.
+What is said to the worker is `protocol.py`'s. The supervisor enforces what no layer inside the
+worker can: the wall-clock limit (SIGTERM to the worker so it reports its line, SIGKILL of
+everything after a grace period), a cap on what is kept of the worker's raw stdout/stderr, and a
+cap on the size of the result file it reads. Torch-free.
 """
 
 from __future__ import annotations
@@ -23,18 +23,19 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import sandbox
+from .protocol import RESULT_FILE, Job, app_root, parse_ready, worker_env
 from .sandbox import identity, namespaces
 
-__all__ = ["GRACE", "MAX_LOG", "READY", "Child", "Outcome"]
+__all__ = ["GRACE", "MAX_LOG", "START_TIMEOUT", "Child", "Outcome"]
 
-READY = b"AUTOGRAD-LAB-WORKER-READY"  # the worker's first line once confined (app.trace.worker)
 GRACE = 3.0          # seconds between SIGTERM (the worker reports its line) and SIGKILL
 MAX_LOG = 16 * 1024  # bytes kept of the worker's raw output (its tail)
-WORKER = "app.trace.worker"
+START_TIMEOUT = 120.0  # importing torch takes seconds; on a loaded machine, more
+WORKER = "app.runner.worker"
 
 
 @dataclass
@@ -82,8 +83,10 @@ class _Drain(threading.Thread):
                     pending += chunk
                     while b"\n" in pending and not self.ready.is_set():
                         line, pending = pending.split(b"\n", 1)
-                        if line.startswith(READY):
-                            self._ready(line)
+                        status = parse_ready(line)
+                        if status is not None:
+                            self.status = status
+                            self.ready.set()
                         else:
                             self._keep(line + b"\n")
                     if self.ready.is_set():
@@ -96,13 +99,6 @@ class _Drain(threading.Thread):
         finally:
             self._keep(pending if not self.ready.is_set() else b"")
             self.ended.set()
-
-    def _ready(self, line: bytes) -> None:
-        try:
-            self.status = json.loads(line[len(READY):])
-        except ValueError:
-            self.status = {}
-        self.ready.set()
 
     def _keep(self, data: bytes) -> None:
         if data:
@@ -153,7 +149,7 @@ class Child:
                 "private_shm": self.layers["namespaces"],
                 "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
                 "limits": self.policy.limits.to_json(),
-                "env": sandbox.worker_env(self.run_dir)}
+                "env": worker_env(self.run_dir)}
         # /dev/shm may be written only where it is the run's own (a mount namespace)
         worker_opts = {"landlock": self.layers["landlock"], "limits": limits,
                        "shm": self.layers["namespaces"]}
@@ -163,7 +159,7 @@ class Child:
                "--sandbox", json.dumps(worker_opts)]
         if self.layers["namespaces"]:
             cmd = namespaces.unshare_prefix() + cmd
-        launcher_env = {"PYTHONPATH": str(sandbox.app_root()), "LANG": "C.UTF-8",
+        launcher_env = {"PYTHONPATH": str(app_root()), "LANG": "C.UTF-8",
                         "PYTHONDONTWRITEBYTECODE": "1"}
         self.proc = subprocess.Popen(cmd, cwd=self.run_dir, env=launcher_env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -243,7 +239,7 @@ class Child:
 
     # -- the one job -------------------------------------------------------------------------
 
-    def execute(self, job: dict, files: dict[str, str], timeout: float,
+    def execute(self, job: Job, files: dict[str, str], timeout: float,
                 start_timeout: float = 60.0, max_result: int | None = None) -> Outcome:
         """Hand the job over, wait at most `timeout` s, collect, clean up. Call once."""
         if self._used:
@@ -258,12 +254,12 @@ class Child:
                 _write_file(self._dir_fd, name, text, self.uid)
             started = time.monotonic()
             try:
-                self.proc.stdin.write(json.dumps({**job, "timeout": timeout}).encode() + b"\n")
+                self.proc.stdin.write(replace(job, timeout=timeout).to_line())
                 self.proc.stdin.close()
             except OSError:
                 pass  # it died meanwhile: the outcome says how
             timed_out = self._wait(timeout)
-            document, too_large = _read_capped(self._dir_fd, "trace.json", max_result)
+            document, too_large = _read_capped(self._dir_fd, RESULT_FILE, max_result)
             return self._outcome(document, timed_out, started, too_large)
         finally:
             self.discard()

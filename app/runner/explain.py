@@ -8,10 +8,10 @@ from __future__ import annotations
 import errno
 import re
 
-from app.trace.document import error_record, malformed, new_document
+from app.format import InvalidTrace, error_record, new_document, validate
 
 from .child import Outcome
-from .sandbox import Limits
+from .sandbox import ResourceLimits
 
 __all__ = ["to_document"]
 
@@ -20,9 +20,14 @@ _ALLOWED = ("The sandbox allows a script to read its own folder and Python's lib
 
 
 def to_document(outcome: Outcome, *, name: str, source: str, device: str, timeout: float,
-                limits: Limits, script_file: str) -> dict:
+                limits: ResourceLimits, script_file: str) -> dict:
     doc = outcome.document
-    problem = malformed(doc) if doc is not None else None
+    problem = None
+    if doc is not None:
+        try:
+            validate(doc)
+        except InvalidTrace as exc:
+            problem = str(exc)
     if problem is not None:
         # the script can write the worker's report itself: a forged one is not shown
         doc = new_document(name, source, device, None)
@@ -59,7 +64,7 @@ def _crash_line(log: str, script_file: str) -> int | None:
     return None
 
 
-def _no_document(o: Outcome, timeout: float, limits: Limits, script_file: str) -> dict:
+def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file: str) -> dict:
     if o.too_large:
         return error_record(
             "TraceTooLarge", f"The trace is larger than the {limits.file_size_mb} MiB a run may "
@@ -89,7 +94,7 @@ def _no_document(o: Outcome, timeout: float, limits: Limits, script_file: str) -
                         f"{o.returncode}) without writing a trace.", log=o.log)
 
 
-def _explain_exception(err: dict, limits: Limits) -> None:
+def _explain_exception(err: dict, limits: ResourceLimits) -> None:
     """Add the reason to an exception that a sandbox layer or a limit caused."""
     kind, message = err.get("type", ""), err.get("message", "")
     if kind == "MemoryError" or "can't allocate memory" in message or \

@@ -5,15 +5,14 @@ ruleset) before the job exists, and waits for the job on its stdin. Each worker 
 one job and is then thrown away with its folder and its uid; a filler thread starts its
 replacement at once.
 
-    pool = Pool(size=2).start(default=True)    # at web start-up; run_trace now uses it
-    doc = pool.run(source=..., name=..., device="cpu", timeout=10)
+    pool = Pool(size=2).start()                # at web start-up
+    doc = trace_in_sandbox(source=..., pool=pool)   # sandboxed_trace.py: pooled or fresh
     child = pool.acquire(timeout=1.0)          # or take a worker yourself (None if none ready)
     pool.stop()                                # at shutdown: idle workers are killed
 
 Bounding concurrency is the caller's business (a semaphore of `cores`); `acquire(timeout)`
-lets it wait a little for a warm worker, and `run` falls back to a fresh (cold) worker when
-none is ready in `wait` seconds, so a burst is slower but never refused here.
-Torch-free.
+lets it wait a little for a warm worker. The pool only hands out workers: it does not know
+what runs in them. Torch-free.
 """
 
 from __future__ import annotations
@@ -24,19 +23,12 @@ import threading
 import time
 
 from . import sandbox
-from .child import Child
-from .process import DEFAULT_TIMEOUT, START_TIMEOUT, run_in
+from .child import START_TIMEOUT, Child
 from .sandbox import identity
 
-__all__ = ["Pool", "default_pool"]
+__all__ = ["Pool"]
 
 log = logging.getLogger("autograd_lab.runner.pool")
-_default: Pool | None = None
-
-
-def default_pool() -> Pool | None:
-    """The pool `run_trace` uses, if one was started with `default=True` and is running."""
-    return _default if _default is not None and _default.running else None
 
 
 class Pool:
@@ -53,14 +45,13 @@ class Pool:
         self._threads: list[threading.Thread] = []
         self.failures = 0  # workers that did not become ready (the last reason in last_error)
         self.last_error = ""
-        self.served = 0
+        self.served = 0  # workers handed out
 
     @property
     def running(self) -> bool:
         return bool(self._threads) and not self._stopped.is_set()
 
-    def start(self, default: bool = False) -> Pool:
-        global _default
+    def start(self) -> Pool:
         layers = sandbox.effective(self.policy)
         if layers["uid"]:
             swept = identity.sweep_orphans()
@@ -75,12 +66,9 @@ class Pool:
             t = threading.Thread(target=self._fill, name=f"autograd-lab-pool-{i}", daemon=True)
             t.start()
             self._threads.append(t)
-        if default:
-            _default = self
         return self
 
     def stop(self) -> None:
-        global _default
         self._stopped.set()
         for _ in self._threads:
             self._room.release()  # wake fillers blocked on a full pool
@@ -92,8 +80,6 @@ class Pool:
                 self._ready.get_nowait().discard()
             except queue.Empty:
                 break
-        if _default is self:
-            _default = None
 
     def __enter__(self) -> Pool:
         return self.start() if not self._threads else self
@@ -150,16 +136,7 @@ class Pool:
                 return None
             self._room.release()
             if child.alive():
+                self.served += 1
                 return child
             log.warning("sandbox pool: an idle worker had died: %s", child.log_tail()[-500:])
             child.discard()
-
-    def run(self, *, source: str, name: str = "script.py", args=(), device: str = "cpu",
-            timeout: float = DEFAULT_TIMEOUT, max_events: int = 10, wait: float = 5.0) -> dict:
-        """Trace `source` in a pooled worker (or a fresh one if none is ready within `wait` s)."""
-        child = self.acquire(timeout=wait) if self.running else None
-        if child is None:
-            child = Child.spawn(self.policy)
-        self.served += 1
-        return run_in(child, source=source, name=name, args=args, device=device,
-                      timeout=timeout, max_events=max_events)

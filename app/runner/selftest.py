@@ -20,15 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import sandbox
 from .child import MAX_LOG, Child
+from .protocol import ALLOWED_ENV, Job
 from .sandbox import identity
+from .sandboxed_trace import trace_in
 
-__all__ = ["ALLOWED_ENV", "run_selftest", "sandbox_report", "start_selftest"]
+__all__ = ["run_selftest", "sandbox_report", "start_selftest"]
 
 log = logging.getLogger("autograd_lab.runner.selftest")
-PROBE = "app.runner.sandbox.probe"
-ALLOWED_ENV = {"LANG", "HOME", "TMPDIR", "PYTHONPATH", "PYTHONUNBUFFERED",
-               "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-               "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "LC_CTYPE"}
+PROBE = "app.runner.selftest_worker"
 
 _report: dict | None = None
 _lock = threading.Lock()
@@ -37,7 +36,7 @@ _lock = threading.Lock()
 def _probe(policy: sandbox.Policy, job: dict, timeout: float = 20.0, **kw):
     child = Child.spawn(policy, program=PROBE)
     uid = child.uid
-    outcome = child.execute(job, {}, timeout, start_timeout=30.0, **kw)
+    outcome = child.execute(Job(extra=job), {}, timeout, start_timeout=30.0, **kw)
     left = identity.processes_of(uid) if uid is not None else []
     return outcome, left
 
@@ -117,9 +116,7 @@ print(open('/etc/passwd').read())
 
 def _worker(ctx: dict) -> dict:
     """The real worker (torch, tracer) end to end: it traces, and its sandbox is closed."""
-    from .process import run_in
-
-    doc = run_in(Child.spawn(sandbox.Policy()), source=_HOSTILE_TRACE, name="selftest.py",
+    doc = trace_in(Child.spawn(sandbox.Policy()), source=_HOSTILE_TRACE, name="selftest.py",
                  timeout=30)
     err = doc.get("error") or {}
     landlock_on = sandbox.effective(sandbox.Policy())["landlock"]

@@ -6,16 +6,13 @@ from typing import Any
 
 import torch
 
+from app.format import diagnostic as _diag
+
 from .recorder import Recorder
 
 __all__ = ["diagnose"]
 
 _NO_GRAD_FN = "does not require grad and does not have a grad_fn"
-
-
-def _diag(code: str, level: str, message: str, params=(), nodes=(), event=None) -> dict:
-    return {"code": code, "level": level, "message": message, "params": list(params),
-            "nodes": list(nodes), "event": event}
 
 
 def _lines(escapes) -> str:

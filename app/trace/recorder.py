@@ -21,14 +21,14 @@ from .graph import MODULE_TAG, storage_key
 from .naming import Namer, script_frames
 from .summary import summarize
 
-__all__ = ["Recorder", "Limits"]
+__all__ = ["Recorder", "RecordingLimits"]
 
 # Calls under no_grad that are not uses: in-place updates (initialisation, manual SGD).
 _NOT_A_USE = ("__get__", "__set__")
 
 
 @dataclass
-class Limits:
+class RecordingLimits:
     max_backward_events: int = 10
     max_step_events: int = 10
     max_nodes: int = 200_000
@@ -45,7 +45,7 @@ class Escape:
 @dataclass
 class Recorder:
     script_path: str
-    limits: Limits = field(default_factory=Limits)
+    limits: RecordingLimits = field(default_factory=RecordingLimits)
 
     def __post_init__(self) -> None:
         self.namer = Namer(self.script_path)

@@ -7,14 +7,15 @@ JSON has no NaN or infinity, so those are written as the strings "NaN", "Infinit
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from app.format import json_number
+
 MAX_VALUES = 4096
 
-__all__ = ["MAX_VALUES", "summarize", "describe", "json_number"]
+__all__ = ["MAX_VALUES", "summarize", "describe", "norm_of"]
 
 
 def describe(t: torch.Tensor) -> dict[str, Any]:
@@ -24,14 +25,6 @@ def describe(t: torch.Tensor) -> dict[str, Any]:
         "dtype": str(t.dtype).removeprefix("torch."),
         "device": str(t.device),
     }
-
-
-def json_number(x: float) -> float | str:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
 
 
 def _clean(values: Any) -> Any:

@@ -17,7 +17,7 @@ from .errors import install_error_handlers
 from .highlight import source_lines
 from .narration import inline_html, narration_html
 from .routers import api, docs, pages, runs
-from .sandbox import announce
+from .sandbox_status import announce
 from .settings import Settings
 from .store import RunStore
 from .traces import TraceService

@@ -17,7 +17,7 @@ import secrets
 
 from fastapi import HTTPException, Request
 
-from .sandbox import sandbox_status
+from .sandbox_status import sandbox_status
 
 __all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_uploader", "upload_policy"]
 

@@ -1,8 +1,12 @@
-"""Every error the app returns is JSON with a `detail` string a person can act on.
+"""Every error the app returns is JSON with a `detail` string a person can act on, and each kind
+of failure is turned into its HTTP answer here, once.
 
-FastAPI already does this for `HTTPException`; its request-validation errors, though, come as a
-list of machine records. The page shows `detail` as it is, so those are turned into one
-sentence here (the records stay under `errors` for programs).
+- request-validation errors: FastAPI's list of machine records becomes one sentence (422; the
+  records stay under `errors` for programs);
+- Busy (every worker and queue place taken): 503 with Retry-After;
+- UnknownDevice (not a device name) and DeviceError (not on this machine): 422;
+- UnknownVariant: 404; any other OptionError (an option or value the scenario lacks): 422;
+- EventNotFound (no such backward event to draw): 404; RenderError (cannot be drawn): 422.
 """
 
 from __future__ import annotations
@@ -11,7 +15,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.catalog import OptionError, UnknownVariant
+from app.devices import UnknownDevice
+from app.render import EventNotFound, RenderError
+
+from .gate import Busy
+from .traces import DeviceError
+
 __all__ = ["install_error_handlers"]
+
+RETRY_AFTER_BUSY = 5  # seconds
 
 
 def _sentence(error: dict) -> str:
@@ -30,5 +43,18 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
         {k: e.get(k) for k in ("loc", "msg", "type")} for e in errors]}, status_code=422)
 
 
+def _answer(status: int, headers: dict[str, str] | None = None):
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+    return handler
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Busy, _answer(503, {"Retry-After": str(RETRY_AFTER_BUSY)}))
+    app.add_exception_handler(UnknownDevice, _answer(422))
+    app.add_exception_handler(DeviceError, _answer(422))
+    app.add_exception_handler(UnknownVariant, _answer(404))
+    app.add_exception_handler(OptionError, _answer(422))
+    app.add_exception_handler(EventNotFound, _answer(404))
+    app.add_exception_handler(RenderError, _answer(422))

@@ -1,7 +1,7 @@
 """How many runs go at once (one per core by default), and how many may wait.
 
-A request that would wait behind a full queue is turned away at once (503 with Retry-After)
-rather than piling up: the server keeps answering everyone else.
+A request that would wait behind a full queue is turned away at once (Busy: 503 with
+Retry-After, errors.py) rather than piling up: the server keeps answering everyone else.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ __all__ = ["Gate", "Busy"]
 
 class Busy(Exception):
     """Every worker is busy and the queue is full."""
+
+    def __init__(self, message: str = "every worker is busy and the queue is full: try again in "
+                                      "a few seconds") -> None:
+        super().__init__(message)
 
 
 class Gate:

@@ -1,4 +1,6 @@
-"""Responses shared by the routers: drawings and Trace documents."""
+"""Responses shared by the routers: drawings and Trace documents.
+
+What cannot be drawn (no such event, a graph graphviz refuses) raises, and errors.py answers."""
 
 from __future__ import annotations
 
@@ -8,8 +10,6 @@ from collections.abc import Callable
 from fastapi import HTTPException
 from fastapi.responses import Response
 
-from app.render import RenderError
-
 __all__ = ["MEDIA", "drawing", "document"]
 
 MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8"}
@@ -18,15 +18,10 @@ _SVG_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 
 def drawing(fmt: str, draw: Callable[[], bytes]) -> Response:
-    """A graph as svg, png or dot; 404 for another format or event, 422 if it cannot be drawn."""
+    """A graph as svg, png or dot; 404 for another format."""
     if fmt not in MEDIA:
         raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png or graph.dot")
-    try:
-        data = draw()
-    except LookupError as exc:
-        raise HTTPException(404, str(exc)) from exc
-    except RenderError as exc:
-        raise HTTPException(422, str(exc)) from exc
+    data = draw()
     headers = {"Content-Security-Policy": _SVG_POLICY} if fmt == "svg" else None
     return Response(data, media_type=MEDIA[fmt], headers=headers)
 

@@ -14,8 +14,9 @@ import threading
 from collections import OrderedDict
 
 from app.catalog import Scenario, scenario_args
+from app.format import Trace
 from app.render import event_graph, render_graph
-from app.runner import Pool, probe_devices, run_trace
+from app.runner import Pool, probe_devices, trace_in_sandbox
 
 from .gate import Gate
 from .settings import Settings
@@ -29,7 +30,7 @@ _PASSING = {"Timeout", "WorkerCrashed", "WorkerFailed", "SandboxFailed", "Memory
 
 
 class DeviceError(ValueError):
-    """The requested device is not on this machine."""
+    """The requested device is not on this machine (422, errors.py)."""
 
 
 class TraceService:
@@ -54,13 +55,15 @@ class TraceService:
             self.pool.stop()
             self.pool = None
 
-    def _run(self, source: str, name: str, args: list[str], device: str) -> dict:
-        pool = self.pool
-        if pool is not None and pool.running:
-            return pool.run(source=source, name=name, args=args, device=device,
-                            timeout=self.settings.trace_timeout)
-        return run_trace(source=source, name=name, args=args, device=device,
-                         timeout=self.settings.trace_timeout)
+    def _run(self, source: str, name: str, args: list[str], device: str) -> Trace:
+        """One run through the gate (Busy when every worker and queue place is taken); a
+        device the worker does not have is a DeviceError, whoever asked."""
+        with self.gate.enter():
+            doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
+                                   timeout=self.settings.trace_timeout, pool=self.pool)
+        if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
+            raise DeviceError(doc["error"]["message"])
+        return doc
 
     def devices(self) -> dict:
         if self._probe is None:
@@ -81,13 +84,15 @@ class TraceService:
             with self._lock:
                 if key in self._cache:
                     return key, self._cache[key]
-            with self.gate.enter():
+            try:
                 doc = self._run(source.decode("utf-8", errors="replace"), scenario.path.name,
                                 args, device)
+            except BaseException:
+                with self._lock:
+                    self._key_locks.pop(key, None)
+                raise
             with self._lock:
                 self._key_locks.pop(key, None)
-                if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
-                    raise DeviceError(doc["error"]["message"])
                 # a run that failed for a passing reason (a slow moment, a lost worker) is
                 # not kept: the next visitor gets a fresh try instead of the same error
                 if not (doc.get("error") and doc["error"]["type"] in _PASSING):
@@ -96,10 +101,9 @@ class TraceService:
                         self._cache.popitem(last=False)
         return key, doc
 
-    def run_source(self, source: str, name: str, device: str) -> dict:
-        """Trace submitted code (Busy when every worker and queue place is taken)."""
-        with self.gate.enter():
-            return self._run(source, name, [], device)
+    def run_source(self, source: str, name: str, device: str) -> Trace:
+        """Trace submitted code (Busy, DeviceError)."""
+        return self._run(source, name, [], device)
 
     def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str) -> bytes:
         """The graph of one event as svg, png or dot (RenderError, LookupError)."""

@@ -138,7 +138,7 @@ export class GraphView {
     }
   }
 
-  /** Apply the highlight state: see scenario.js for how it is computed from the view. */
+  /** Apply the highlight state: see trace_page.js for how it is computed from the view. */
   apply({ selected = null, line = new Set(), replay = null, contrib = new Map(), hinted = null } = {}) {
     for (const [id, g] of this.nodes) {
       g.classList.remove(...STATE_CLASSES);

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 
-from app.trace.document import load_schema
+from app.format import load_schema
 
 from .conftest import api_trace, open_scenario
 

@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from app.format import load_schema
 from app.render import KINDS, RenderError, event_graph, render_graph, to_dot
-from app.trace.document import load_schema
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -24,7 +24,7 @@ y.sum().backward()
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory):
-    from app.trace.run import trace_script
+    from app.trace.tracer import trace_script
 
     path = tmp_path_factory.mktemp("render") / "two_uses.py"
     path.write_text(SCRIPT)

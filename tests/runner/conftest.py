@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.runner import Limits, Policy, Pool
+from app.runner import Policy, Pool, ResourceLimits
 from app.runner.sandbox import availability, identity
 
-TEST_LIMITS = Limits(memory_mb=512, file_size_mb=16, open_files=256, processes=32)
+TEST_LIMITS = ResourceLimits(memory_mb=512, file_size_mb=16, open_files=256, processes=32)
 NORMAL = """\
 import torch
 lin = torch.nn.Linear(3, 2)

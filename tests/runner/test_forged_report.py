@@ -3,7 +3,7 @@ itself. A forged report is refused whole, never shown."""
 
 from __future__ import annotations
 
-from app.runner import run_trace
+from app.runner import trace_in_sandbox
 
 FORGED = """
 import json, os
@@ -18,7 +18,7 @@ os._exit(0)
 
 
 def test_a_report_written_by_the_script_is_refused():
-    doc = run_trace(source=FORGED, name="forge.py", timeout=30)
+    doc = trace_in_sandbox(source=FORGED, name="forge.py", timeout=30)
     assert doc["error"]["type"] == "WorkerFailed"
     assert "not a valid trace" in doc["error"]["message"]
     assert doc["events"] == []  # nothing of the forged report is kept

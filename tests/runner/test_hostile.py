@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from app.runner import trace_in_sandbox
 from app.runner.sandbox import availability
 
 from .conftest import NORMAL, files_of_sandbox_uids, leftovers
@@ -137,7 +138,8 @@ def test_hostile_script(case: Case, pool, outside, listener):
                                 app_file=APP_FILE, server_pid=os.getpid())
     tmp_before = set(files_of_sandbox_uids(Path(tempfile.gettempdir())))
     started = time.monotonic()
-    doc = pool.run(source=source, name=f"{case.id}.py", timeout=case.timeout, wait=60)
+    doc = trace_in_sandbox(pool=pool, source=source, name=f"{case.id}.py",
+                           timeout=case.timeout, wait=60)
     took = time.monotonic() - started
 
     error = doc["error"]
@@ -160,22 +162,22 @@ def test_hostile_script(case: Case, pool, outside, listener):
     assert list(outside.iterdir()) == []
     assert set(files_of_sandbox_uids(Path(tempfile.gettempdir()))) <= tmp_before
     # and the next person's script still traces
-    after = pool.run(source=NORMAL, name="normal.py", timeout=30, wait=60)
+    after = trace_in_sandbox(pool=pool, source=NORMAL, name="normal.py", timeout=30, wait=60)
     assert after["error"] is None, after["error"]
     assert set(after["params"]) == {"weight", "bias"}
     assert leftovers(after) == []
 
 
 def test_nan_gradients_are_reported_not_fatal(pool):
-    doc = pool.run(source=CASES[-2].source, name="nan.py", timeout=20, wait=60)
+    doc = trace_in_sandbox(pool=pool, source=CASES[-2].source, name="nan.py", timeout=20, wait=60)
     assert doc["error"] is None
     assert doc["params"]["x"]["grad"]["nonfinite"] == 3
     assert any(d["code"] == "nonfinite_gradient" for d in doc["diagnostics"])
 
 
 def test_ten_mb_of_raw_output_is_capped(pool):
-    doc = pool.run(source="import os\nos.write(1, b'y' * 10_000_000)\n" + NORMAL, name="o.py",
-                   timeout=20, wait=60)
+    doc = trace_in_sandbox(pool=pool, source="import os\nos.write(1, b'y' * 10_000_000)\n" + NORMAL,
+                           name="o.py", timeout=20, wait=60)
     assert doc["error"] is None
     assert doc["output_dropped"] >= 10_000_000  # counted, not kept
     assert len(doc["stderr"]) < 300_000

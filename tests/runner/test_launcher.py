@@ -18,7 +18,7 @@ def test_launcher_refuses_to_mount_outside_a_namespace_of_its_own(tmp_path):
     plan = {"uid": None, "gid": None, "run_dir": str(tmp_path), "expose": [],
             "private_folder": True, "private_shm": True,
             "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
-            "limits": sandbox.Limits().to_json(), "env": {}}
+            "limits": sandbox.ResourceLimits().to_json(), "env": {}}
     done = subprocess.run([sys.executable, "-S", "-m", "app.runner.sandbox.enter",
                            json.dumps(plan), "--", "/bin/true"], capture_output=True, text=True,
                           env={"PYTHONPATH": str(sandbox.app_root())}, timeout=30)

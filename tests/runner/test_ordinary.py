@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.runner import trace_in_sandbox
+
 from .conftest import leftovers
 
 SCRIPTS = {
@@ -63,7 +65,7 @@ print(open("notes.txt").read(), w.grad.tolist())
 @pytest.mark.parametrize("name", list(SCRIPTS))
 def test_ordinary_script_traces_in_the_sandbox(name, pool):
     source, backward_events, printed = SCRIPTS[name]
-    doc = pool.run(source=source, name=f"{name}.py", timeout=60, wait=90)
+    doc = trace_in_sandbox(pool=pool, source=source, name=f"{name}.py", timeout=60, wait=90)
     assert doc["error"] is None, doc["error"]
     assert sum(e["kind"] == "backward" for e in doc["events"]) == backward_events
     assert printed in doc["stdout"]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.runner import Policy, Pool, default_pool, run_trace
+from app.runner import Policy, Pool, trace_in_sandbox
 from app.runner.sandbox import identity
 
 from .conftest import NORMAL, TEST_LIMITS, leftovers
@@ -24,12 +24,12 @@ def test_warm_worker_answers_in_about_a_second_and_is_used_once():
     with Pool(size=2, policy=Policy(limits=TEST_LIMITS)) as pool:
         _wait_idle(pool, 2)
         ready_uids = {child.uid for child in list(pool._ready.queue)}
-        first = pool.run(source=NORMAL, name="a.py", timeout=30, wait=0.1)
+        first = trace_in_sandbox(pool=pool, source=NORMAL, name="a.py", timeout=30, wait=0.1)
         assert first["error"] is None
         # it ran in a worker that was already waiting (speed is bench/worker_latency.py's
         # business: a timing bound here fails on a busy 2-core CI machine)
         assert first["sandbox"]["uid"] in ready_uids
-        second = pool.run(source=NORMAL, name="b.py", timeout=30, wait=0.1)
+        second = trace_in_sandbox(pool=pool, source=NORMAL, name="b.py", timeout=30, wait=0.1)
         assert second["error"] is None
         # two different workers: different sandbox uids, and the first one is gone
         assert first["sandbox"]["uid"] != second["sandbox"]["uid"]
@@ -62,19 +62,23 @@ def test_acquire_times_out_when_no_worker_is_ready():
     assert 0.25 < time.monotonic() - started < 2
 
 
-def test_run_trace_uses_the_default_pool_and_falls_back_to_a_fresh_worker():
-    assert default_pool() is None
-    cold = run_trace(source=NORMAL, name="cold.py", timeout=60)
-    assert cold["error"] is None
-    pool = Pool(size=1, policy=Policy(limits=TEST_LIMITS)).start(default=True)
+def test_a_run_takes_a_ready_worker_of_the_pool_or_else_a_fresh_one():
+    pool = Pool(size=1, policy=Policy(limits=TEST_LIMITS)).start()
     try:
-        assert default_pool() is pool
         _wait_idle(pool, 1)
-        warm = run_trace(source=NORMAL, name="warm.py", timeout=60)
+        ready_uid = pool._ready.queue[0].uid
+        warm = trace_in_sandbox(source=NORMAL, name="warm.py", timeout=60, pool=pool)
         assert warm["error"] is None and pool.served == 1
+        assert warm["sandbox"]["uid"] == ready_uid
+        # none ready within `wait` (its replacement is still importing torch): a fresh worker
+        cold = trace_in_sandbox(source=NORMAL, name="cold.py", timeout=60, pool=pool, wait=0)
+        assert cold["error"] is None
+        assert pool.served == 1 or cold["sandbox"]["uid"] != ready_uid
     finally:
         pool.stop()
-    assert default_pool() is None
+    # a stopped pool hands out nothing: the run still happens, in a fresh worker
+    after = trace_in_sandbox(source=NORMAL, name="after.py", timeout=60, pool=pool)
+    assert after["error"] is None and pool.served <= 2
 
 
 def test_a_dead_idle_worker_is_replaced_not_used():
@@ -85,7 +89,7 @@ def test_a_dead_idle_worker_is_replaced_not_used():
 
         os.kill(child.worker_pid, signal.SIGKILL)
         child.proc.wait(timeout=10)
-        doc = pool.run(source=NORMAL, name="after.py", timeout=30, wait=90)
+        doc = trace_in_sandbox(pool=pool, source=NORMAL, name="after.py", timeout=30, wait=90)
         assert doc["error"] is None
 
 
@@ -93,7 +97,7 @@ def test_a_dead_idle_worker_is_replaced_not_used():
 def test_each_layer_can_be_off_and_a_script_still_traces(layer_off):
     """A machine without one layer still runs scripts (the report says what is missing)."""
     policy = Policy(limits=TEST_LIMITS, **{layer_off: False})
-    doc = run_trace(source=NORMAL, name="one-off.py", timeout=60, policy=policy)
+    doc = trace_in_sandbox(source=NORMAL, name="one-off.py", timeout=60, policy=policy)
     assert doc["error"] is None, doc["error"]
     assert set(doc["params"]) == {"weight", "bias"}
     assert leftovers(doc) == []

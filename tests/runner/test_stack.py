@@ -3,7 +3,7 @@ graph whose nodes Python has wrapped, and a 60k-node chain overflowed the defaul
 
 from __future__ import annotations
 
-from app.runner import run_trace
+from app.runner import trace_in_sandbox
 
 SCRIPT = """
 import resource
@@ -16,14 +16,14 @@ w = torch.ones(1, requires_grad=True)
 
 
 def test_worker_runs_with_a_large_stack():
-    doc = run_trace(source=SCRIPT, name="stack.py", timeout=60)
+    doc = trace_in_sandbox(source=SCRIPT, name="stack.py", timeout=60)
     assert doc["error"] is None, doc["error"]
     soft = int(doc["stdout"].strip())
     assert soft == -1 or soft >= 1 << 30  # RLIM_INFINITY or at least 1 GiB
 
 
 def test_trace_does_not_reveal_server_paths():
-    doc = run_trace(source=SCRIPT, name="stack.py", timeout=60)
+    doc = trace_in_sandbox(source=SCRIPT, name="stack.py", timeout=60)
     assert "read" not in doc["sandbox"]["landlock"]
     assert "/.venv" not in str(doc["sandbox"]) and "/root" not in str(doc["sandbox"])
 
@@ -51,7 +51,7 @@ w = torch.ones(1, requires_grad=True)
 
 def test_threads_get_ordinary_stacks():
     """The large main-thread stack must not be every thread's: 4 threads, not 4 GiB."""
-    doc = run_trace(source=THREADS, name="threads.py", timeout=60)
+    doc = trace_in_sandbox(source=THREADS, name="threads.py", timeout=60)
     assert doc["error"] is None, doc["error"]
     grew_kib = int(doc["stdout"].strip())
     # each thread maps its stack and a 64 MiB malloc arena; with the main thread's 1 GiB

@@ -22,7 +22,7 @@ _traces: dict[tuple[str, ...], dict] = {}
 
 @pytest.fixture(scope="session")
 def traced():
-    from app.trace.run import trace_script
+    from app.trace.tracer import trace_script
 
     def run(name: str, *argv: str) -> dict:
         key = (name, *argv)

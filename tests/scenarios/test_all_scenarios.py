@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from app.catalog import load_catalog
-from app.trace.document import load_schema
+from app.format import load_schema
 from tests.conftest import ROOT, SCENARIOS
 from tests.trace_facts import backward_events
 

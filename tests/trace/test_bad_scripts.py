@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jsonschema
 
-from app.trace.document import load_schema
+from app.format import load_schema
 
 
 def check(doc: dict, kind: str, line: int | None) -> dict:

@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 import torch
 
-from app.trace.document import load_schema
+from app.format import load_schema
 from tests.trace_facts import (
     backward_events,
     contribution_sum,

@@ -114,7 +114,7 @@ def test_backward_on_tensor_without_grad_fn(trace_source):
 
 
 def test_backward_passes_past_the_cap_are_counted_not_recorded(trace_source):
-    from app.trace.recorder import Limits
+    from app.trace.recorder import RecordingLimits
 
     doc = trace_source("""
         import torch
@@ -125,7 +125,7 @@ def test_backward_passes_past_the_cap_are_counted_not_recorded(trace_source):
             (w * w).sum().backward()
             opt.step()
         print(torch.is_anomaly_enabled())
-    """, limits=Limits(max_backward_events=3, max_step_events=2))
+    """, limits=RecordingLimits(max_backward_events=3, max_step_events=2))
     assert len(backward_events(doc)) == 3
     assert len([e for e in doc["events"] if e["kind"] == "step"]) == 2
     assert doc["events_skipped"] == {"backward": 4, "step": 5}

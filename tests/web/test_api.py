@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from app.trace.document import FORMAT, load_schema
+from app.format import FORMAT, load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

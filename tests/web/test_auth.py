@@ -61,7 +61,7 @@ def test_a_client_from_another_host_is_not_loopback_whatever_the_bind_says(setti
 
 @pytest.mark.parametrize("selftest_state, code", [("off", 403), ("running", 503)])
 def test_other_hosts_need_a_sandbox_that_held(settings, monkeypatch, selftest_state, code):
-    from app.web import sandbox
+    from app.web import sandbox_status as sandbox
 
     if selftest_state == "running":
         monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {"ok": False})
@@ -78,7 +78,7 @@ def test_other_hosts_need_a_sandbox_that_held(settings, monkeypatch, selftest_st
 
 
 def test_other_hosts_may_upload_when_every_layer_held(settings, monkeypatch):
-    from app.web import sandbox
+    from app.web import sandbox_status as sandbox
 
     monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {
         "ok": True, "checked_at": "now", "summary": "every sandbox layer is in place",
@@ -90,7 +90,7 @@ def test_other_hosts_may_upload_when_every_layer_held(settings, monkeypatch):
 
 
 def test_a_missing_layer_is_named_on_the_page_and_refuses_other_hosts(settings, monkeypatch):
-    from app.web import sandbox
+    from app.web import sandbox_status as sandbox
 
     monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {
         "ok": False, "checked_at": "now", "missing": ["landlock"], "failing": ["rlimits"],

@@ -74,7 +74,7 @@ def test_own_code_page_has_the_form_and_says_what_the_sandbox_is(client):
 
 def test_static_files_and_vendored_library_with_licence(client):
     assert client.get("/static/css/app.css").status_code == 200
-    js = client.get("/static/js/scenario.js")
+    js = client.get("/static/js/trace_page.js")
     assert js.status_code == 200 and "import" in js.text
     vendor = "/static/vendor/svg-pan-zoom-3.6.2/"
     assert "svgPanZoom" in client.get(vendor + "svg-pan-zoom.min.js").text

@@ -18,14 +18,12 @@ import functools
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import app
-
+from ..protocol import app_root
 from . import identity, landlock, namespaces
-from .rlimits import Limits
+from .rlimits import ResourceLimits
 
-__all__ = ["Limits", "Policy", "app_root", "availability", "worker_env"]
+__all__ = ["ResourceLimits", "Policy", "availability", "effective", "paths_to_expose"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +33,7 @@ class Policy:
     own_uid: bool = True
     landlock: bool = True
     rlimits: bool = True
-    limits: Limits = field(default_factory=Limits)
-
-
-def app_root() -> Path:
-    """The folder that holds the `app` package (what the worker's PYTHONPATH names)."""
-    return Path(app.__file__).resolve().parent.parent
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
 
 
 def paths_to_expose() -> list[str]:
@@ -92,23 +85,3 @@ def effective(policy: Policy) -> dict[str, bool]:
             (ns or not avail["uid"]["needs_mount_ns"]),
             "landlock": policy.landlock and avail["landlock"]["available"],
             "rlimits": policy.rlimits}
-
-
-def worker_env(run_dir: Path) -> dict[str, str]:
-    """The whole environment of the worker: nothing of the server's, bar the GPU choice."""
-    env = {
-        "LANG": "C.UTF-8",
-        "HOME": str(run_dir),
-        "TMPDIR": str(run_dir),
-        "PYTHONPATH": str(app_root()),
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        # one thread: runs are small, and a busy server runs several side by side
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-    }
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
-    return env

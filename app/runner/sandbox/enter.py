@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .identity import blocked_ancestors
-from .rlimits import Limits, apply_early
+from .rlimits import ResourceLimits, apply_early
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
 _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 32, 4096, 8192, 16384
@@ -64,7 +64,7 @@ def expose(paths: list[str], uid: int, gid: int, staging: Path) -> list[str]:
     raise OSError(f"could not make {paths} reachable for uid {uid}")
 
 
-def private_folder(run_dir: str, limits: Limits, uid: int, gid: int) -> None:
+def private_folder(run_dir: str, limits: ResourceLimits, uid: int, gid: int) -> None:
     """Cover the run folder with a tmpfs of bounded size and file count, seen only in this
     mount namespace: a script can fill it, not the server's disk. The supervisor reaches it
     through /proc/PID/root, and keeps a descriptor so it can read the result after the end."""
@@ -80,7 +80,7 @@ def _own_mount_namespace(server_ns: str | None) -> bool:
 
 
 def enter(plan: dict) -> None:
-    limits = Limits.from_json(plan["limits"])
+    limits = ResourceLimits.from_json(plan["limits"])
     uid = plan.get("uid")
     wants_mounts = plan.get("expose") or plan.get("private_shm") or plan.get("private_folder")
     if wants_mounts and not _own_mount_namespace(plan.get("server_mnt_ns")):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import resource
 from dataclasses import asdict, dataclass
 
-__all__ = ["Limits", "address_space_in_use", "apply_early", "apply_job"]
+__all__ = ["ResourceLimits", "address_space_in_use", "apply_early", "apply_job"]
 
 MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Limits:
+class ResourceLimits:
     memory_mb: int = 2048      # address space the script may add on top of the loaded worker
     file_size_mb: int = 64     # largest file the run may write (the Trace document included)
     open_files: int = 256      # descriptors beyond those the worker already holds
@@ -31,7 +31,7 @@ class Limits:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> Limits:
+    def from_json(cls, data: dict) -> ResourceLimits:
         return cls(**data)
 
 
@@ -43,7 +43,7 @@ def _lower(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def apply_early(limits: Limits) -> dict:
+def apply_early(limits: ResourceLimits) -> dict:
     """In the launcher, before dropping to the run's uid: nothing the script does may dump core,
     and a fork bomb stops at `processes` (counted per uid, so each run has its own uid)."""
     _lower(resource.RLIMIT_CORE, 0)
@@ -60,7 +60,7 @@ def address_space_in_use() -> int:
     return 0
 
 
-def apply_job(limits: Limits, wall_clock_s: float) -> dict:
+def apply_job(limits: ResourceLimits, wall_clock_s: float) -> dict:
     """In the worker, after the imports and before the script: the script's own budget."""
     address_space = address_space_in_use() + limits.memory_mb * MIB
     _lower(resource.RLIMIT_AS, address_space)

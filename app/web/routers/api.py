@@ -5,46 +5,27 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response
 
-from app.catalog import OptionError
+from app.catalog import RESERVED_QUERY_NAMES, ScenarioSummary
 from app.devices import parse_device
-from app.trace.document import load_schema
+from app.format import Trace, load_schema
 
 from ..deps import CatalogDep, ScenarioDep, TracesDep
-from ..gate import Busy
 from ..responses import MEDIA, document, drawing
-from ..sandbox import sandbox_status
-from ..traces import DeviceError
+from ..sandbox_status import sandbox_status
 
 router = APIRouter(tags=["autograd-lab"])
 
-# query parameters that are ours; every other one is a scenario option (e.g. k=2)
-_RESERVED = {"variant", "device", "event"}
 
-
-def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[tuple, dict]:
-    """Trace one scenario variant; HTTP errors a person can act on."""
-    try:
-        device = parse_device(device)
-    except ValueError as exc:
-        raise HTTPException(422, str(exc)) from exc
-    given = {k: v for k, v in request.query_params.items() if k not in _RESERVED}
+def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[tuple, Trace]:
+    """Trace one scenario variant (errors.py turns what goes wrong into HTTP answers)."""
+    device = parse_device(device)
+    # every query parameter that is not the page's own is one of the scenario's options (k=2)
+    given = {k: v for k, v in request.query_params.items() if k not in RESERVED_QUERY_NAMES}
     # Defaults are spelled out so that `?k=3` and no `k` share one run in the cache, and the
     # Trace's script.args say exactly how to reproduce the run on the command line.
     options = {k: str(spec["default"]) for k, spec in scenario.options.items()
                if "default" in spec} | given
-    if variant is not None and variant not in scenario.variants:
-        known = ", ".join(scenario.variants) or "none"
-        raise HTTPException(404, f"scenario {scenario.name!r} has no variant {variant!r} "
-                                 f"(its variants: {known})")
-    try:
-        return traces.scenario_trace(scenario, variant, options, device)
-    except OptionError as exc:
-        raise HTTPException(422, str(exc)) from exc
-    except DeviceError as exc:
-        raise HTTPException(422, str(exc)) from exc
-    except Busy as exc:
-        raise HTTPException(503, "every worker is busy and the queue is full: try again in a few "
-                                 "seconds", headers={"Retry-After": "5"}) from exc
+    return traces.scenario_trace(scenario, variant, options, device)
 
 
 @router.get("/healthz")
@@ -55,7 +36,7 @@ def healthz(request: Request) -> dict:
 
 
 @router.get("/api/scenarios")
-def list_scenarios(catalog: CatalogDep) -> list[dict]:
+def list_scenarios(catalog: CatalogDep) -> list[ScenarioSummary]:
     return [s.summary() for s in catalog.values()]
 
 
@@ -64,9 +45,9 @@ def get_scenario(scenario: ScenarioDep) -> dict:
     return {**scenario.summary(), "narration": scenario.narration}
 
 
-@router.get("/api/scenarios/{name}/trace")
+@router.get("/api/scenarios/{name}/trace", response_model=Trace)
 def scenario_trace(request: Request, scenario: ScenarioDep, traces: TracesDep,
-                   variant: str | None = None, device: str = "cpu") -> dict:
+                   variant: str | None = None, device: str = "cpu") -> Response:
     """Run the scenario (or take the cached run) and return its Trace document.
 
     Any other query parameter is one of the scenario's options, e.g. `?k=2` for reused_layer.

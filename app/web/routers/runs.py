@@ -14,9 +14,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.devices import parse_device
+from app.format import Trace
 
 from ..auth import check_uploader, upload_policy
-from ..gate import Busy
 from ..responses import MEDIA, document, drawing
 
 __all__ = ["router", "stored_run"]
@@ -88,11 +88,7 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
         raise HTTPException(422, "the script is empty")
     if not _SAFE_NAME.fullmatch(name):  # a file name in the run folder: plain, short, .py
         name = "script.py"
-    try:
-        device = parse_device(device)
-    except ValueError as exc:
-        raise HTTPException(422, str(exc)) from exc
-    return source, name, device
+    return source, name, parse_device(device)
 
 
 @router.get("/api/uploads")
@@ -102,27 +98,21 @@ def uploads(request: Request) -> dict:
     return upload_policy(request)
 
 
-@router.post("/api/runs")
-async def create_run(request: Request) -> dict:
+@router.post("/api/runs", response_model=Trace)
+async def create_run(request: Request) -> Response:
     check_uploader(request)
     state = request.app.state
     cap = state.settings.max_upload_bytes
     source, name, device = await _submission(request, await _read_capped(request, cap), cap)
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
     # out of the server's thread pool)
-    try:
-        doc = await run_in_threadpool(state.traces.run_source, source, name, device)
-    except Busy as exc:
-        raise HTTPException(503, "every worker is busy and the queue is full; try again in a "
-                                 "few seconds", headers={"Retry-After": "5"}) from exc
-    if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
-        raise HTTPException(422, doc["error"]["message"])
+    doc = await run_in_threadpool(state.traces.run_source, source, name, device)
     run_id = await run_in_threadpool(state.store.put, doc)
     return await run_in_threadpool(
         document, {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}})
 
 
-def stored_run(request: Request, run_id: str) -> dict:
+def stored_run(request: Request, run_id: str) -> Trace:
     doc = request.app.state.store.get(run_id)
     if doc is None:
         raise HTTPException(404, f"no run {run_id!r}: it never existed or was dropped to make "
@@ -130,8 +120,8 @@ def stored_run(request: Request, run_id: str) -> dict:
     return {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}}
 
 
-@router.get("/api/runs/{run_id}")
-def get_run(request: Request, run_id: str) -> dict:
+@router.get("/api/runs/{run_id}", response_model=Trace)
+def get_run(request: Request, run_id: str) -> Response:
     """A stored run's Trace, with its id and link (the JSON twin of /runs/{id})."""
     return document(stored_run(request, run_id))
 

@@ -10,10 +10,10 @@ import traceback
 import types
 from pathlib import Path
 
-from .document import error_record
+from app.format import ErrorRecord, error_record
 
 __all__ = [
-    "TimeLimitExceeded", "CappedText", "main_module", "run_as_main", "error_from_exception",
+    "TimeLimitExceeded", "CappedText", "main_module", "exec_as_main", "error_from_exception",
     "scrub_frames",
 ]
 
@@ -83,7 +83,7 @@ def main_module(path: Path) -> types.ModuleType:
     return module
 
 
-def run_as_main(path: Path, source: str, argv: list[str], module: types.ModuleType) -> None:
+def exec_as_main(path: Path, source: str, argv: list[str], module: types.ModuleType) -> None:
     """Execute `source` in `module`; exceptions propagate."""
     code = compile(source, str(path), "exec")
     sys.argv = [str(path), *argv]
@@ -97,7 +97,7 @@ def script_frames_of(exc: BaseException, script_path: str) -> list[dict]:
             for f in frames if f.filename == script_path]
 
 
-def error_from_exception(exc: BaseException, script_path: str) -> dict:
+def error_from_exception(exc: BaseException, script_path: str) -> ErrorRecord:
     """An error record for an exception the script raised (or we raised into it)."""
     if isinstance(exc, SyntaxError) and (exc.filename in (script_path, None)):
         where = f" (line {exc.lineno})" if exc.lineno else ""

@@ -1,57 +1,40 @@
 """Trace one script, in this process: the whole instrumented run, start to document.
 
-Called by the worker (a child process the runner starts); tests call it directly too.
+Called by the worker (`app.runner.worker`, a child process the runner starts); tests call it
+directly too. Nothing here confines the script: that is the runner's business.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import warnings
 from pathlib import Path
 
 import torch
 
-from .custom_check import check_custom_functions
-from .diagnose import diagnose
-from .document import error_record, new_document
-from .execute import (
+from app.format import Trace, error_record, new_document
+
+from .as_main import (
     CappedText,
     TimeLimitExceeded,
     error_from_exception,
+    exec_as_main,
     main_module,
-    run_as_main,
     scrub_frames,
 )
+from .custom_check import check_custom_functions
+from .devices import device_problem
+from .diagnose import diagnose
 from .intercept import instrumented
-from .recorder import Limits, Recorder
+from .recorder import Recorder, RecordingLimits
 from .summary import summarize
 
-__all__ = ["trace_script", "device_problem"]
-
-
-def device_problem(device: str) -> str | None:
-    """Why `device` cannot be used here, or None when it can."""
-    if device == "cpu":
-        return None
-    m = re.fullmatch(r"cuda(?::(\d+))?", device)
-    if m is None:
-        return f"unknown device {device!r}: use cpu, cuda or cuda:N"
-    if not torch.cuda.is_available():
-        return (f"device {device!r} is not available: this machine has no CUDA GPU that torch "
-                f"{torch.__version__} can use (torch.cuda.is_available() is False). "
-                "Run it on the CPU instead (device cpu).")
-    index = int(m.group(1) or 0)
-    count = torch.cuda.device_count()
-    if index >= count:
-        return (f"device {device!r} does not exist: this machine has {count} CUDA device(s), "
-                f"cuda:0 to cuda:{count - 1}.")
-    return None
+__all__ = ["trace_script"]
 
 
 def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None = None,
-                 device: str = "cpu", limits: Limits | None = None) -> dict:
+                 device: str = "cpu", limits: RecordingLimits | None = None) -> Trace:
     """Run the script at `path` under the recorder and return its Trace document."""
     path = Path(path).resolve()
     source = path.read_text(encoding="utf-8", errors="replace")
@@ -62,7 +45,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         doc["error"] = error_record("DeviceUnavailable", problem)
         return doc
 
-    recorder = Recorder(str(path), limits or Limits())
+    recorder = Recorder(str(path), limits or RecordingLimits())
     out, err = CappedText(), CappedText()
     error = None
     saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")
@@ -76,7 +59,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         stack.enter_context(instrumented(recorder))
         sys.stdout, sys.stderr = out, err
         try:
-            run_as_main(path, source, list(argv or []), module)
+            exec_as_main(path, source, list(argv or []), module)
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 error = error_from_exception(exc, str(path))

@@ -1,6 +1,7 @@
-"""A stand-in worker for the self-test: `python -m app.runner.sandbox.probe --serve RUN_DIR`.
+"""A stand-in worker for the self-test: `python -m app.runner.selftest_worker --serve RUN_DIR`.
 
-It speaks the worker's protocol (confine, READY line, one JSON job on stdin, RUN_DIR/trace.json)
+It speaks the worker's protocol (`protocol.py`: confine, READY line, one JSON job on stdin,
+RUN_DIR/trace.json)
 but, instead of tracing a script, tries the hostile things named in the job and reports, for
 each, whether the sandbox stopped it. No torch, so a probe starts in a fraction of a second.
 """
@@ -17,12 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-import app
-
-from .confine import apply_landlock, drop_stdin
-from .rlimits import MIB, Limits, apply_job
-
-READY = "AUTOGRAD-LAB-WORKER-READY"
+from .protocol import MAX_JOB_LINE, Job, app_root, ready_line, write_result
+from .sandbox.confine import apply_landlock, drop_stdin
+from .sandbox.rlimits import MIB, ResourceLimits, apply_job
 
 
 def _refused(action) -> tuple[bool, str]:
@@ -79,8 +77,8 @@ def _detach_and_sleep():
     time.sleep(600)
 
 
-def run_checks(job: dict, run_dir: Path, limits: Limits) -> dict:
-    app_file = Path(app.__file__)
+def run_checks(job: dict, run_dir: Path, limits: ResourceLimits) -> dict:
+    app_file = app_root() / "app" / "__init__.py"
     checks = {
         "read_passwd": lambda: _refused(lambda: open("/etc/passwd").read(64)),
         "read_app": lambda: _refused(lambda: app_file.read_text()[:64]),
@@ -127,22 +125,24 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))  # the wall clock: stop at once
     status = {"pid": os.getpid(), "uid": os.getuid()}
     if opts.get("landlock"):
-        status["landlock"] = apply_landlock(run_dir, Path(app.__file__).parent,
+        status["landlock"] = apply_landlock(run_dir, app_root() / "app",
                                             private_shm=bool(opts.get("shm")))
-    print(READY, json.dumps(status), flush=True)
-    job = json.loads(sys.stdin.buffer.readline(65536))
+    print(ready_line(status), flush=True)
+    job = Job.from_line(sys.stdin.buffer.readline(MAX_JOB_LINE))
     drop_stdin()
-    limits = Limits.from_json(opts["limits"]) if opts.get("limits") else Limits()
+    limits = ResourceLimits.from_json(opts["limits"]) if opts.get("limits") else ResourceLimits()
     if opts.get("limits"):
-        apply_job(limits, float(job.get("timeout", 10)))
+        apply_job(limits, job.timeout)
     main_pid = os.getpid()
-    results = run_checks(job, run_dir, limits)
+    results = run_checks(job.extra, run_dir, limits)
     if os.getpid() != main_pid:
         os._exit(0)
-    out = run_dir / "trace.json"
-    with open(out.with_suffix(".partial"), "w") as f:
-        json.dump({"checks": results, "pad": "p" * job.get("pad", 0)}, f)
-    os.replace(out.with_suffix(".partial"), out)
+
+    def write(path: Path) -> None:
+        with open(path, "w") as f:
+            json.dump({"checks": results, "pad": "p" * job.extra.get("pad", 0)}, f)
+
+    write_result(run_dir, write)
     os._exit(0)
 
 

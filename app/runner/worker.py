@@ -1,7 +1,7 @@
 """The child process the runner starts: trace one script, write the Trace document to a file.
 
-    python -m app.trace.worker --serve RUN_DIR [--sandbox JSON]      (what the runner uses)
-    python -m app.trace.worker --script PATH --out OUT.json [--device D] [--name N] [-- ARGS]
+    python -m app.runner.worker --serve RUN_DIR [--sandbox JSON]      (what the runner uses)
+    python -m app.runner.worker --script PATH --out OUT.json [--device D] [--name N] [-- ARGS]
 
 `--serve` is one run in three steps: import torch and the tracer, confine itself (Landlock:
 read-only interpreter, the run folder the only writable place, no exec, no TCP) and print a
@@ -10,9 +10,13 @@ RUN_DIR by then); set the job's rlimits, trace, write RUN_DIR/trace.json, exit. 
 worker of the pool is one waiting at the second step. The `--script` form runs directly,
 unconfined, for debugging.
 
-The document is written to a temporary name and renamed, so the runner never reads half a file.
-A SIGTERM (the runner's wall-clock limit) interrupts the script where it is; the document then
-says which line it had reached.
+The protocol (READY line, job, result file, environment) is `protocol.py`'s. The document is
+written to a temporary name and renamed, so the runner never reads half a file. A SIGTERM (the
+runner's wall-clock limit) interrupts the script where it is; the document then says which line
+it had reached.
+
+This is the runner's child side, and the one module of the runner that calls the tracer (and so
+torch): the import contracts in `.importlinter` allow exactly these imports.
 """
 
 from __future__ import annotations
@@ -25,14 +29,11 @@ import signal
 import sys
 from pathlib import Path
 
-READY = "AUTOGRAD-LAB-WORKER-READY"
-MAX_JOB_LINE = 64 * 1024
-_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+from .protocol import MAX_JOB_LINE, PARTIAL_FILE, RESULT_FILE, THREAD_VARS, Job, ready_line
 
 
 def _on_term(signum, frame):
-    from .execute import TimeLimitExceeded
+    from app.trace.as_main import TimeLimitExceeded
 
     raise TimeLimitExceeded(
         "the script ran past its time limit and was stopped; the line shown is where it was "
@@ -45,7 +46,7 @@ def _dump(doc: dict, path: Path) -> None:
 
 
 def _write_document(doc: dict, out: Path, keep: Path | None = None) -> None:
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(PARTIAL_FILE if out.name == RESULT_FILE else out.name + ".partial")
     try:
         _dump(doc, tmp)
     except OSError:
@@ -55,7 +56,7 @@ def _write_document(doc: dict, out: Path, keep: Path | None = None) -> None:
         try:
             _dump(doc, tmp)
         except OSError as exc:  # EFBIG: the document outgrew the run's file-size limit
-            from .document import error_record
+            from app.format import error_record
 
             for key in ("events", "params", "diagnostics"):
                 doc[key] = [] if key != "params" else {}
@@ -102,7 +103,7 @@ def _normal_thread_stacks() -> None:
 def _prepare() -> None:
     """Everything the script may use is loaded before the doors close."""
     _normal_thread_stacks()
-    for var in _THREAD_VARS:
+    for var in THREAD_VARS:
         os.environ.setdefault(var, "1")
     import inspect  # noqa: F401 - the recorder reads custom Function sources with it
     import linecache  # noqa: F401
@@ -118,7 +119,7 @@ def _prepare() -> None:
         pass  # already fixed by an earlier parallel call: nothing ran here yet, but be safe
     import torch.autograd.gradcheck  # noqa: F401 - custom_check uses it after the script
 
-    from . import run  # noqa: F401 - the tracer and everything it imports
+    from app.trace import tracer  # noqa: F401 - the tracer and everything it imports
 
     _warm_up(torch)
 
@@ -142,45 +143,45 @@ def serve(run_dir: Path, sandbox: dict) -> int:
     # a write past the file-size limit fails with EFBIG instead of killing the worker
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _prepare()
-    import app
-    from app.runner.sandbox.confine import apply_landlock, drop_stdin
-    from app.runner.sandbox.rlimits import Limits, apply_job
+    from app.trace.recorder import RecordingLimits
+    from app.trace.tracer import trace_script
+
+    from .protocol import app_root
+    from .sandbox.confine import apply_landlock, drop_stdin
+    from .sandbox.rlimits import ResourceLimits, apply_job
 
     status: dict = {"pid": main_pid, "uid": os.getuid(), "gid": os.getgid()}
     if sandbox.get("landlock", True):
-        status["landlock"] = apply_landlock(run_dir, Path(app.__file__).parent,
+        status["landlock"] = apply_landlock(run_dir, app_root() / "app",
                                             private_shm=bool(sandbox.get("shm")))
     else:
         status["landlock"] = {"enforced": False, "reason": "turned off"}
-    print(READY, json.dumps(status), flush=True)
+    print(ready_line(status), flush=True)
 
     line = sys.stdin.buffer.readline(MAX_JOB_LINE)
     if not line.strip():
         return 0  # the pool is shutting down: no job will come
-    job = json.loads(line)
+    job = Job.from_line(line)
     drop_stdin()
-    status["limits"] = apply_job(Limits.from_json(sandbox.get("limits", {})),
-                                 float(job.get("timeout", 60)))
-    from .recorder import Limits as TraceLimits
-    from .run import trace_script
-
-    limits = TraceLimits(max_backward_events=job.get("max_events", 10),
-                         max_step_events=job.get("max_events", 10))
-    doc = trace_script(run_dir / job["script"], name=job.get("name"), argv=job.get("args", []),
-                       device=job.get("device", "cpu"), limits=limits)
+    status["limits"] = apply_job(ResourceLimits.from_json(sandbox.get("limits", {})),
+                                 float(job.timeout))
+    limits = RecordingLimits(max_backward_events=job.max_events,
+                             max_step_events=job.max_events)
+    doc = trace_script(run_dir / job.script, name=job.name, argv=job.args, device=job.device,
+                       limits=limits)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
     # the document goes to whoever has the run's link: which layers held, not the server's paths
     doc["sandbox"] = {**status, "landlock": {k: v for k, v in status["landlock"].items()
                                              if k not in ("read", "write")}}
-    _write_document(doc, run_dir / "trace.json", keep=run_dir / job["script"])
+    _write_document(doc, run_dir / RESULT_FILE, keep=run_dir / job.script)
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.trace.worker")
+    parser = argparse.ArgumentParser(prog="python -m app.runner.worker")
     parser.add_argument("--serve", metavar="RUN_DIR")
     parser.add_argument("--sandbox", default="{}")
     parser.add_argument("--script")
@@ -196,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.script and args.out):
         parser.error("give --serve RUN_DIR, or --script and --out")
 
-    from .recorder import Limits
-    from .run import trace_script
+    from app.trace.recorder import RecordingLimits
+    from app.trace.tracer import trace_script
 
-    limits = Limits(max_backward_events=args.max_events, max_step_events=args.max_events)
+    limits = RecordingLimits(max_backward_events=args.max_events,
+                             max_step_events=args.max_events)
     doc = trace_script(Path(args.script), name=args.name, argv=args.script_args,
                        device=args.device, limits=limits)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

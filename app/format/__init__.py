@@ -1,0 +1,16 @@
+"""The Trace document: its types, builders, JSON Schema and validator.
+
+Torch-free and web-free: the tracer writes Traces with these builders, the runner completes and
+checks them, the web layer and the renderer read them. Nothing here imports another part of
+the app.
+"""
+
+from .build import diagnostic, error_record, json_number, new_document
+from .schema import SCHEMA_PATH, InvalidTrace, load_schema, validate
+from .types import FORMAT, Diagnostic, ErrorRecord, Event, Graph, Node, Trace
+
+__all__ = [
+    "FORMAT", "SCHEMA_PATH", "Diagnostic", "ErrorRecord", "Event", "Graph", "InvalidTrace",
+    "Node", "Trace", "diagnostic", "error_record", "json_number", "load_schema",
+    "new_document", "validate",
+]

@@ -1,0 +1,225 @@
+"""The Trace document's shape as Python types: what the tracer writes, the runner completes and
+the web layer serves (routers declare them, so /docs shows the shape).
+
+`trace.schema.json` says the same for every other reader (the browser, programs, the validator);
+`tests/format/test_types.py` checks that each TypedDict names the properties and the required
+keys of its JSON Schema definition, so the two cannot drift apart.
+
+`typing_extensions.TypedDict`, not `typing.TypedDict`: pydantic (FastAPI's response models)
+accepts only the former on Python < 3.12.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired
+
+from typing_extensions import TypedDict
+
+__all__ = [
+    "FORMAT", "Number", "TensorSummary", "SavedValue", "BackwardSource", "Gradcheck", "Node",
+    "Edge", "Cut", "Graph", "Contribution", "GradChange", "EventError", "BackwardEvent",
+    "StepChange", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
+    "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel",
+]
+
+FORMAT = "autograd-lab/trace@1"
+
+# JSON has no NaN or infinity: they are written "NaN", "Infinity", "-Infinity"
+Number = float | str
+NodeKind = Literal["op", "custom", "param", "leaf", "output"]
+DiagnosticLevel = Literal["info", "warning", "error"]
+
+
+class TensorSummary(TypedDict):
+    """A tensor: shape, dtype, device, statistics, and its values when it is small."""
+    shape: list[int]
+    dtype: str
+    device: str
+    layout: NotRequired[str]
+    numel: NotRequired[int]
+    nonfinite: NotRequired[int]
+    min: NotRequired[Number]
+    max: NotRequired[Number]
+    mean: NotRequired[Number]
+    norm: NotRequired[Number]
+    values: NotRequired[Any]  # nested lists of numbers, at most MAX_VALUES of them
+
+
+class SavedValue(TypedDict):
+    name: str
+    shape: NotRequired[list[int]]
+    dtype: NotRequired[str]
+    device: NotRequired[str]
+    value: NotRequired[str]
+    freed: NotRequired[bool]
+    modified: NotRequired[bool]
+    param: NotRequired[str]
+
+
+class BackwardSource(TypedDict):
+    file: str
+    line: int
+    source: str
+
+
+class Gradcheck(TypedDict):
+    passed: NotRequired[bool | None]
+    message: NotRequired[str]
+
+
+class Node(TypedDict):
+    id: str
+    name: str
+    kind: NodeKind
+    label: NotRequired[str]
+    module: NotRequired[str | None]
+    line: NotRequired[int | None]
+    param: NotRequired[str]
+    shape: NotRequired[list[int]]
+    dtype: NotRequired[str]
+    device: NotRequired[str]
+    function: NotRequired[str]
+    backward_source: NotRequired[BackwardSource | None]
+    gradcheck: NotRequired[Gradcheck]
+    saved: NotRequired[list[SavedValue]]
+
+
+class Edge(TypedDict):
+    source: str
+    target: str
+    slot: int
+    shape: NotRequired[list[int]]
+    grad_norm: NotRequired[Number | None]
+
+
+class Cut(TypedDict):
+    param: str
+    node: str
+    source: str | None
+    how: NotRequired[str | None]
+    line: NotRequired[int | None]
+
+
+class Graph(TypedDict):
+    nodes: list[Node]
+    edges: list[Edge]
+    roots: list[str]
+    truncated: NotRequired[bool]
+    cuts: NotRequired[list[Cut]]
+
+
+class Contribution(TypedDict):
+    node: str
+    slot: int
+    grad: TensorSummary
+
+
+class GradChange(TypedDict):
+    before: TensorSummary | None
+    after: TensorSummary | None
+
+
+class EventError(TypedDict):
+    type: str
+    message: str
+
+
+class BackwardEvent(TypedDict):
+    kind: Literal["backward"]
+    index: int
+    graph: Graph
+    order: list[str]
+    uses: dict[str, int]
+    contributions: dict[str, list[Contribution]]
+    grads: dict[str, GradChange]
+    call: NotRequired[str]
+    line: NotRequired[int | None]
+    synthetic: NotRequired[bool]
+    synthetic_reason: NotRequired[str]
+    results: NotRequired[list[TensorSummary | None]]
+    error: NotRequired[EventError | None]
+
+
+class StepChange(TypedDict):
+    before: TensorSummary
+    after: TensorSummary
+    grad: NotRequired[TensorSummary | None]
+
+
+class StepEvent(TypedDict):
+    kind: Literal["step"]
+    index: int
+    optimizer: str
+    params: dict[str, StepChange]
+    line: NotRequired[int | None]
+    lr: NotRequired[list[float | None]]
+
+
+Event = BackwardEvent | StepEvent
+
+
+class Param(TypedDict):
+    shape: list[int]
+    dtype: str
+    device: str
+    requires_grad: bool
+    kind: NotRequired[Literal["parameter", "leaf"]]
+    module: NotRequired[str | None]
+    uses: NotRequired[dict[str, int]]  # backward event index -> uses in that graph
+    grad: NotRequired[TensorSummary | None]
+
+
+class Diagnostic(TypedDict):
+    code: str
+    level: DiagnosticLevel
+    message: str
+    params: list[str]
+    nodes: list[str]
+    event: NotRequired[int | None]
+
+
+class ErrorRecord(TypedDict):
+    """What went wrong, in words a person can act on, and the script's line."""
+    type: str
+    message: str
+    line: int | None
+    frames: NotRequired[list[dict[str, Any]]]
+    log: NotRequired[str]
+    exception: NotRequired[str]
+
+
+class Script(TypedDict):
+    name: str
+    sha256: str
+    source: str
+    args: NotRequired[list[str]]
+
+
+class EventsSkipped(TypedDict):
+    backward: NotRequired[int]
+    step: NotRequired[int]
+
+
+class RunLink(TypedDict):
+    id: str
+    link: str
+
+
+class Trace(TypedDict):
+    """One run of one script: its backward passes and optimizer steps, the graphs they walked,
+    and what a teacher would point at."""
+    format: Literal["autograd-lab/trace@1"]
+    script: Script
+    torch: str | None
+    device: str
+    events: list[Event]
+    params: dict[str, Param]
+    diagnostics: list[Diagnostic]
+    stdout: str
+    error: ErrorRecord | None
+    stderr: NotRequired[str]
+    events_skipped: NotRequired[EventsSkipped]
+    elapsed: NotRequired[float]          # set by the runner
+    output_dropped: NotRequired[int]     # set by the runner: raw output bytes not kept
+    sandbox: NotRequired[dict[str, Any]]  # set by the runner: which layers held
+    run: NotRequired[RunLink]            # set by the server for a stored run

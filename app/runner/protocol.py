@@ -1,0 +1,112 @@
+"""What the server and a worker process say to each other: one definition for the supervisor
+(`child.py`), the tracing worker (`worker.py`) and the self-test's probe (`selftest_worker.py`).
+
+    supervisor                                  worker (python -m app.runner.worker --serve DIR)
+    ----------                                  ------------------------------------------------
+    starts it with `worker_env(DIR)` only       imports torch, confines itself (Landlock)
+                                           <--  READY {"pid": ..., "landlock": {...}}\\n
+    writes the script into DIR, then
+    the job as one JSON line on stdin      -->  reads at most MAX_JOB_LINE bytes of it
+                                                sets the job's rlimits, runs, writes
+                                                DIR/trace.json.partial, renames it DIR/trace.json
+    reads DIR/trace.json (capped, no links)     exits
+
+Torch-free: the web process imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "READY", "MAX_JOB_LINE", "RESULT_FILE", "PARTIAL_FILE", "THREAD_VARS", "ALLOWED_ENV", "Job",
+    "app_root", "ready_line", "parse_ready", "worker_env", "write_result",
+]
+
+READY = "AUTOGRAD-LAB-WORKER-READY"
+MAX_JOB_LINE = 64 * 1024
+RESULT_FILE = "trace.json"
+PARTIAL_FILE = RESULT_FILE + ".partial"  # written first, then renamed: never half a report
+# one thread each: runs are small, and a busy server runs several side by side
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
+
+def app_root() -> Path:
+    """The folder that holds the `app` package (what the worker's PYTHONPATH names)."""
+    import app
+
+    return Path(app.__file__).resolve().parent.parent
+
+
+def worker_env(run_dir: Path) -> dict[str, str]:
+    """The whole environment of the worker: nothing of the server's, bar the GPU choice."""
+    env = {
+        "LANG": "C.UTF-8",
+        "HOME": str(run_dir),
+        "TMPDIR": str(run_dir),
+        "PYTHONPATH": str(app_root()),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        **{var: "1" for var in THREAD_VARS},
+    }
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return env
+
+
+# what the self-test accepts in a worker's environment (LC_CTYPE: Python sets it for C.UTF-8)
+ALLOWED_ENV = frozenset(worker_env(Path("/")) | {"CUDA_VISIBLE_DEVICES": "", "LC_CTYPE": ""})
+
+
+@dataclass(frozen=True)
+class Job:
+    """The one job a worker runs: the script's file name in its folder and how to run it."""
+    script: str = "script.py"
+    name: str = "script.py"
+    device: str = "cpu"
+    args: list[str] = field(default_factory=list)
+    max_events: int = 10
+    timeout: float = 60.0
+    extra: dict[str, Any] = field(default_factory=dict)  # the self-test probe's instructions
+
+    def to_line(self) -> bytes:
+        data = asdict(self)
+        extra = data.pop("extra")
+        return json.dumps({**extra, **data}).encode("utf-8") + b"\n"
+
+    @classmethod
+    def from_line(cls, line: bytes) -> Job:
+        data = json.loads(line)
+        own = {k: data.pop(k) for k in ("script", "name", "device", "args", "max_events",
+                                        "timeout") if k in data}
+        return cls(**own, extra=data)
+
+
+def ready_line(status: dict) -> str:
+    """The line a worker prints once it is confined and waits for its job."""
+    return f"{READY} {json.dumps(status)}"
+
+
+def parse_ready(line: bytes) -> dict | None:
+    """The worker's status from a READY line; None for any other line."""
+    if not line.startswith(READY.encode()):
+        return None
+    try:
+        status = json.loads(line[len(READY):])
+    except ValueError:
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def write_result(folder: Path, write) -> None:
+    """Write the report through `write(path)` under the partial name, then rename it: the
+    supervisor never reads half a file."""
+    partial = folder / PARTIAL_FILE
+    write(partial)
+    os.replace(partial, folder / RESULT_FILE)

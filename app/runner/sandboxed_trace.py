@@ -1,0 +1,84 @@
+"""Run one script in a sandboxed worker and return its Trace document.
+
+The caller never imports the script or torch: everything comes back as JSON through a file in
+the run's own folder. Whatever happens to the worker (an exception, a crash, a limit, a run
+past the wall-clock limit), the caller gets a document whose `error` says what to do.
+
+`trace_in_sandbox` takes a pre-started worker from `pool` when one is ready within `wait`
+seconds, and starts a fresh worker otherwise: the same sandbox and the same code path either
+way, so a burst is slower but never refused here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from app.format import Trace
+
+from . import sandbox
+from .child import START_TIMEOUT, Child
+from .explain import to_document
+from .pool import Pool
+from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
+
+DEFAULT_TIMEOUT = 60.0
+
+__all__ = ["DEFAULT_TIMEOUT", "probe_devices", "trace_in", "trace_in_sandbox"]
+
+
+def _script_file(name: str) -> str:
+    """The script's file name in the run folder: its own base name, unless that could clash
+    with the worker's files or hide as a dotfile."""
+    base = Path(name).name
+    if not base or base.startswith(".") or base in (RESULT_FILE, PARTIAL_FILE) \
+            or len(base) > 100:
+        return "script.py"
+    return base
+
+
+def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
+                     name: str | None = None, args: list[str] | tuple[str, ...] = (),
+                     device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, max_events: int = 10,
+                     policy: sandbox.Policy | None = None, pool: Pool | None = None,
+                     wait: float = 5.0) -> Trace:
+    """Trace a script given as a path or as source text; always returns a Trace document.
+
+    With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
+    used if one is ready within `wait` seconds."""
+    if (script is None) == (source is None):
+        raise ValueError("give either a script path or its source")
+    if script is not None:
+        script = Path(script)
+        source = script.read_text(encoding="utf-8", errors="replace")
+        name = name or script.name
+    name = name or "script.py"
+    child = None
+    if pool is not None and policy is None and pool.running:
+        child = pool.acquire(timeout=wait)
+    if child is None:
+        child = Child.spawn(policy or (pool.policy if pool is not None else sandbox.Policy()))
+    return trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
+                    max_events=max_events)
+
+
+def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cpu",
+             timeout: float = DEFAULT_TIMEOUT, max_events: int = 10) -> Trace:
+    """Give one job to `child` (fresh or pre-started) and make its Trace document."""
+    script_file = _script_file(name)
+    job = Job(script=script_file, name=name, device=device, args=list(args),
+              max_events=max_events, timeout=timeout)
+    outcome = child.execute(job, {script_file: source}, timeout, start_timeout=START_TIMEOUT)
+    return to_document(outcome, name=name, source=source, device=device, timeout=timeout,
+                       limits=child.policy.limits, script_file=script_file)
+
+
+def probe_devices(timeout: float = 60.0) -> dict:
+    """{"torch": version, "devices": [...]} as a worker process sees them."""
+    done = subprocess.run([sys.executable, "-m", "app.trace.devices"], capture_output=True,
+                          env=worker_env(Path("/tmp")), timeout=timeout, check=False, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("the worker could not start torch: " + done.stderr.strip()[-2000:])
+    return json.loads(done.stdout)
