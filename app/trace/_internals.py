@@ -1,4 +1,6 @@
-"""Every private PyTorch internal the tracer touches, in one module.
+"""Every private PyTorch internal the tracer touches, in one module: private attributes, and
+the knowledge of torch's own names (which grad_fn classes are views, which calls update a
+tensor in place) that a torch release may change.
 
 `tests/trace/test_internals.py` exercises each of these against the installed torch, so a torch
 upgrade that renames or removes one fails loudly there rather than quietly emptying the page.
@@ -6,23 +8,25 @@ upgrade that renames or removes one fails loudly there rather than quietly empty
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 
 __all__ = [
-    "node_metadata",
-    "creation_stack",
+    "FREED",
+    "MODIFIED",
+    "accumulated_leaf",
     "creation_line",
-    "saved_values",
     "forward_class",
-    "input_shapes",
-    "is_data_getter",
+    "function_apply",
     "is_custom_function_node",
+    "is_data_getter",
+    "is_update_call",
+    "is_view_node",
+    "node_metadata",
+    "saved_values",
 ]
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)')
 _SAVED_PREFIX = "_saved_"
 _saved_attrs_by_type: dict[type, tuple[str, ...]] = {}
 
@@ -32,22 +36,13 @@ def node_metadata(fn: Any) -> dict:
     return fn.metadata
 
 
-def creation_stack(fn: Any) -> list[tuple[str, int, str]]:
-    """(file, line, function) of each frame that created `fn`, outermost first.
+def creation_line(fn: Any, path: str) -> int | None:
+    """The innermost line of file `path` in the stack that created `fn`.
 
     Anomaly mode stores the formatted forward stack under `traceback_` (a list of strings in
-    torch 2.x, one string in older releases).
+    torch 2.x, one string in older releases). Big graphs ask this of every node, so the text is
+    searched for the file's last frame rather than parsed whole.
     """
-    raw = node_metadata(fn).get("traceback_")
-    if raw is None:
-        return []
-    text = "".join(raw) if isinstance(raw, list) else str(raw)
-    return [(m["file"], int(m["line"]), m["func"].strip()) for m in _FRAME.finditer(text)]
-
-
-def creation_line(fn: Any, path: str) -> int | None:
-    """The innermost line of file `path` in the stack that created `fn` (fast path of
-    creation_stack: big graphs ask this of every node)."""
     raw = node_metadata(fn).get("traceback_")
     if raw is None:
         return None
@@ -120,12 +115,40 @@ def forward_class(fn: Any) -> type | None:
     return getattr(fn, "_forward_cls", None)
 
 
-def input_shapes(fn: Any) -> list[list[int] | None]:
-    """Shape of each gradient the node receives (one per forward output)."""
-    try:
-        return [list(m.shape) for m in fn._input_metadata]
-    except Exception:  # noqa: BLE001 - nested tensors and odd metadata have no plain shape
-        return []
+def accumulated_leaf(fn: Any) -> Any:
+    """The leaf tensor an AccumulateGrad node adds gradients into, or None for other nodes."""
+    return getattr(fn, "variable", None) if type(fn).__name__ == "AccumulateGrad" else None
+
+
+def function_apply() -> Any:
+    """The plain function behind `torch.autograd.Function.apply` (a classmethod), so that it
+    can be wrapped and put back."""
+    return torch.autograd.Function.__dict__["apply"].__func__
+
+
+# Backward nodes of ops whose output is a view of their input: a parameter read through one of
+# these (w.t(), w.view(...)) still has its edge, whatever line made the view.
+_VIEW_NODES = ("TBackward", "TransposeBackward", "PermuteBackward", "ViewBackward",
+               "UnsafeViewBackward", "ReshapeAliasBackward", "ExpandBackward", "SliceBackward",
+               "SelectBackward", "SqueezeBackward", "UnsqueezeBackward", "AsStridedBackward",
+               "AliasBackward", "NarrowBackward", "DiagonalBackward", "UnbindBackward",
+               "SplitBackward", "ChunkBackward")
+
+
+def is_view_node(name: str) -> bool:
+    """Is a grad_fn of this class name the backward of a view (its output aliases its input)?"""
+    return name.startswith(_VIEW_NODES)
+
+
+# Calls under no_grad that are not uses: property access (`.data` read or written).
+_ACCESSORS = ("__get__", "__set__")
+
+
+def is_update_call(name: str) -> bool:
+    """Does a torch call of this name change a tensor in place (`add_`, `__iadd__`) or access
+    it (`__get__`) rather than compute from it? Under no_grad those are initialisation or a
+    hand-written update, not a use that leaves the graph."""
+    return name.endswith("_") or name.startswith("__i") or name in _ACCESSORS
 
 
 def is_data_getter(func: Any) -> bool:

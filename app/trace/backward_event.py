@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .cuts import find_cuts
 from .graph import Walk, walk
 from .summary import norm_of, summarize
 
@@ -40,35 +41,8 @@ class BackwardRecording:
         with guard():
             self._before = {name: summarize(t.grad) for name, t in self._tracked.items()}
         self._leaf_slots = self._slots_into_leaves()
-        self.cuts = self._cuts(escapes_of)
+        self.cuts = find_cuts(self.walk, self._tracked, escapes_of)
         self._hook_all()
-
-    def _cuts(self, escapes_of: Callable | None) -> list[dict]:
-        """Nodes that saved a named leaf's values but have no edge from it: the script cut the
-        gradient there (detach(), .data, requires_grad_(False)). Each is drawn dashed."""
-        if self.walk.truncated:
-            return []  # edges are missing: every saved parameter would look cut
-        node_of = {name: node_id for node_id, (_t, name) in self.walk.leaves.items()}
-        tensors = dict(self._tracked)
-        inputs: dict[str, list[str]] = {}
-        for e in self.walk.edges:
-            inputs.setdefault(e["target"], []).append(e["source"])
-        by_id = {n["id"]: n for n in self.walk.nodes}
-        cuts = []
-        for node in self.walk.nodes:
-            for name in sorted({s["param"] for s in node.get("saved", ()) if "param" in s}):
-                source = node_of.get(name)
-                if source is not None and _reaches(node, source, inputs, by_id):
-                    continue
-                how, line = None, None
-                escapes = escapes_of(tensors[name]) if escapes_of and name in tensors else []
-                if escapes:
-                    # the escape on the node's own line, else the latest one before it
-                    chosen = next((e for e in escapes if e.line == node.get("line")), escapes[-1])
-                    how, line = chosen.how, chosen.line
-                cuts.append({"param": name, "node": node["id"], "source": source,
-                             "how": how, "line": line})
-        return cuts
 
     def _slots_into_leaves(self) -> dict[str, dict[int, str]]:
         """consumer node id -> {slot: leaf name} for every edge into an AccumulateGrad."""
@@ -148,33 +122,6 @@ class BackwardRecording:
         if error is not None:
             event["error"] = {"type": type(error).__name__, "message": str(error).strip()}
         return event
-
-
-# Backward nodes of ops whose output is a view of their input: a parameter read through one of
-# these (w.t(), w.view(...)) still has its edge, whatever line made the view.
-_VIEW_NODES = ("TBackward", "TransposeBackward", "PermuteBackward", "ViewBackward",
-               "UnsafeViewBackward", "ReshapeAliasBackward", "ExpandBackward", "SliceBackward",
-               "SelectBackward", "SqueezeBackward", "UnsqueezeBackward", "AsStridedBackward",
-               "AliasBackward", "NarrowBackward", "DiagonalBackward", "UnbindBackward",
-               "SplitBackward", "ChunkBackward")
-
-
-def _reaches(node: dict, leaf_id: str, inputs: dict, by_id: dict) -> bool:
-    """Does `node` take gradient to the leaf through views of it or through its own
-    statement's nodes (F.linear's TBackward0)? Paths through other computations do not count:
-    they are other uses."""
-    stack, seen = [node["id"]], {node["id"]}
-    while stack:
-        for source in inputs.get(stack.pop(), ()):
-            if source == leaf_id:
-                return True
-            nxt = by_id[source]
-            passes = nxt["kind"] in ("op", "custom") and (
-                nxt.get("line") == node.get("line") or nxt["name"].startswith(_VIEW_NODES))
-            if source not in seen and passes:
-                seen.add(source)
-                stack.append(source)
-    return False
 
 
 def tensors_of(x: Any) -> list[torch.Tensor]:

@@ -1,9 +1,13 @@
-"""Walk a grad_fn graph into plain data: nodes and edges.
+"""Every walk of a backward graph, in one module.
 
-The walk is iterative (a 100k-node graph must not hit the recursion limit) and breadth-first
-from the roots, so node ids ("n0" is the first root's grad_fn) are the same on every run of a
-deterministic script. An edge goes from a node listed in another node's `next_functions`
-(`source`) to that node (`target`), the way torchviz draws it.
+- `walk`: a grad_fn graph into plain data, nodes and edges. Iterative (a 100k-node graph must
+  not hit the recursion limit) and breadth-first from the roots, so node ids ("n0" is the first
+  root's grad_fn) are the same on every run of a deterministic script. An edge goes from a node
+  listed in another node's `next_functions` (`source`) to that node (`target`), the way
+  torchviz draws it.
+- `grad_fn_reaches`: does a live grad_fn graph reach a given leaf?
+- `reaches_within_statement`: on the walked data, does a node take gradient to a leaf through
+  views of it or through nodes of its own statement?
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from .summary import describe
 
 MODULE_TAG = "autograd_lab.module"
 
-__all__ = ["Walk", "walk", "MODULE_TAG"]
+__all__ = ["Walk", "walk", "grad_fn_reaches", "reaches_within_statement", "storage_key",
+           "MODULE_TAG"]
 
 # name_leaf(tensor) -> (name, kind) with kind "parameter" or "leaf"
 LeafNamer = Callable[[torch.Tensor], tuple[str, str]]
@@ -102,6 +107,40 @@ def walk(
     return w
 
 
+def grad_fn_reaches(fn: Any, leaf: torch.Tensor, max_nodes: int = 20_000) -> bool:
+    """Does the graph behind grad_fn `fn` reach the AccumulateGrad of `leaf` (within
+    `max_nodes` nodes)?"""
+    seen, stack = {fn}, [fn]
+    while stack and len(seen) < max_nodes:
+        node = stack.pop()
+        if internals.accumulated_leaf(node) is leaf:
+            return True
+        for nxt, _ in node.next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
+def reaches_within_statement(node: dict, leaf_id: str, inputs: dict[str, list[str]],
+                             by_id: dict[str, dict]) -> bool:
+    """Does walked `node` take gradient to the leaf node `leaf_id` through views of it or
+    through its own statement's nodes (F.linear's TBackward0)? Paths through other
+    computations do not count: they are other uses. `inputs`: node id -> its sources."""
+    stack, seen = [node["id"]], {node["id"]}
+    while stack:
+        for source in inputs.get(stack.pop(), ()):
+            if source == leaf_id:
+                return True
+            nxt = by_id[source]
+            passes = nxt["kind"] in ("op", "custom") and (
+                nxt.get("line") == node.get("line") or internals.is_view_node(nxt["name"]))
+            if source not in seen and passes:
+                seen.add(source)
+                stack.append(source)
+    return False
+
+
 def _inherit_modules(w: Walk) -> None:
     """Give internal nodes their consumer's module.
 
@@ -128,7 +167,7 @@ def _script_line(fn: Any, script_path: str) -> int | None:
 def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) -> dict:
     name = type(fn).__name__
     node: dict[str, Any] = {"id": node_id, "name": name, "label": name}
-    variable = getattr(fn, "variable", None) if name == "AccumulateGrad" else None
+    variable = internals.accumulated_leaf(fn)
     if variable is not None:
         leaf_name, kind = name_leaf(variable)
         w.leaves[node_id] = (variable, leaf_name)

@@ -18,6 +18,7 @@ from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 from torch.overrides import TorchFunctionMode
 
+from . import _internals as internals
 from .recorder import Recorder
 
 __all__ = ["instrumented"]
@@ -93,7 +94,7 @@ def instrumented(recorder: Recorder):
     grad_function.__doc__ = autograd_grad.__doc__
 
     function_cls = torch.autograd.Function
-    apply_original = function_cls.__dict__["apply"].__func__
+    apply_original = internals.function_apply()
 
     def apply(cls, *args, **kwargs):
         with recorder.custom_forward():

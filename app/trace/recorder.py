@@ -17,14 +17,12 @@ from torch import nn
 
 from . import _internals as internals
 from .backward_event import BackwardRecording, tensors_of
+from .cuts import CutLog, Escape
 from .graph import MODULE_TAG, storage_key
 from .naming import Namer, script_frames
 from .summary import summarize
 
 __all__ = ["Recorder", "RecordingLimits"]
-
-# Calls under no_grad that are not uses: in-place updates (initialisation, manual SGD).
-_NOT_A_USE = ("__get__", "__set__")
 
 
 @dataclass
@@ -33,13 +31,6 @@ class RecordingLimits:
     max_step_events: int = 10
     max_nodes: int = 200_000
     gradcheck_max_numel: int = 512
-
-
-@dataclass
-class Escape:
-    """A leaf read in a way that leaves the graph: `.data`, `detach()`, or under no_grad."""
-    how: str
-    line: int
 
 
 @dataclass
@@ -57,10 +48,8 @@ class Recorder:
         self._in_step = 0
         self._custom_forward_depth = 0
         self._module_stack: list[tuple[nn.Module, str]] = []
-        self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
+        self.cut_log = CutLog()
         self._custom_inputs: dict[type, tuple] = {}
-        # (grad_fn, how, line) where a computed tensor left the graph: detach() or no_grad
-        self._cuts: list[tuple[Any, str, int]] = []
         self._pending_steps: dict[int, dict] = {}
         # called once when no further backward pass will be recorded: anomaly mode (a stack
         # trace for every node created, the main cost of tracing) can then be switched off
@@ -225,67 +214,31 @@ class Recorder:
                         meta[MODULE_TAG] = path
         name = getattr(func, "__name__", "")
         if internals.is_data_getter(func):
-            self._note_escape(args[:1], ".data")
+            self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
         elif name in ("detach", "detach_"):
-            self._note_escape(args[:1], "detach()")
+            self.cut_log.note_escape(_flat(args[:1]), "detach()", self.current_line)
             self._note_cut(args[:1], "detach()")
         elif name == "requires_grad_" and not (args[1] if len(args) > 1
                                                else kwargs.get("requires_grad", True)):
-            self._note_escape(args[:1], "requires_grad_(False)", switched_off=True)
+            self.cut_log.note_escape(_flat(args[:1]), "requires_grad_(False)", self.current_line,
+                                     switched_off=True)
         elif (not torch.is_grad_enabled() and not self._in_step and not self._custom_forward_depth
-              and not name.endswith("_") and not name.startswith("__i") and name not in _NOT_A_USE):
+              and not internals.is_update_call(name)):
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
-            self._note_escape(args, how)
+            self.cut_log.note_escape(_flat(args), how, self.current_line)
             self._note_cut(args, how)
 
-    def _note_escape(self, args: tuple, how: str, switched_off: bool = False) -> None:
-        # requires_grad_(False) is seen after it ran: the leaf no longer requires grad
-        leaves = [a for a in _flat(args) if isinstance(a, torch.Tensor) and a.is_leaf
-                  and (a.requires_grad or switched_off)]
-        if not leaves:
-            return
-        line = self.current_line()
-        if line is None:
-            return
-        for t in leaves:
-            entry = self._escapes.setdefault(id(t), (t, []))
-            if entry[0] is not t:
-                entry = self._escapes[id(t)] = (t, [])
-            if len(entry[1]) < 20 and not any(e.how == how and e.line == line for e in entry[1]):
-                entry[1].append(Escape(how, line))
-
     def _note_cut(self, args: tuple, how: str) -> None:
-        """A computed tensor leaves the graph here: what it was computed from gets no gradient
-        through this path. Kept only while passes are still being recorded, and a few."""
-        if len(self._cuts) >= 50 or self.backward_count() >= self.limits.max_backward_events:
-            return
-        fns = [a.grad_fn for a in _flat(args) if isinstance(a, torch.Tensor)
-               and a.grad_fn is not None]
-        line = self.current_line() if fns else None
-        if line is not None:
-            self._cuts.extend((fn, how, line) for fn in fns)
-
-    def cuts_above(self, tensor: torch.Tensor, max_nodes: int = 20_000) -> list[Escape]:
-        """Where the script cut off a graph that reaches `tensor`."""
-        found = []
-        for fn, how, line in self._cuts:
-            if any(found_e.how == how and found_e.line == line for found_e in found):
-                continue
-            seen, stack = {fn}, [fn]
-            while stack and len(seen) < max_nodes:
-                node = stack.pop()
-                if getattr(node, "variable", None) is tensor:
-                    found.append(Escape(how, line))
-                    break
-                for nxt, _ in node.next_functions:
-                    if nxt is not None and nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-        return found
+        """A computed tensor leaves the graph here; kept only while passes are still being
+        recorded (a later cut cannot explain a recorded graph)."""
+        if self.backward_count() < self.limits.max_backward_events:
+            self.cut_log.note_cut(_flat(args), how, self.current_line)
 
     def escapes_of(self, tensor: torch.Tensor) -> list[Escape]:
-        entry = self._escapes.get(id(tensor))
-        return entry[1] if entry is not None and entry[0] is tensor else []
+        return self.cut_log.escapes_of(tensor)
+
+    def cuts_above(self, tensor: torch.Tensor) -> list[Escape]:
+        return self.cut_log.cuts_above(tensor)
 
     # -- custom Functions ------------------------------------------------------------------
     @contextlib.contextmanager

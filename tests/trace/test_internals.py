@@ -27,8 +27,8 @@ def test_anomaly_metadata_records_the_creating_line():
         x = torch.randn(3, requires_grad=True)
         y = x.exp()
     line = _this_line() - 1
-    stack = internals.creation_stack(y.grad_fn)
-    assert (__file__, line) in [(f, n) for f, n, _ in stack]
+    assert internals.creation_line(y.grad_fn, __file__) == line
+    assert internals.creation_line(y.grad_fn, "/no/such/file.py") is None
     internals.node_metadata(y.grad_fn)["tag"] = "kept"
     assert y.grad_fn.metadata["tag"] == "kept"  # the dict lives on the node
 
@@ -50,9 +50,58 @@ def test_saved_values_of_builtin_and_custom_nodes():
     assert name == "saved_tensors[0]" and t.shape == (2, 3)
 
 
-def test_input_shapes():
-    x = torch.randn(4, 5, requires_grad=True)
-    assert internals.input_shapes((x * 2).grad_fn) == [[4, 5]]
+def test_accumulated_leaf_is_the_parameter_an_accumulate_grad_node_feeds():
+    w = torch.nn.Parameter(torch.randn(3))
+    y = w * 2
+    accumulate = y.grad_fn.next_functions[0][0]
+    assert type(accumulate).__name__ == "AccumulateGrad"
+    assert internals.accumulated_leaf(accumulate) is w
+    assert internals.accumulated_leaf(y.grad_fn) is None
+
+
+def test_view_nodes_are_the_backward_of_ops_that_alias_their_input():
+    w = torch.randn(4, 6, requires_grad=True)
+    views = [w.t(), w.transpose(0, 1), w.permute(1, 0), w.view(24), w.expand(2, 4, 6), w[1:],
+             w[0], w.unsqueeze(0), w.narrow(0, 0, 2), w.diagonal(), w.unbind(0)[0],
+             w.split(2)[0], w.chunk(2)[0], w.as_strided((2, 2), (1, 1))]
+    for v in views:
+        # torch says it is a view of w; our name list must say so too
+        assert v._base is w, type(v.grad_fn).__name__
+        assert internals.is_view_node(type(v.grad_fn).__name__), type(v.grad_fn).__name__
+    for computed in (w * 2, w.exp(), w.sum(0), w @ w.t(), w.clone()):
+        assert computed._base is None
+        assert not internals.is_view_node(type(computed.grad_fn).__name__)
+
+
+def test_update_calls_are_told_apart_from_uses_under_no_grad():
+    seen = []
+
+    class Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    p = torch.nn.Parameter(torch.randn(2))
+    with torch.no_grad(), Mode():
+        p.add_(1)
+        p += 1
+        p.data  # noqa: B018
+        p.mul_(2)
+    updates, seen = seen, []
+    with torch.no_grad(), Mode():
+        p * 2  # noqa: B018
+        p.exp()
+        torch.matmul(p, p)
+    uses = seen
+    assert updates and all(internals.is_update_call(name) for name in updates), updates
+    assert uses and not any(internals.is_update_call(name) for name in uses), uses
+
+
+def test_function_apply_is_what_the_tracer_wraps_and_puts_back():
+    original = internals.function_apply()
+    assert torch.autograd.Function.apply.__func__ is original
+    x = torch.randn(3, requires_grad=True)
+    assert torch.equal(original(_Double, x), x * 2)
 
 
 def test_data_getter_is_recognised_in_a_torch_function_mode():
@@ -76,13 +125,13 @@ def _this_line() -> int:
     return inspect.currentframe().f_back.f_lineno
 
 
-def test_creation_line_agrees_with_the_full_stack():
+def test_creation_line_is_the_innermost_line_of_the_file():
+    def make(x):
+        return x.sin()  # the innermost line of this file on the creating stack
+
     with torch.autograd.set_detect_anomaly(True, check_nan=False):
-        y = torch.randn(2, requires_grad=True).sin()
-    stack = internals.creation_stack(y.grad_fn)
-    expected = [n for f, n, _ in stack if f == __file__][-1]
-    assert internals.creation_line(y.grad_fn, __file__) == expected
-    assert internals.creation_line(y.grad_fn, "/no/such/file.py") is None
+        y = make(torch.randn(2, requires_grad=True))
+    assert internals.creation_line(y.grad_fn, __file__) == make.__code__.co_firstlineno + 1
 
 
 def test_saved_tensor_modified_in_place_is_told_apart_from_freed():

@@ -1,0 +1,118 @@
+"""Where the script took values out of the graph, and which graph nodes show it.
+
+Two things are noted while the script runs (the recorder calls `note_escape` and `note_cut`):
+- an *escape*: a leaf read in a way that hands out its values without a link to the graph
+  (`.data`, `detach()`, under `no_grad`/`inference_mode`, after `requires_grad_(False)`);
+- a *cut*: a computed tensor detached or used under no_grad, so what it was computed from gets
+  no gradient through that path.
+
+When a backward pass is recorded, `find_cuts` names the nodes that saved a parameter's values
+but have no edge from it: the script cut the gradient there, and the page draws it dashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from app.format.types import Cut
+
+from .graph import Walk, grad_fn_reaches, reaches_within_statement
+
+__all__ = ["Escape", "CutLog", "find_cuts"]
+
+MAX_CUTS = 50            # cuts kept: each holds a grad_fn alive
+MAX_ESCAPES_PER_LEAF = 20
+
+
+@dataclass
+class Escape:
+    """A leaf read in a way that leaves the graph: `.data`, `detach()`, or under no_grad."""
+    how: str
+    line: int
+
+
+class CutLog:
+    """The escapes and cuts the script made, for the diagnostics and the dashed edges."""
+
+    def __init__(self) -> None:
+        self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
+        # (grad_fn, how, line) where a computed tensor left the graph: detach() or no_grad
+        self._cuts: list[tuple[Any, str, int]] = []
+
+    def note_escape(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None],
+                    switched_off: bool = False) -> None:
+        """Leaves among `tensors` were read `how` at the script's `line()` (asked only when
+        there is one). requires_grad_(False) is seen after it ran: the leaf no longer requires
+        grad, hence `switched_off`."""
+        leaves = [a for a in tensors if isinstance(a, torch.Tensor) and a.is_leaf
+                  and (a.requires_grad or switched_off)]
+        if not leaves:
+            return
+        at = line()
+        if at is None:
+            return
+        for t in leaves:
+            entry = self._escapes.setdefault(id(t), (t, []))
+            if entry[0] is not t:  # an id reused by a new tensor
+                entry = self._escapes[id(t)] = (t, [])
+            found = entry[1]
+            if len(found) < MAX_ESCAPES_PER_LEAF and \
+                    not any(e.how == how and e.line == at for e in found):
+                found.append(Escape(how, at))
+
+    def note_cut(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None]) -> None:
+        """Computed tensors among `tensors` leave the graph `how` at `line()`. Only a few are
+        kept: each holds its graph alive."""
+        if len(self._cuts) >= MAX_CUTS:
+            return
+        fns = [a.grad_fn for a in tensors if isinstance(a, torch.Tensor)
+               and a.grad_fn is not None]
+        at = line() if fns else None
+        if at is not None:
+            self._cuts.extend((fn, how, at) for fn in fns)
+
+    def escapes_of(self, tensor: torch.Tensor) -> list[Escape]:
+        entry = self._escapes.get(id(tensor))
+        return entry[1] if entry is not None and entry[0] is tensor else []
+
+    def cuts_above(self, tensor: torch.Tensor, max_nodes: int = 20_000) -> list[Escape]:
+        """Where the script cut off a graph that reaches `tensor`."""
+        found: list[Escape] = []
+        for fn, how, line in self._cuts:
+            if any(e.how == how and e.line == line for e in found):
+                continue
+            if grad_fn_reaches(fn, tensor, max_nodes):
+                found.append(Escape(how, line))
+        return found
+
+
+def find_cuts(walk: Walk, tracked: dict[str, torch.Tensor],
+              escapes_of: Callable[[torch.Tensor], list[Escape]] | None) -> list[Cut]:
+    """Nodes that saved a named leaf's values but have no edge from it: the script cut the
+    gradient there (detach(), .data, requires_grad_(False)). Each is drawn dashed."""
+    if walk.truncated:
+        return []  # edges are missing: every saved parameter would look cut
+    node_of = {name: node_id for node_id, (_t, name) in walk.leaves.items()}
+    inputs: dict[str, list[str]] = {}
+    for e in walk.edges:
+        inputs.setdefault(e["target"], []).append(e["source"])
+    by_id = {n["id"]: n for n in walk.nodes}
+    cuts: list[Cut] = []
+    for node in walk.nodes:
+        for name in sorted({s["param"] for s in node.get("saved", ()) if "param" in s}):
+            source = node_of.get(name)
+            if source is not None and reaches_within_statement(node, source, inputs, by_id):
+                continue
+            how, line = None, None
+            escapes = escapes_of(tracked[name]) if escapes_of and name in tracked else []
+            if escapes:
+                # the escape on the node's own line, else the latest one before it
+                chosen = next((e for e in escapes if e.line == node.get("line")), escapes[-1])
+                how, line = chosen.how, chosen.line
+            cuts.append({"param": name, "node": node["id"], "source": source,
+                         "how": how, "line": line})
+    return cuts
