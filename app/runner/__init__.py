@@ -7,8 +7,8 @@ For the web layer and the CLI:
 - `Pool(size).start()` at start-up, `.stop()` at shutdown;
 - `Policy` and `ResourceLimits`: which sandbox layers and limits a run gets;
 - `probe_devices()`: the devices a worker can use, asked of a worker (torch is the worker's);
-- `sandbox_report()`: which sandbox layers this machine has and whether each held in the
-  start-up self-test (for /healthz and the page); `start_selftest()` runs it in the background.
+- `SelfTest().start()`: the start-up self-test, in the background; its `report()` says which
+  sandbox layers this machine has and whether each held (for /healthz and the page).
 
 The names are loaded on first use (PEP 562): the sandbox launcher runs as
 `python -S -m app.runner.sandbox.enter`, which imports this package first, without site-packages,
@@ -26,8 +26,7 @@ _EXPORTS = {
     "Pool": "pool",
     "Policy": "sandbox",
     "ResourceLimits": "sandbox",
-    "sandbox_report": "selftest",
-    "start_selftest": "selftest",
+    "SelfTest": "selftest",
     "availability": "sandbox",
 }
 

@@ -3,8 +3,9 @@
 Each layer is tried alone (the others turned off) with a probe worker (no torch: a fraction of
 a second each) that attempts what that layer must stop; the supervisor's own duties (wall
 clock, killing a detached child, output and result caps, the empty environment) are tried with
-every layer on. `sandbox_report()` is what /healthz and the page show; the server logs each
-missing layer. Torch-free.
+every layer on. A server keeps its `SelfTest` (started in the background at start-up) in its
+app state; its `report()` is what /healthz and the page show, and the server logs each missing
+layer. Torch-free.
 """
 
 from __future__ import annotations
@@ -24,13 +25,10 @@ from .protocol import ALLOWED_ENV, Job
 from .sandbox import identity
 from .sandboxed_trace import trace_in
 
-__all__ = ["run_selftest", "sandbox_report", "start_selftest"]
+__all__ = ["SelfTest", "run_selftest"]
 
 log = logging.getLogger("autograd_lab.runner.selftest")
 PROBE = "app.runner.selftest_worker"
-
-_report: dict | None = None
-_lock = threading.Lock()
 
 
 def _probe(policy: sandbox.Policy, job: dict, timeout: float = 20.0, **kw):
@@ -143,8 +141,7 @@ _LAYERS = {"landlock": _layer_landlock, "namespaces": _layer_namespaces, "uid": 
 
 
 def run_selftest() -> dict:
-    """Try every available layer; returns the report (also kept for `sandbox_report()`)."""
-    global _report
+    """Try every available layer; returns the report."""
     started = time.monotonic()
     avail = sandbox.availability()
     outside = tempfile.mkdtemp(prefix="autograd-lab-selftest-")  # root's, 0700 -> 0755
@@ -198,8 +195,6 @@ def run_selftest() -> dict:
     for name in failing:
         bad = {k: c["detail"] for k, c in report_layers[name]["checks"].items() if not c["held"]}
         log.error("sandbox layer %s did not hold in the self-test: %s", name, bad)
-    with _lock:
-        _report = report
     return report
 
 
@@ -209,20 +204,31 @@ def _summary(layers: dict, missing: list[str], failing: list[str]) -> str:
     return "sandbox incomplete: " + "; ".join(parts)
 
 
-def sandbox_report(run: bool = True) -> dict:
-    """The last self-test's report; runs it first if none ran yet (and `run`)."""
-    with _lock:
-        report = _report
-    if report is None and run:
-        return run_selftest()
-    return report or {"ok": False, "summary": "the sandbox self-test has not run yet",
-                      "layers": {}, "missing": [], "failing": []}
+class SelfTest:
+    """One server's self-test: started once, in the background, its report kept.
 
+    `report` is None until it is done; one given to the constructor counts as done (a report
+    from an earlier run, or one a test states)."""
 
-def start_selftest() -> threading.Thread:
-    """Run the self-test in the background (at web start-up); `sandbox_report(run=False)`
-    answers 'not run yet' until it is done."""
-    t = threading.Thread(target=run_selftest, name="autograd-lab-selftest", daemon=True)
-    t.start()
-    return t
+    def __init__(self, report: dict | None = None) -> None:
+        self._report = report
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> SelfTest:
+        with self._lock:
+            if self._thread is None and self._report is None:
+                self._thread = threading.Thread(target=self._run, name="autograd-lab-selftest",
+                                                daemon=True)
+                self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        report = run_selftest()  # logs each layer that is missing or did not hold
+        with self._lock:
+            self._report = report
+
+    def report(self) -> dict | None:
+        with self._lock:
+            return self._report
 

@@ -12,6 +12,7 @@ from fastapi.templating import Jinja2Templates
 from app import __version__
 from app.render import KINDS
 from app.resources import resource_dir
+from app.runner import SelfTest
 
 from .errors import install_error_handlers
 from .highlight import source_lines
@@ -33,7 +34,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         # the workers and the self-test start with the server, not with the app object, so
         # that building an app (tests, `--factory` imports) starts no process
         app.state.store.open()  # a store path the server cannot write fails here, at once
-        announce(settings)
+        announce(settings, app.state.selftest)
         app.state.traces.start()
         try:
             yield
@@ -48,6 +49,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.settings = settings
     app.state.scenarios_dir = scenarios_dir or resource_dir("scenarios")
     app.state.traces = TraceService(settings)
+    app.state.selftest = SelfTest()  # started with the server (lifespan), not with the app
     app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
                                settings.store_max_bytes)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))

@@ -56,7 +56,7 @@ def _refusal(request: Request, status: dict) -> HTTPException | None:
 def upload_policy(request: Request) -> dict:
     """What the "Your code" page and GET /api/uploads say about uploading from here."""
     settings = request.app.state.settings
-    status = sandbox_status(settings)
+    status = sandbox_status(settings, request.app.state.selftest)
     refusal = _refusal(request, status)
     return {"accepts": refusal is None, "refused": refusal.detail if refusal else None,
             "token_required": bool(settings.token), "max_upload_bytes": settings.max_upload_bytes,
@@ -74,6 +74,6 @@ def check_uploader(request: Request) -> None:
             raise HTTPException(401, "running code here needs the server's token: send the "
                                      "header 'Authorization: Bearer TOKEN' (the page asks for it"
                                      " once)", headers={"WWW-Authenticate": "Bearer"})
-    refusal = _refusal(request, sandbox_status(settings))
+    refusal = _refusal(request, sandbox_status(settings, request.app.state.selftest))
     if refusal is not None:
         raise refusal

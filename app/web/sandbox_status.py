@@ -10,9 +10,8 @@ layer is there and held.
 from __future__ import annotations
 
 import logging
-import threading
 
-from app.runner import sandbox_report, start_selftest
+from app.runner import SelfTest
 from app.runner.sandbox import availability
 
 from .settings import Settings
@@ -21,17 +20,13 @@ __all__ = ["announce", "sandbox_status"]
 
 log = logging.getLogger("autograd_lab.web")
 
-_selftest_lock = threading.Lock()
-_selftest_started = False  # the runner keeps one report per process: run it once
-
 
 def _missing() -> list[str]:
     return [name for name, info in availability().items() if not info["available"]]
 
 
-def announce(settings: Settings) -> None:
+def announce(settings: Settings, selftest: SelfTest) -> None:
     """At start-up: say in the log which layers are missing, and start the self-test."""
-    global _selftest_started
     layers = availability()
     for name in _missing():
         # warning: shown even when nobody configured logging (Python's last-resort handler)
@@ -41,13 +36,10 @@ def announce(settings: Settings) -> None:
         log.warning("the sandbox self-test is switched off (AUTOGRAD_LAB_SELFTEST=0): uploads "
                     "from other hosts will be refused")
         return
-    with _selftest_lock:
-        if not _selftest_started:
-            _selftest_started = True
-            start_selftest()  # logs each layer that is missing or did not hold
+    selftest.start()
 
 
-def sandbox_status(settings: Settings) -> dict:
+def sandbox_status(settings: Settings, selftest: SelfTest) -> dict:
     """{"state": "done" | "running" | "off", "ok": bool, "summary", "missing", "failing",
     "layers"}: ok only when the self-test ran and every layer held."""
     missing = _missing()
@@ -55,8 +47,8 @@ def sandbox_status(settings: Settings) -> dict:
         return {"state": "off", "ok": False, "missing": missing, "failing": [], "layers": {},
                 "summary": "the sandbox self-test is switched off on this server"
                 + (f"; unavailable layers: {', '.join(missing)}" if missing else "")}
-    report = sandbox_report(run=False)
-    if "checked_at" not in report:  # the runner's placeholder until the self-test is done
+    report = selftest.report()
+    if report is None:
         return {"state": "running", "ok": False, "missing": missing, "failing": [],
                 "layers": {}, "summary": "the sandbox self-test is still running"
                 + (f"; unavailable layers: {', '.join(missing)}" if missing else "")}

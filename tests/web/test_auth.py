@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from app.runner import SelfTest
 from app.web.app import create_app
 
 from .conftest import LOCAL
@@ -17,8 +18,11 @@ OTHER = ("192.0.2.7", 40000)  # a documentation address: another host
 EMPTY = {"source": " "}
 
 
-def app_client(settings, client=LOCAL, **changes) -> TestClient:
-    return TestClient(create_app(settings(**changes)), client=client)
+def app_client(settings, client=LOCAL, report=None, **changes) -> TestClient:
+    """A client of an app whose sandbox self-test found `report` (None: still running)."""
+    app = create_app(settings(**changes))
+    app.state.selftest = SelfTest(report=report)
+    return TestClient(app, client=client)
 
 
 def status(c: TestClient, token: str | None = None) -> int:
@@ -60,11 +64,7 @@ def test_a_client_from_another_host_is_not_loopback_whatever_the_bind_says(setti
 
 
 @pytest.mark.parametrize("selftest_state, code", [("off", 403), ("running", 503)])
-def test_other_hosts_need_a_sandbox_that_held(settings, monkeypatch, selftest_state, code):
-    from app.web import sandbox_status as sandbox
-
-    if selftest_state == "running":
-        monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {"ok": False})
+def test_other_hosts_need_a_sandbox_that_held(settings, selftest_state, code):
     c = app_client(settings, client=OTHER, host="0.0.0.0", token="t",
                    selftest=selftest_state != "off")
     response = c.post("/api/runs", json=EMPTY, headers={"Authorization": "Bearer t"})
@@ -77,35 +77,31 @@ def test_other_hosts_need_a_sandbox_that_held(settings, monkeypatch, selftest_st
     assert status(app_client(settings, host="0.0.0.0", token="t"), "t") == 422
 
 
-def test_other_hosts_may_upload_when_every_layer_held(settings, monkeypatch):
-    from app.web import sandbox_status as sandbox
-
-    monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {
-        "ok": True, "checked_at": "now", "summary": "every sandbox layer is in place",
-        "missing": [], "failing": [], "layers": {}})
-    c = app_client(settings, client=OTHER, host="0.0.0.0", token="t", selftest=True)
+def test_other_hosts_may_upload_when_every_layer_held(settings):
+    report = {"ok": True, "checked_at": "now", "summary": "every sandbox layer is in place",
+              "missing": [], "failing": [], "layers": {}}
+    c = app_client(settings, client=OTHER, host="0.0.0.0", token="t", selftest=True,
+                   report=report)
     assert status(c, "t") == 422
     assert status(c) == 401
     assert 'data-state="ok"' in c.get("/own-code").text
 
 
-def test_a_missing_layer_is_named_on_the_page_and_refuses_other_hosts(settings, monkeypatch):
-    from app.web import sandbox_status as sandbox
-
-    monkeypatch.setattr(sandbox, "sandbox_report", lambda run=False: {
+def test_a_missing_layer_is_named_on_the_page_and_refuses_other_hosts(settings):
+    report = {
         "ok": False, "checked_at": "now", "missing": ["landlock"], "failing": ["rlimits"],
         "summary": "sandbox incomplete: landlock unavailable (kernel without Landlock); "
                    "rlimits did not hold",
         "layers": {"landlock": {"available": False, "detail": "kernel without Landlock"},
-                   "rlimits": {"available": True, "detail": "setrlimit"}}})
-    here = app_client(settings, selftest=True)
+                   "rlimits": {"available": True, "detail": "setrlimit"}}}
+    here = app_client(settings, selftest=True, report=report)
     page = here.get("/own-code").text
     assert 'data-state="done"' in page
     assert "<code>landlock</code> is unavailable on this machine: kernel without Landlock" in page
     assert "<code>rlimits</code> did not hold in the self-test" in page
     assert status(here) == 422  # this machine may still run code, knowing what is missing
     response = app_client(settings, client=OTHER, selftest=True, host="0.0.0.0",
-                          token="t").post("/api/runs", json=EMPTY,
+                          token="t", report=report).post("/api/runs", json=EMPTY,
                                           headers={"Authorization": "Bearer t"})
     assert response.status_code == 403 and "landlock unavailable" in response.json()["detail"]
     assert here.get("/healthz").json()["sandbox"]["missing"] == ["landlock"]

@@ -32,7 +32,8 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
 def healthz(request: Request) -> dict:
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
     until it is done)."""
-    return {"status": "ok", "sandbox": sandbox_status(request.app.state.settings)}
+    state = request.app.state
+    return {"status": "ok", "sandbox": sandbox_status(state.settings, state.selftest)}
 
 
 @router.get("/api/scenarios")
