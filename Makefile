@@ -35,7 +35,8 @@ test-fast: $(VENV)/.test system-deps
 	$(PY) -m pytest -q -m 'not browser and not slow'
 
 lint: $(VENV)/.test
-	$(VENV)/bin/ruff check app tests bench scenarios
+	$(VENV)/bin/ruff check app tests bench scenarios scripts
+	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.test system-deps
 	$(PY) bench/run.py

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from app.catalog import OptionError, load_catalog, parse_scenario, scenario_args
+from app.catalog import (
+    RESERVED_QUERY_NAMES,
+    OptionError,
+    ScenarioError,
+    UnknownVariant,
+    load_catalog,
+    parse_scenario,
+    scenario_args,
+)
 
 
 def test_docstring_and_literals_are_read_without_running(tmp_path):
@@ -18,7 +29,7 @@ def test_docstring_and_literals_are_read_without_running(tmp_path):
     assert sc.default_variant == "a"
     assert scenario_args(sc, None, {}) == ["--variant", "a"]
     assert scenario_args(sc, "b", {"k": "2"}) == ["--variant", "b", "--k", "2"]
-    with pytest.raises(OptionError, match="no variant 'c'.*a, b"):
+    with pytest.raises(UnknownVariant, match="no variant 'c'.*a, b"):
         scenario_args(sc, "c", {})
     with pytest.raises(OptionError, match="must be one of 1, 2"):
         scenario_args(sc, None, {"k": "3"})
@@ -31,3 +42,23 @@ def test_every_shipped_scenario_has_title_question_and_answer():
     assert "reused_layer" in catalog
     for sc in catalog.values():
         assert sc.title and sc.question and sc.answer, sc.name
+
+
+@pytest.mark.parametrize("option", ["variant", "device", "event", "node", "step"])
+def test_an_option_named_like_a_page_parameter_is_refused(tmp_path, option):
+    path = tmp_path / "lesson.py"
+    path.write_text(f'"""Title"""\nOPTIONS = {{"{option}": {{"default": 1}}}}\n')
+    with pytest.raises(ScenarioError, match=f"lesson.py: option '{option}'.*rename it"):
+        parse_scenario(path)
+
+
+def test_the_reserved_names_are_the_page_s_own_query_parameters():
+    """static/js/permalink.js writes these into the page's address; one more there must be
+    reserved here too, or an option of that name would be read as both."""
+    js = (Path(__file__).resolve().parent.parent / "static/js/permalink.js").read_text()
+    keys = set()
+    for name in ("VIEW_KEYS", "RUN_KEYS"):
+        listed = re.search(rf"const {name} = \[([^\]]*)\]", js)
+        assert listed, name
+        keys |= set(re.findall(r'"(\w+)"', listed.group(1)))
+    assert keys == set(RESERVED_QUERY_NAMES)

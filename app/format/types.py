@@ -9,7 +9,7 @@ keys of its JSON Schema definition, so the two cannot drift apart.
 accepts only the former on Python < 3.12.
 """
 
-from __future__ import annotations
+# (no `from __future__ import annotations`: TypedDict reads NotRequired[...] only when evaluated)
 
 from typing import Any, Literal, NotRequired
 

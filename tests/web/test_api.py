@@ -173,6 +173,14 @@ def test_openapi_documents_every_api_route(client):
                  "/api/scenarios/{name}/graph.{fmt}", "/api/devices", "/api/schema/trace",
                  "/healthz"):
         assert path in paths
+    # a Trace route declares the document's shape: /docs shows it, as the format's types say
+    spec = client.get("/openapi.json").json()
+    for path in ("/api/scenarios/{name}/trace", "/api/runs/{run_id}"):
+        schema = spec["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]
+        assert schema["schema"] == {"$ref": "#/components/schemas/Trace"}
+    shown = spec["components"]["schemas"]["Trace"]
+    assert set(shown["properties"]) == set(load_schema()["properties"])
+    assert set(shown["required"]) == set(load_schema()["required"])
     docs = client.get("/docs").text
     assert "/static/vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js" in docs
     assert "cdn" not in docs.lower() and '"validatorUrl": null' in docs

@@ -1,0 +1,83 @@
+"""The one validator: what the tracer writes passes; a document wrong in any part the web layer
+reads is refused with a message naming the part. The worker's report is written by the script's
+own process, so this is the check between a hostile script and everyone's pages."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import pytest
+
+from app.format import FORMAT, InvalidTrace, load_schema, new_document, validate
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory):
+    from app.trace.tracer import trace_script
+
+    path = tmp_path_factory.mktemp("script") / "script.py"
+    path.write_text("""
+import torch
+w = torch.nn.Parameter(torch.randn(3, 2))
+x = torch.randn(4, 3)
+loss = (x @ w).tanh().sum() + (w * w).sum()
+loss.backward()
+torch.optim.SGD([w], lr=0.1).step()
+""")
+    return trace_script(path)
+
+
+def test_what_the_tracer_writes_is_valid_for_both_validators(doc):
+    validate(doc)
+    jsonschema.validate(doc, load_schema())  # the independent implementation agrees
+    validate(new_document("empty.py", "", "cpu", None))
+
+
+def _backward(doc):
+    return next(e for e in doc["events"] if e["kind"] == "backward")
+
+
+BREAKS = {
+    "format": lambda d: d.update(format="autograd-lab/trace@2"),
+    "script": lambda d: d["script"].update(sha256="not hex"),
+    "event kind": lambda d: d["events"][0].update(kind="forward"),
+    "node kind": lambda d: _backward(d)["graph"]["nodes"][0].update(kind="script"),
+    "node id": lambda d: _backward(d)["graph"]["nodes"][0].update(id=7),
+    "edge slot": lambda d: _backward(d)["graph"]["edges"][0].update(slot=-1),
+    "edge source": lambda d: _backward(d)["graph"]["edges"][0].pop("source"),
+    "contribution": lambda d: _backward(d)["contributions"].update(w=[{"node": "n1"}]),
+    "number": lambda d: _backward(d)["graph"]["edges"][0].update(grad_norm="a lot"),
+    "error": lambda d: d.update(error={"type": "X"}),
+    "diagnostic level": lambda d: d["diagnostics"].append(
+        {"code": "x", "level": "fatal", "message": "", "params": [], "nodes": []}),
+    "params": lambda d: d.update(params=[]),
+}
+
+
+@pytest.mark.parametrize("part", BREAKS)
+def test_a_broken_part_is_refused(doc, part):
+    broken = copy.deepcopy(doc)
+    BREAKS[part](broken)
+    with pytest.raises(InvalidTrace):
+        validate(broken)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, load_schema())
+
+
+def test_not_a_document_at_all_is_refused():
+    for thing in (None, [], "trace", {"format": FORMAT}):
+        with pytest.raises(InvalidTrace):
+            validate(thing)
+
+
+def test_deep_nesting_is_refused_not_a_crash():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    broken = new_document("x.py", "", "cpu", None)
+    broken["params"] = {"w": {"shape": [1], "dtype": "float32", "device": "cpu",
+                              "requires_grad": True, "grad": {"shape": [1], "dtype": "f",
+                                                              "device": "cpu", "values": deep}}}
+    with pytest.raises(InvalidTrace):
+        validate(broken)
