@@ -21,7 +21,7 @@ def test_wheel_carries_data_folders_and_works_installed(tmp_path):
     (wheel,) = wheels.glob("autograd_lab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("app/_data/templates/base.html", "app/_data/static/css/app.css",
-                     "app/_data/scenarios/reused_layer.py", "app/trace/trace.schema.json"):
+                     "app/_data/scenarios/reused_layer.py", "app/format/trace.schema.json"):
         assert required in names
 
     target = tmp_path / "site"
@@ -39,6 +39,8 @@ def test_wheel_carries_data_folders_and_works_installed(tmp_path):
         "c = TestClient(create_app())\n"
         "print(c.get('/').status_code, c.get('/static/css/app.css').status_code)\n"
         "print([s['name'] for s in c.get('/api/scenarios').json()])\n"
+        "from app.format import new_document, validate\n"
+        "validate(new_document('x.py', '', 'cpu', None))\n"  # the schema travels in the wheel
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
