@@ -95,7 +95,10 @@ def cmd_serve(args) -> int:
     from .web.settings import Settings
 
     settings = Settings.from_env(host=args.host, port=args.port, token=args.token)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    # the peer address is the one that connected: a proxy's X-Forwarded-For must not make a
+    # remote client look local (auth.py treats forwarded requests as remote)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info",
+                proxy_headers=False)
     return 0
 
 

@@ -45,7 +45,8 @@ def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "app.web.app:create_app", "--factory",
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+             "--no-proxy-headers"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -36,7 +36,7 @@ def test_wheel_carries_data_folders_and_works_installed(tmp_path):
         "from app.web.app import create_app\n"
         "print(app.__file__)\n"
         "print(r.resource_dir('templates'))\n"
-        "c = TestClient(create_app())\n"
+        "c = TestClient(create_app(), base_url='http://127.0.0.1')\n"
         "print(c.get('/').status_code, c.get('/static/css/app.css').status_code)\n"
         "print([s['name'] for s in c.get('/api/scenarios').json()])\n"
         "from app.format import new_document, validate\n"

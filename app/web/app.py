@@ -15,6 +15,7 @@ from app.resources import resource_dir
 from app.runner import SelfTest
 
 from .errors import install_error_handlers
+from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from .highlight import source_lines
 from .narration import inline_html, narration_html
 from .routers import api, docs, pages, runs
@@ -59,6 +60,10 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.templates = templates
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     install_error_handlers(app)
+    # outermost last: the Host is checked first, then where a state change comes from
+    app.add_middleware(SecurityHeaders)
+    app.add_middleware(CrossSiteGuard)
+    app.add_middleware(HostGuard, settings=settings)
     app.include_router(api.router)
     app.include_router(runs.router)
     app.include_router(pages.router)

@@ -4,7 +4,10 @@
   `Authorization: Bearer <token>`, wherever the server listens (so it can be tried on loopback).
 - No token, bound to loopback and asked from loopback: the server is one person's; uploads are
   open. The client's address is checked as well as the bind, because a server started by
-  `uvicorn --host 0.0.0.0` directly does not tell the settings where it listens.
+  `uvicorn --host 0.0.0.0` directly does not tell the settings where it listens. Only a direct
+  connection counts: a request with a forwarding header (X-Forwarded-For, Forwarded, ...) was
+  relayed by a proxy for someone else, and is treated as remote wherever it came from. (An ssh
+  tunnel adds no header: whoever can open one is trusted like a user of this machine.)
 - No token otherwise: anyone who can reach the server could run code on it, so uploads are
   refused (403) with how to start the server with a token.
 - From another host, uploads also need the whole sandbox: every layer present and held in the
@@ -17,6 +20,7 @@ import secrets
 
 from fastapi import HTTPException, Request
 
+from .guards import forwarded
 from .sandbox_status import sandbox_status
 
 __all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_uploader", "upload_policy"]
@@ -29,6 +33,9 @@ def is_loopback(host: str) -> bool:
 
 
 def _client(request: Request) -> str:
+    """The peer's address, or "relayed" when a proxy passed the request on."""
+    if forwarded(request.scope):
+        return "relayed"
     return request.client.host if request.client else ""
 
 

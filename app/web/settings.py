@@ -15,11 +15,15 @@
 | store_max_bytes  | AUTOGRAD_LAB_STORE_MAX_BYTES  | 268435456 | gzip bytes kept; oldest first |
 | pool_size        | AUTOGRAD_LAB_POOL_SIZE        | cores     | ready sandboxed workers (3)   |
 | selftest         | AUTOGRAD_LAB_SELFTEST         | true      | sandbox self-test at start    |
+| allowed_hosts    | AUTOGRAD_LAB_ALLOWED_HOSTS    | (none)    | other names it answers to (4) |
 
 (1) When set, every upload needs it, on loopback too; bound to another address, uploads are
     refused without one (auth.py).
 (2) ~/.cache/autograd-lab/runs.sqlite3
 (3) Pre-started workers kept ready; 0 starts a fresh worker for each run.
+(4) Comma-separated host names (the Host header, port aside) besides localhost, 127.0.0.1, ::1
+    and the bind address; any other is refused (guards.py). Bound to 0.0.0.0 or :: with none
+    given, every name is accepted (uploads there need the token anyway).
 With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
 Booleans are written 1/true/yes/on or 0/false/no/off.
 """
@@ -64,6 +68,7 @@ class Settings:
     store_max_bytes: int = 256 * 1024 * 1024
     pool_size: int = max(1, os.cpu_count() or 1)
     selftest: bool = True
+    allowed_hosts: str = ""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

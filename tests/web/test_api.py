@@ -183,7 +183,9 @@ def test_openapi_documents_every_api_route(client):
     assert set(shown["required"]) == set(load_schema()["required"])
     docs = client.get("/docs").text
     assert "/static/vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js" in docs
-    assert "cdn" not in docs.lower() and '"validatorUrl": null' in docs
+    assert "cdn" not in docs.lower()
+    init = client.get("/static/js/swagger_init.js").text
+    assert "validatorUrl: null" in init
     assert client.get("/redoc").status_code == 404  # it would load from a CDN
 
 
@@ -206,3 +208,18 @@ def test_web_layer_never_imports_torch():
     done = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True,
                           text=True, cwd=ROOT, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_every_html_page_forbids_inline_script(client):
+    for path in ("/", "/scenarios/tiny", "/scenarios/tiny/compare", "/own-code", "/docs"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        csp = response.headers["content-security-policy"]
+        directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+        assert directives["script-src"] == "'self'", path  # no 'unsafe-inline', no other host
+        assert directives["object-src"] == "'none'" and directives["base-uri"] == "'none'"
+        # and the page has no inline script for the policy to break: only data blocks
+        for tag in response.text.split("<script")[1:]:
+            head = tag.split(">", 1)[0]
+            assert "src=" in head or 'type="application/json"' in head, (path, head)
+    assert "content-security-policy" not in client.get("/api/scenarios").headers

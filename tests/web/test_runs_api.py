@@ -108,6 +108,9 @@ def client_(runs):
 _done: dict[str, dict] = {}
 
 
+# what the app's own page sends with a form post (TestClient names its host "testserver")
+PAGE = {"Origin": "http://testserver"}
+
 def post(client, source: str, **fields) -> dict:
     """POST a script as JSON once per module; the 200 response body."""
     key = json.dumps([source, fields], sort_keys=True)
@@ -153,7 +156,7 @@ def test_json_upload_returns_the_trace_with_its_id_and_link(client_):
 
 def test_multipart_upload_of_a_file(client_):
     response = client_.post("/api/runs", files={"file": ("non_scalar.py", NON_SCALAR.encode())},
-                            data={"device": "cpu"})
+                            data={"device": "cpu"}, headers=PAGE)
     assert response.status_code == 200, response.text
     doc = response.json()
     _done[json.dumps([NON_SCALAR, {}], sort_keys=True)] = doc
@@ -200,7 +203,7 @@ def test_oversized_script_is_413(client_):
     response = client_.post("/api/runs", json={"source": big})
     assert response.status_code == 413
     assert "64 KiB" in response.json()["detail"]
-    response = client_.post("/api/runs", files={"file": ("big.py", big.encode())})
+    response = client_.post("/api/runs", files={"file": ("big.py", big.encode())}, headers=PAGE)
     assert response.status_code == 413
     # a body far past any script's size is refused before it is read to the end
     response = client_.post("/api/runs", content=b"x" * (300 * 1024),
@@ -218,14 +221,15 @@ def test_oversized_script_is_413(client_):
     ({"files": {"file": ("a.py", b"\xff\xfe\x00")}}, "not UTF-8"),
 ])
 def test_bad_input_is_422_with_what_to_send(client_, kwargs, words):
-    response = client_.post("/api/runs", **kwargs)
+    headers = {**kwargs.pop("headers", {}), **PAGE}
+    response = client_.post("/api/runs", **kwargs, headers=headers)
     assert response.status_code == 422, response.text
     assert words in response.json()["detail"]
 
 
 def test_other_content_types_are_415(client_):
     response = client_.post("/api/runs", content=b"import torch",
-                            headers={"content-type": "text/x-python"})
+                            headers={"content-type": "text/x-python", **PAGE})
     assert response.status_code == 415
     assert "multipart" in response.json()["detail"]
 
@@ -316,3 +320,27 @@ def test_upload_policy_twin_of_the_page(client_):
     assert body["sandbox"]["state"] == "off"  # this test app skips the self-test
     health = client_.get("/healthz").json()
     assert health["status"] == "ok" and health["sandbox"] == body["sandbox"]
+
+
+@pytest.mark.parametrize("headers, allowed", [
+    ({}, False),                                           # a program's form post, no token
+    (PAGE, True),                                          # the app's own page
+    ({"Sec-Fetch-Site": "same-origin"}, True),
+    ({"Sec-Fetch-Site": "cross-site"}, False),             # another site's page (no-cors)
+    ({"Sec-Fetch-Site": "same-site"}, False),              # a sibling subdomain is another app
+    ({"Origin": "http://evil.example"}, False),
+    ({"Origin": "http://testserver.evil.example"}, False),  # compared in full, not by prefix
+    ({"Origin": "null"}, False),                           # a sandboxed frame
+])
+def test_a_form_post_must_come_from_the_app_s_own_pages(client_, headers, allowed):
+    response = client_.post("/api/runs", files={"file": ("a.py", b" ")}, headers=headers)
+    # allowed in: the empty script is refused after the checks (422), so no worker starts
+    assert response.status_code == (422 if allowed else 403), response.text
+    if not allowed:
+        assert "page" in response.json()["detail"]
+
+
+def test_json_from_another_site_is_refused_too(client_):
+    response = client_.post("/api/runs", json={"source": " "},
+                            headers={"Sec-Fetch-Site": "cross-site"})
+    assert response.status_code == 403

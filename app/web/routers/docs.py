@@ -1,14 +1,14 @@
 """The OpenAPI page (/docs) served with the vendored Swagger UI.
 
-FastAPI's default /docs and /redoc load their scripts and styles from a CDN; this app must work
-offline, so the same page is built from static/vendor/swagger-ui-dist-*/ instead, and the
-online spec validator Swagger UI would call is switched off.
+FastAPI's default /docs and /redoc load their scripts and styles from a CDN and start Swagger UI
+with an inline script; this app must work offline and its pages forbid inline script, so the
+same page is a template of ours (templates/docs.html) that loads static/vendor/swagger-ui-dist-*/
+and static/js/swagger_init.js, with the online spec validator switched off.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
 router = APIRouter()
@@ -18,9 +18,5 @@ SWAGGER = "vendor/swagger-ui-dist-5.35.0"
 
 @router.get("/docs", include_in_schema=False, response_class=HTMLResponse)
 def docs(request: Request) -> HTMLResponse:
-    return get_swagger_ui_html(
-        openapi_url=request.app.openapi_url, title="autograd-lab API",
-        swagger_js_url=str(request.url_for("static", path=f"{SWAGGER}/swagger-ui-bundle.js")),
-        swagger_css_url=str(request.url_for("static", path=f"{SWAGGER}/swagger-ui.css")),
-        swagger_favicon_url=str(request.url_for("static", path="favicon.svg")),
-        swagger_ui_parameters={"validatorUrl": None})
+    return request.app.state.templates.TemplateResponse(
+        request, "docs.html", {"swagger": SWAGGER, "openapi_url": request.app.openapi_url})
