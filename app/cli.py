@@ -37,7 +37,15 @@ def _trace(args) -> dict:
     from .runner import trace_in_sandbox
 
     if args.script.endswith(".json") and Path(args.script).is_file():
-        return json.loads(Path(args.script).read_text(encoding="utf-8"))
+        from .format import InvalidTrace, validate
+
+        doc = json.loads(Path(args.script).read_text(encoding="utf-8"))
+        try:
+            validate(doc)  # a Trace file may come from anywhere: checked as the server checks
+        except InvalidTrace as exc:
+            raise SystemExit(f"autograd-lab: {args.script} is not a Trace document: {exc}") \
+                from None
+        return doc
     return trace_in_sandbox(_script_path(args.script), device=args.device, timeout=args.timeout,
                             args=args.script_args)
 

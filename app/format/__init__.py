@@ -5,12 +5,12 @@ checks them, the web layer and the renderer read them. Nothing here imports anot
 the app.
 """
 
-from .build import diagnostic, error_record, json_number, new_document
+from .build import MAX_TEXT, clip, diagnostic, error_record, json_number, new_document
 from .schema import SCHEMA_PATH, InvalidTrace, load_schema, validate
 from .types import FORMAT, Diagnostic, ErrorRecord, Event, Graph, Node, Trace
 
 __all__ = [
-    "FORMAT", "SCHEMA_PATH", "Diagnostic", "ErrorRecord", "Event", "Graph", "InvalidTrace",
-    "Node", "Trace", "diagnostic", "error_record", "json_number", "load_schema",
-    "new_document", "validate",
+    "FORMAT", "MAX_TEXT", "SCHEMA_PATH", "Diagnostic", "ErrorRecord", "Event", "Graph",
+    "InvalidTrace", "Node", "Trace", "clip", "diagnostic", "error_record", "json_number",
+    "load_schema", "new_document", "validate",
 ]

@@ -10,7 +10,18 @@ from typing import Any
 
 from .types import FORMAT, Diagnostic, DiagnosticLevel, ErrorRecord, Number, Trace
 
-__all__ = ["new_document", "error_record", "diagnostic", "json_number"]
+__all__ = ["MAX_TEXT", "clip", "new_document", "error_record", "diagnostic", "json_number"]
+
+MAX_TEXT = 20_000  # a message's length in the schema ($defs/text)
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    """`text`, cut to `limit` characters with a note of how much was left out: an exception's
+    message is the script's to choose, and may be any size."""
+    if len(text) <= limit:
+        return text
+    note = f" [... {len(text) - limit + 40} more characters]"
+    return text[:limit - 40] + note
 
 
 def new_document(name: str, source: str, device: str, torch_version: str | None) -> Trace:
@@ -37,13 +48,14 @@ def new_document(name: str, source: str, device: str, torch_version: str | None)
 
 def error_record(kind: str, message: str, line: int | None = None, **extra: Any) -> ErrorRecord:
     """The `error` field: what went wrong, in words a person can act on, and the script's line."""
-    return {"type": kind, "message": message, "line": line, **extra}  # type: ignore[typeddict-item]
+    return {"type": kind, "message": clip(message), "line": line,  # type: ignore[typeddict-item]
+            **extra}
 
 
 def diagnostic(code: str, level: DiagnosticLevel, message: str, params: Iterable[str] = (),
                nodes: Iterable[str] = (), event: int | None = None) -> Diagnostic:
     """One finding a teacher would point at, naming the parameters and nodes it concerns."""
-    return {"code": code, "level": level, "message": message, "params": list(params),
+    return {"code": code, "level": level, "message": clip(message), "params": list(params),
             "nodes": list(nodes), "event": event}
 
 

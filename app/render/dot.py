@@ -1,7 +1,14 @@
 """A Trace event's graph as DOT source. Node ids in the DOT (and so in the SVG) are the Trace's
-own node ids, so the page can go from a drawn node to its record and back."""
+own node ids, so the page can go from a drawn node to its record and back.
+
+Every string drawn comes from the script (names of its variables, modules, classes) or from a
+report it could have written itself, so each goes through `_text`: no string can end its DOT
+quotes, add attributes (URL=, href=) or be read as a graphviz escape (\\N, \\G) or HTML label.
+"""
 
 from __future__ import annotations
+
+import re
 
 import graphviz
 from graphviz import nohtml
@@ -29,6 +36,16 @@ def event_graph(doc: dict, event: int | None = None) -> dict:
                       f"(backward events: {', '.join(str(e['index']) for e in backward)})")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _text(value: object) -> str:
+    """A string as DOT text, marked as no HTML: control characters become spaces, and every
+    backslash is doubled, so that none can escape the closing quote (graphviz's `quote` only
+    warns about a trailing one) or start an escape sequence; `quote` escapes the quotes."""
+    return nohtml(_CONTROL.sub(" ", str(value)).replace("\\", "\\\\"))
+
+
 def edge_id(edge: dict) -> str:
     return f"e-{edge['source']}-{edge['target']}-{edge['slot']}"
 
@@ -38,12 +55,13 @@ def _shape(shape) -> str:
 
 
 def _label(node: dict) -> str:
+    """The node's label; its two lines are joined by DOT's own line break, after escaping."""
     label = node.get("label") or node["name"]
     if node["kind"] in ("param", "leaf", "output"):
-        return f"{label}\n{_shape(node.get('shape'))}"
+        return f"{_text(label)}\\n{_text(_shape(node.get('shape')))}"
     if node["kind"] == "custom" and node.get("function"):
-        return f"{node['name']}\n[{node['function']}]"
-    return label
+        return f"{_text(node['name'])}\\n[{_text(node['function'])}]"
+    return _text(label)
 
 
 def to_dot(graph: dict, title: str | None = None) -> str:
@@ -57,22 +75,22 @@ def to_dot(graph: dict, title: str | None = None) -> str:
     for node in graph["nodes"]:
         style = KINDS.get(node["kind"], KINDS["op"])
         tooltip = node["name"] + (f" — line {node['line']}" if node.get("line") else "")
-        # nohtml: a name like "<<TABLE>...>>" (from a script's own class or variable names)
-        # is text, never a graphviz HTML label that could carry a link into the page
-        dot.node(nohtml(node["id"]), nohtml(_label(node)), id=nohtml(node["id"]),
-                 tooltip=nohtml(tooltip), shape=style["shape"],
+        # nohtml (in _text): a name like "<<TABLE>...>>" (from a script's own class or variable
+        # names) is text, never a graphviz HTML label that could carry a link into the page
+        dot.node(_text(node["id"]), nohtml(_label(node)), id=_text(node["id"]),
+                 tooltip=_text(tooltip), shape=style["shape"],
                  style=style["style"], fillcolor=style["fill"], fontcolor=style["text"],
                  **{"class": f"kind-{node['kind']}"})
     for edge in graph["edges"]:
-        dot.edge(nohtml(edge["source"]), nohtml(edge["target"]), id=nohtml(edge_id(edge)),
-                 label=_shape(edge.get("shape")), **{"class": "grad-edge"})
+        dot.edge(_text(edge["source"]), _text(edge["target"]), id=_text(edge_id(edge)),
+                 label=_text(_shape(edge.get("shape"))), **{"class": "grad-edge"})
     for cut in graph.get("cuts", ()):
         if cut.get("source") is None:
             continue
         # no gradient flows here: dashed, and it does not pull the layout about
-        dot.edge(nohtml(cut["source"]), nohtml(cut["node"]),
-                 id=nohtml(f"cut-{cut['source']}-{cut['node']}"),
-                 label=nohtml(f"cut: {cut['how'] or 'no edge'}"), style="dashed", color="#D55E00",
+        dot.edge(_text(cut["source"]), _text(cut["node"]),
+                 id=_text(f"cut-{cut['source']}-{cut['node']}"),
+                 label=_text(f"cut: {cut['how'] or 'no edge'}"), style="dashed", color="#D55E00",
                  fontcolor="#D55E00", arrowhead="tee", constraint="false",
                  **{"class": "cut-edge"})
     return dot.source

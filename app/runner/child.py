@@ -49,6 +49,7 @@ class Outcome:
     log_bytes: int
     too_large: bool = False
     status: dict = field(default_factory=dict)  # the sandbox as the worker reported it
+    unreadable: str | None = None  # why a report that is there was not parsed
 
     @property
     def signal(self) -> str | None:
@@ -245,7 +246,7 @@ class Child:
         if self._used:
             raise RuntimeError("a worker runs exactly one job")
         self._used = True
-        max_result = max_result or self.policy.limits.file_size_mb * 1024 * 1024
+        max_result = max_result or self.policy.limits.report_mb * 1024 * 1024
         try:
             if not self.wait_ready(start_timeout) or self._dir_fd < 0:
                 return self._outcome(None, False, time.monotonic())
@@ -259,8 +260,9 @@ class Child:
             except OSError:
                 pass  # it died meanwhile: the outcome says how
             timed_out = self._wait(timeout)
-            document, too_large = _read_capped(self._dir_fd, RESULT_FILE, max_result)
-            return self._outcome(document, timed_out, started, too_large)
+            document, too_large, unreadable = _read_report(self._dir_fd, RESULT_FILE,
+                                                           max_result)
+            return self._outcome(document, timed_out, started, too_large, unreadable)
         finally:
             self.discard()
 
@@ -277,7 +279,8 @@ class Child:
             pass
         return True
 
-    def _outcome(self, document, timed_out, started, too_large=False) -> Outcome:
+    def _outcome(self, document, timed_out, started, too_large=False,
+                 unreadable=None) -> Outcome:
         self._terminate()
         self._drain.ended.wait(2.0)
         status = self.status
@@ -285,7 +288,8 @@ class Child:
             status["namespaces"] = self.status_ns
         return Outcome(document=document, returncode=self.proc.returncode, timed_out=timed_out,
                        elapsed=time.monotonic() - started, log=self.log_tail(),
-                       log_bytes=self._drain.total, too_large=too_large, status=status)
+                       log_bytes=self._drain.total, too_large=too_large, status=status,
+                       unreadable=unreadable)
 
     def _terminate(self) -> None:
         """Nothing of the run survives: its process group, the worker (PID 1 of its namespace,
@@ -351,20 +355,35 @@ def _write_file(dir_fd: int, name: str, text: str, owner: int | None) -> None:
             os.fchown(f.fileno(), owner, owner)
 
 
-def _read_capped(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool]:
-    """The result file, read no further than `cap` bytes: (document or None, too large?)."""
+# Lists and objects a report may hold: parsed, each costs the server ~100 bytes or more, and a
+# script can write its own report (64 MiB of "[]," would be 22 million lists). An honest trace
+# of a 200,000-node graph holds about a million.
+MAX_REPORT_CONTAINERS = 2_000_000
+
+
+def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, str | None]:
+    """The result file, read no further than `cap` bytes and parsed only when its size and
+    the count of lists and objects in it are bounded: (document or None, too large?, why a
+    report that is there was not parsed)."""
     try:
         fd = _open_in(dir_fd, name, os.O_RDONLY)
     except OSError:
-        return None, False
+        return None, False, None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, False
+            return None, False, None
         data = f.read(cap + 1)
     if len(data) > cap:
-        return None, True
+        return None, True, None
+    containers = data.count(b"[") + data.count(b"{")  # brackets in strings count too: a bound
+    if containers > MAX_REPORT_CONTAINERS:
+        return None, False, f"it holds more than {MAX_REPORT_CONTAINERS:,} lists and objects"
     try:
         doc = json.loads(data)
+    except RecursionError:
+        return None, False, "it is nested too deeply"
     except ValueError:
-        return None, False
-    return (doc if isinstance(doc, dict) else None), False
+        return None, False, "it is not JSON"
+    if not isinstance(doc, dict):
+        return None, False, "it is not a JSON object"
+    return doc, False, None

@@ -1,16 +1,21 @@
 """Turn a run's Outcome into a Trace document whose `error`, if any, says what happened in words
 a person can act on: which limit was hit, what the sandbox refused, where the script was.
-Torch-free.
+
+The worker's report is written by the process that ran the script, so the script can write it
+itself: it is validated against the whole JSON Schema, and what the server knows better (the
+script it sent, the sandbox it set up) is written over whatever the report says. Torch-free.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import re
 
-from app.format import InvalidTrace, error_record, new_document, validate
+from app.format import InvalidTrace, Trace, error_record, new_document, validate
 
 from .child import Outcome
+from .protocol import Job
 from .sandbox import ResourceLimits
 
 __all__ = ["to_document"]
@@ -19,10 +24,10 @@ _ALLOWED = ("The sandbox allows a script to read its own folder and Python's lib
             "only in its own folder, and to start no program and open no network connection.")
 
 
-def to_document(outcome: Outcome, *, name: str, source: str, device: str, timeout: float,
-                limits: ResourceLimits, script_file: str) -> dict:
+def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimits) -> Trace:
+    name, device, timeout, script_file = job.name, job.device, job.timeout, job.script
     doc = outcome.document
-    problem = None
+    problem = outcome.unreadable
     if doc is not None:
         try:
             validate(doc)
@@ -45,8 +50,21 @@ def to_document(outcome: Outcome, *, name: str, source: str, device: str, timeou
     if outcome.log_bytes > len(outcome.log.encode("utf-8", errors="replace")):
         doc["output_dropped"] = outcome.log_bytes  # raw fd output beyond what was kept
     doc["elapsed"] = round(outcome.elapsed, 3)
-    doc.setdefault("sandbox", outcome.status)
+    doc["script"] = {"name": name, "source": source, "args": list(job.args),
+                     "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest()}
+    doc["sandbox"] = _sandbox(outcome, limits)
     return doc
+
+
+def _sandbox(outcome: Outcome, limits: ResourceLimits) -> dict:
+    """The sandbox as the supervisor saw it: what the worker said once confined, before any of
+    the script ran (its READY line), and the limits the server set. Not the server's paths."""
+    status = dict(outcome.status)
+    landlock = status.get("landlock")
+    if isinstance(landlock, dict):
+        status["landlock"] = {k: v for k, v in landlock.items() if k not in ("read", "write")}
+    status["limits"] = limits.to_json()
+    return status
 
 
 def _timeout_message(timeout: float, line: int | None) -> str:
@@ -67,7 +85,7 @@ def _crash_line(log: str, script_file: str) -> int | None:
 def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file: str) -> dict:
     if o.too_large:
         return error_record(
-            "TraceTooLarge", f"The trace is larger than the {limits.file_size_mb} MiB a run may "
+            "TraceTooLarge", f"The trace is larger than the {limits.report_mb} MiB a run may "
             "return. Make the model or the number of backward passes smaller.")
     if o.timed_out:
         return error_record("Timeout", _timeout_message(timeout, None))

@@ -71,8 +71,7 @@ def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cp
     job = Job(script=script_file, name=name, device=device, args=list(args),
               max_events=max_events, timeout=timeout)
     outcome = child.execute(job, {script_file: source}, timeout, start_timeout=START_TIMEOUT)
-    return to_document(outcome, name=name, source=source, device=device, timeout=timeout,
-                       limits=child.policy.limits, script_file=script_file)
+    return to_document(outcome, job=job, source=source, limits=child.policy.limits)
 
 
 def probe_devices(timeout: float = 60.0) -> dict:

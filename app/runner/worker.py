@@ -163,8 +163,7 @@ def serve(run_dir: Path, sandbox: dict) -> int:
         return 0  # the pool is shutting down: no job will come
     job = Job.from_line(line)
     drop_stdin()
-    status["limits"] = apply_job(ResourceLimits.from_json(sandbox.get("limits", {})),
-                                 float(job.timeout))
+    apply_job(ResourceLimits.from_json(sandbox.get("limits", {})), float(job.timeout))
     limits = RecordingLimits(max_backward_events=job.max_events,
                              max_step_events=job.max_events)
     doc = trace_script(run_dir / job.script, name=job.name, argv=job.args, device=job.device,
@@ -172,9 +171,6 @@ def serve(run_dir: Path, sandbox: dict) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
-    # the document goes to whoever has the run's link: which layers held, not the server's paths
-    doc["sandbox"] = {**status, "landlock": {k: v for k, v in status["landlock"].items()
-                                             if k not in ("read", "write")}}
     _write_document(doc, run_dir / RESULT_FILE, keep=run_dir / job.script)
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report

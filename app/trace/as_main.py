@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import builtins
 import io
+import linecache
 import sys
-import traceback
 import types
 from pathlib import Path
 
-from app.format import ErrorRecord, error_record
+from app.format import ErrorRecord, clip, error_record
 
 __all__ = [
     "TimeLimitExceeded", "CappedText", "main_module", "exec_as_main", "error_from_exception",
@@ -91,10 +91,35 @@ def exec_as_main(path: Path, source: str, argv: list[str], module: types.ModuleT
     exec(code, module.__dict__)  # noqa: S102 - running the user's script is the point
 
 
+MAX_FRAMES = 100   # of a deeper stack, the outermost and innermost halves are kept
+REPEATS_SHOWN = 3  # identical frames in a row, as Python's own traceback shows them
+
+
 def script_frames_of(exc: BaseException, script_path: str) -> list[dict]:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return [{"line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
-            for f in frames if f.filename == script_path]
+    """The script's frames in the traceback, outermost first, folded the way Python's
+    traceback folds them: after three identical frames in a row, the last one counts the rest
+    (`repeated`). A plain endless recursion is then a few frames, not a million."""
+    frames: list[dict] = []
+    same = 0
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == script_path:
+            key = (tb.tb_lineno, code.co_name)
+            last = frames[-1] if frames else None
+            same = same + 1 if last and (last["line"], last["function"]) == key else 1
+            if same > REPEATS_SHOWN:
+                last["repeated"] = last.get("repeated", 0) + 1
+            else:
+                frames.append({"line": key[0], "function": key[1]})
+        tb = tb.tb_next
+    if len(frames) > MAX_FRAMES:  # recursion through several functions does not fold
+        half = MAX_FRAMES // 2
+        frames = [*frames[:half], {"omitted": len(frames) - 2 * half}, *frames[-half:]]
+    for f in frames:
+        if "line" in f:
+            f["code"] = clip(linecache.getline(script_path, f["line"]).strip(), 1000)
+    return frames
 
 
 def error_from_exception(exc: BaseException, script_path: str) -> ErrorRecord:

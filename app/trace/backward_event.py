@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from app.format import clip
+
 from .cuts import find_cuts
 from .graph import Walk, walk
 from .summary import norm_of, summarize
@@ -120,7 +122,7 @@ class BackwardRecording:
         if result_summaries is not None:
             event["results"] = result_summaries
         if error is not None:
-            event["error"] = {"type": type(error).__name__, "message": str(error).strip()}
+            event["error"] = {"type": type(error).__name__, "message": clip(str(error).strip())}
         return event
 
 

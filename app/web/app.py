@@ -52,7 +52,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.traces = TraceService(settings)
     app.state.selftest = SelfTest()  # started with the server (lifespan), not with the app
     app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
-                               settings.store_max_bytes)
+                               settings.store_max_bytes, settings.store_max_run_bytes)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, version=__version__)
     templates.env.filters.update(narration=narration_html, inline=inline_html,

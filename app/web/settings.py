@@ -13,6 +13,7 @@
 | store_path       | AUTOGRAD_LAB_STORE_PATH       | (2)       | where submitted runs are kept |
 | store_max_runs   | AUTOGRAD_LAB_STORE_MAX_RUNS   | 500       | runs kept; oldest go first    |
 | store_max_bytes  | AUTOGRAD_LAB_STORE_MAX_BYTES  | 268435456 | gzip bytes kept; oldest first |
+| store_max_run_bytes | AUTOGRAD_LAB_STORE_MAX_RUN_BYTES | 16777216 | gzip bytes of one run (5) |
 | pool_size        | AUTOGRAD_LAB_POOL_SIZE        | cores     | ready sandboxed workers (3)   |
 | selftest         | AUTOGRAD_LAB_SELFTEST         | true      | sandbox self-test at start    |
 | allowed_hosts    | AUTOGRAD_LAB_ALLOWED_HOSTS    | (none)    | other names it answers to (4) |
@@ -24,6 +25,7 @@
 (4) Comma-separated host names (the Host header, port aside) besides localhost, 127.0.0.1, ::1
     and the bind address; any other is refused (guards.py). Bound to 0.0.0.0 or :: with none
     given, every name is accepted (uploads there need the token anyway).
+(5) A larger run is stored as its script and an error saying so (store.py).
 With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
 Booleans are written 1/true/yes/on or 0/false/no/off.
 """
@@ -66,6 +68,7 @@ class Settings:
     store_path: str = str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3")
     store_max_runs: int = 500
     store_max_bytes: int = 256 * 1024 * 1024
+    store_max_run_bytes: int = 16 * 1024 * 1024
     pool_size: int = max(1, os.cpu_count() or 1)
     selftest: bool = True
     allowed_hosts: str = ""
@@ -84,8 +87,9 @@ class Settings:
         if self.max_upload_bytes < 1024:
             raise SettingsError(f"max_upload_bytes must be at least 1024, not "
                                 f"{self.max_upload_bytes}")
-        if self.store_max_runs < 1 or self.store_max_bytes < 1:
-            raise SettingsError("store_max_runs and store_max_bytes must be positive")
+        if self.store_max_runs < 1 or self.store_max_bytes < 1 or self.store_max_run_bytes < 1:
+            raise SettingsError("store_max_runs, store_max_bytes and store_max_run_bytes must "
+                                "be positive")
         if self.pool_size < 0:
             raise SettingsError(f"pool_size must be 0 or more, not {self.pool_size}")
 

@@ -1,5 +1,8 @@
 """Runs people submitted, kept on disk (SQLite), bounded in number and bytes, oldest dropped
-first. A run's link keeps working across restarts until the bound pushes it out."""
+first. A run's link keeps working across restarts until the bound pushes it out.
+
+One run may take at most `max_run_bytes` (compressed): a few hard-to-compress traces must not
+push everyone else's runs out. A larger one is kept as its script and an error that says so."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import threading
 import time
 from contextlib import closing, contextmanager
 from pathlib import Path
+
+from app.format import error_record, new_document
 
 __all__ = ["RunStore"]
 
@@ -26,10 +31,12 @@ CREATE TABLE IF NOT EXISTS runs (
 
 
 class RunStore:
-    def __init__(self, path: Path, max_runs: int = 500, max_bytes: int = 256 * 1024 * 1024):
+    def __init__(self, path: Path, max_runs: int = 500, max_bytes: int = 256 * 1024 * 1024,
+                 max_run_bytes: int = 16 * 1024 * 1024):
         self.path = Path(path)
         self.max_runs = max_runs
         self.max_bytes = max_bytes
+        self.max_run_bytes = max_run_bytes
         self._lock = threading.Lock()  # one writer at a time: put + prune
         self._open_lock = threading.Lock()
         self._opened = False
@@ -58,12 +65,25 @@ class RunStore:
     def put(self, doc: dict) -> str:
         """Keep `doc`; returns its id (unguessable: a link is the only way to a run)."""
         run_id = secrets.token_urlsafe(9)
-        blob = gzip.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+        blob = _pack(doc)
+        if len(blob) > self.max_run_bytes:
+            blob = _pack(self._too_large(doc, len(blob)))
         with self._lock, self._connect() as db:
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                        (run_id, time.time(), doc["script"]["name"], len(blob), blob))
             self._prune(db, keep=run_id)
         return run_id
+
+    def _too_large(self, doc: dict, size: int) -> dict:
+        script = doc["script"]
+        kept = new_document(script["name"], script["source"], doc.get("device", "cpu"),
+                            doc.get("torch"))
+        kept["script"]["args"] = list(script.get("args", []))
+        kept["error"] = error_record(
+            "TraceTooLarge", f"This run's trace takes {size // 1024:,} KiB compressed, more "
+            f"than the {self.max_run_bytes // 1024:,} KiB a stored run may take, so only its "
+            "script was kept. Run a smaller model or fewer backward passes.")
+        return kept
 
     def get(self, run_id: str) -> dict | None:
         with self._connect() as db:
@@ -85,3 +105,7 @@ class RunStore:
                 continue  # a run larger than the whole bound still answers its own link once
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
             count, total = count - 1, total - size
+
+
+def _pack(doc: dict) -> bytes:
+    return gzip.compress(json.dumps(doc, separators=(",", ":")).encode("utf-8"))

@@ -42,6 +42,9 @@ class TraceService:
         self._key_locks: dict[tuple, threading.Lock] = {}
         # one gate for scenario traces and uploaded runs: both take a worker
         self.gate = Gate(settings.max_workers, settings.queue_size)
+        # graphviz runs in the server's own processes: as many at once as there are cores,
+        # a few waiting, the rest told to come back (Busy), whoever asks for how many drawings
+        self.render_gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
         self.pool: Pool | None = None
 
@@ -106,12 +109,14 @@ class TraceService:
         return self._run(source, name, [], device)
 
     def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str) -> bytes:
-        """The graph of one event as svg, png or dot (RenderError, LookupError)."""
+        """The graph of one event as svg, png or dot (RenderError, EventNotFound, Busy)."""
         rkey = (key, event, fmt)
         with self._lock:
             if rkey in self._renders:
                 return self._renders[rkey]
-        data = render_graph(event_graph(doc, event), fmt)
+        graph = event_graph(doc, event)
+        with self.render_gate.enter():
+            data = render_graph(graph, fmt)
         with self._lock:
             self._renders[rkey] = data
             while len(self._renders) > self.settings.cache_size * 2:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from app.runner import sandbox
-from app.runner.child import _read_capped
+from app.runner.child import MAX_REPORT_CONTAINERS, _read_report
 
 
 def test_launcher_refuses_to_mount_outside_a_namespace_of_its_own(tmp_path):
@@ -35,11 +35,30 @@ def test_result_is_never_read_through_a_symlink_or_a_fifo(tmp_path):
     os.mkfifo(tmp_path / "run" / "fifo.json")
     fd = os.open(tmp_path / "run", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert _read_capped(fd, "trace.json", 1024) == (None, False)
-        assert _read_capped(fd, "fifo.json", 1024) == (None, False)  # and it did not block
+        assert _read_report(fd, "trace.json", 1024) == (None, False, None)
+        assert _read_report(fd, "fifo.json", 1024) == (None, False, None)  # and it did not block
         (tmp_path / "run" / "big.json").write_text('{"a": "' + "x" * 2000 + '"}')
-        assert _read_capped(fd, "big.json", 1024) == (None, True)
+        assert _read_report(fd, "big.json", 1024) == (None, True, None)
         (tmp_path / "run" / "ok.json").write_text('{"a": 1}')
-        assert _read_capped(fd, "ok.json", 1024) == ({"a": 1}, False)
+        assert _read_report(fd, "ok.json", 1024) == ({"a": 1}, False, None)
+    finally:
+        os.close(fd)
+
+
+def test_a_report_is_not_parsed_when_it_would_cost_the_server_too_much(tmp_path):
+    """What a script can write in place of its report: millions of tiny lists (GBs once
+    parsed), or nesting past the parser's recursion limit."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "lists.json").write_text("[" + "[]," * (MAX_REPORT_CONTAINERS + 1) + "[]]")
+    (run / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (run / "text.json").write_text("not json at all")
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        cap = 64 << 20
+        doc, too_large, why = _read_report(fd, "lists.json", cap)
+        assert (doc, too_large) == (None, False) and "lists and objects" in why
+        assert _read_report(fd, "deep.json", cap) == (None, False, "it is nested too deeply")
+        assert _read_report(fd, "text.json", cap) == (None, False, "it is not JSON")
     finally:
         os.close(fd)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jsonschema
 
 from app.format import load_schema
@@ -102,3 +104,36 @@ def test_anomaly_report_shows_the_script_frames_not_ours(trace_source):
     assert "Error detected in TanhBackward0" in doc["stderr"]
     assert "line 4, in <module>" in doc["stderr"]  # where tanh was called
     assert "app/trace" not in doc["stderr"]
+
+
+def test_endless_recursion_folds_like_python_s_traceback(trace_source):
+    """`sys.setrecursionlimit(10**6)` and a plain recursion once made a 51 MB error."""
+    doc = trace_source("""
+        import sys
+        sys.setrecursionlimit(10**6)
+        def down(n):
+            return down(n + 1)
+        down(0)
+    """)
+    err = doc["error"]
+    assert err["type"] == "RecursionError" and err["line"] == 5
+    frames = err["frames"]
+    # the call at line 6, then line 5 three times, the third counting every other repeat
+    assert [f["line"] for f in frames] == [6, 5, 5, 5]
+    assert frames[-1]["repeated"] > 10_000 and "repeated" not in frames[1]
+    assert frames[-1]["code"] == "return down(n + 1)"
+    assert len(json.dumps(doc)) < 64 * 1024
+
+
+def test_recursion_through_two_functions_keeps_both_ends(trace_source):
+    doc = trace_source("""
+        def ping(n):
+            return pong(n + 1)
+        def pong(n):
+            return ping(n + 1)
+        ping(0)
+    """)
+    frames = doc["error"]["frames"]
+    assert len(frames) == 101 and frames[50]["omitted"] > 0
+    assert frames[0]["line"] == 6 and frames[-1]["line"] in (3, 5)
+    assert {f["function"] for f in frames if "function" in f} == {"<module>", "ping", "pong"}

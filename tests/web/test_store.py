@@ -82,3 +82,19 @@ def test_making_a_store_writes_nothing_until_it_is_used(tmp_path):
     assert not path.parent.exists()  # an app object alone leaves no file behind
     store.put(doc("a.py"))
     assert path.exists()
+
+
+def test_a_run_over_the_per_run_bound_keeps_its_script_and_pushes_nobody_out(tmp_path):
+    import os
+
+    store = RunStore(tmp_path / "r.sqlite3", max_runs=100, max_bytes=4 << 20,
+                     max_run_bytes=256 << 10)
+    others = [store.put(doc(f"{i}.py", filler=10_000)) for i in range(5)]
+    # a report a script filled with what gzip cannot shrink: bigger than the per-run bound
+    big = {"script": {"name": "big.py", "source": "print(1)\n", "args": []}, "torch": "2",
+           "device": "cpu", "events": [], "pad": os.urandom(1 << 20).hex()}
+    big_id = store.put(big)
+    kept = store.get(big_id)
+    assert kept["script"]["source"] == "print(1)\n" and "pad" not in kept
+    assert kept["error"]["type"] == "TraceTooLarge" and "KiB" in kept["error"]["message"]
+    assert all(store.get(i) is not None for i in others)  # nobody else was dropped

@@ -21,6 +21,7 @@ MIB = 1024 * 1024
 class ResourceLimits:
     memory_mb: int = 2048      # address space the script may add on top of the loaded worker
     file_size_mb: int = 64     # largest file the run may write (the Trace document included)
+    report_mb: int = 32        # largest Trace the server reads back (it is parsed in the server)
     open_files: int = 256      # descriptors beyond those the worker already holds
     processes: int = 32        # processes and threads of the run's uid, the worker included
     cpu_grace_s: int = 5       # CPU seconds beyond the wall-clock limit (a backstop only)

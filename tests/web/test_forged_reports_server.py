@@ -1,0 +1,138 @@
+"""A script can write its own report in place of the worker's: each way of abusing that gets a
+clear error (or, when the forgery keeps every rule, is shown as harmless text), the server's
+memory stays bounded, other stored runs survive, and the next normal run works (issue 9,
+points 3 and 4). Sent to a real server, as a stranger would."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import httpx
+import pytest
+
+from tests.server import serve
+
+pytestmark = pytest.mark.slow
+
+SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
+WRITE_AND_LEAVE = ("\nwith open('trace.json', 'w') as f:\n    f.write(report)\n"
+                   "import os\nos._exit(0)\n")
+
+VALID_FORGERY = {
+    "format": "autograd-lab/trace@1",
+    "script": {"name": "innocent.py", "source": "print('not what ran')",
+               "sha256": "0" * 64, "args": []},
+    "torch": "9.9", "device": "cpu", "stdout": "", "error": None, "params": {},
+    "diagnostics": [], "sandbox": {"landlock": {"enforced": True}, "uid": 0, "forged": True},
+    "events": [{"kind": "backward", "index": 0, "order": [], "uses": {}, "contributions": {},
+                "grads": {}, "graph": {"roots": ["n0"], "edges": [
+                    {"source": "n1", "target": "n0", "slot": 0}], "nodes": [
+                    {"id": "n0", "name": 'end\\" URL="http://evil.example" x="\\', "kind": "op"},
+                    {"id": "n1", "name": "w\\", "label": "w\\", "kind": "param",
+                     "param": "w\\", "shape": [3]}]}}]}
+
+
+FORGERY = repr(VALID_FORGERY)
+
+
+def _rss_peak_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def _server_pid(base: str) -> int:
+    port = base.rsplit(":", 1)[1]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if b"uvicorn" in b" ".join(cmd) and port.encode() in cmd:
+                return int(entry)
+    raise LookupError("the test server's process was not found")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("store"), name="forged-reports-server", MAX_WORKERS="1",
+               POOL_SIZE="1", TRACE_TIMEOUT="30", SELFTEST="false") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def first_run(base):
+    """A normal run stored before the forgeries: it must survive them."""
+    response = httpx.post(base + "/api/runs", json={"source": SMALL}, timeout=120)
+    assert response.status_code == 200 and response.json()["error"] is None
+    return response.json()["run"]["id"]
+
+
+def post(base: str, source: str) -> dict:
+    response = httpx.post(base + "/api/runs", json={"source": source}, timeout=180)
+    assert response.status_code == 200, response.text
+    assert len(response.content) < 64 * 1024, len(response.content)
+    return response.json()
+
+
+def _then_all_is_well(base: str, first_run: str) -> None:
+    assert httpx.get(base + "/healthz", timeout=10).status_code == 200
+    after = post(base, SMALL)
+    assert after["error"] is None and after["params"]["w"]["uses"] == {"0": 2}
+    assert httpx.get(f"{base}/api/runs/{first_run}", timeout=30).status_code == 200
+
+
+CASES = {
+    # 64 MiB of "[]," would be 22 million lists once parsed
+    "64-mib-of-lists": ("report = '[' + '[],' * (64 * 2**20 // 3 - 1) + '[]]'",
+                        "TraceTooLarge", "larger than the 32 MiB"),
+    # under the size cap, over the count of lists and objects a report may hold
+    "millions-of-lists": ("report = '[' + '[],' * 3_000_000 + '[]]'",
+                          "WorkerFailed", "more than 2,000,000 lists and objects"),
+    "10000-deep": ("report = '{\"format\": \"autograd-lab/trace@1\", \"events\": ' + "
+                   "'[' * 10_000 + ']' * 10_000 + '}'", "WorkerFailed", "nested too deeply"),
+    "not-json": ("report = 'this is not json'", "WorkerFailed", "not JSON"),
+    "bad-node-id": ("import json\nforged = " + FORGERY + "\nforged['events'][0]['graph']"
+                    "['nodes'][0]['id'] = 'n0\" onclick=\"x'\nreport = json.dumps(forged)",
+                    "WorkerFailed", "not a valid trace"),
+    "a-huge-message": ("import json\nforged = " + FORGERY + "\nforged['error'] = {'type': 'X', "
+                       "'message': 'm' * 10**6, 'line': 1}\nreport = json.dumps(forged)",
+                       "WorkerFailed", "not a valid trace"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_forged_report_gets_a_clear_error(base, first_run, name):
+    make, kind, words = CASES[name]
+    pid = _server_pid(base)
+    peak = _rss_peak_kib(pid)
+    doc = post(base, make + WRITE_AND_LEAVE)
+    assert doc["error"]["type"] == kind, doc["error"]
+    assert words in doc["error"]["message"]
+    assert doc["events"] == []  # nothing of the forged report is shown
+    # the report was never parsed whole in the server: its peak memory grew by far less
+    assert _rss_peak_kib(pid) - peak < 150 * 1024
+    _then_all_is_well(base, first_run)
+
+
+def test_a_forgery_that_keeps_every_rule_is_shown_as_harmless_text(base, first_run):
+    source = "import json\nreport = json.dumps(" + FORGERY + ")" + WRITE_AND_LEAVE
+    doc = post(base, source)
+    # what the server knows better is the server's: the script it ran, the sandbox it set up
+    assert doc["script"]["source"] == source and doc["script"]["name"] == "script.py"
+    assert "forged" not in doc["sandbox"] and doc["sandbox"]["limits"]["memory_mb"] > 0
+    svg = httpx.get(f"{base}/api/runs/{doc['run']['id']}/graph.svg", timeout=60)
+    assert svg.status_code == 200
+    assert b"href" not in svg.content and b"onclick" not in svg.content
+    assert b"URL=&quot;http://evil.example&quot;" in svg.content  # drawn, as text
+    _then_all_is_well(base, first_run)
+
+
+def test_endless_recursion_answers_in_a_few_kilobytes(base, first_run):
+    doc = post(base, "import sys\nsys.setrecursionlimit(10**6)\n"
+                     "def f(n):\n    return f(n + 1)\nf(0)\n")
+    assert doc["error"]["type"] == "RecursionError", doc["error"]
+    assert doc["error"]["frames"][-1]["repeated"] > 900_000  # a million calls, four frames
+    assert len(json.dumps(doc)) < 64 * 1024
+    _then_all_is_well(base, first_run)
