@@ -29,6 +29,7 @@ from pathlib import Path
 from . import sandbox
 from .protocol import RESULT_FILE, Job, app_root, parse_ready, worker_env
 from .sandbox import identity, namespaces
+from .sandbox.cgroups import RunCgroups
 
 __all__ = ["GRACE", "MAX_LOG", "START_TIMEOUT", "Child", "Outcome"]
 
@@ -50,6 +51,7 @@ class Outcome:
     too_large: bool = False
     status: dict = field(default_factory=dict)  # the sandbox as the worker reported it
     unreadable: str | None = None  # why a report that is there was not parsed
+    oom_kills: int = 0  # processes of the run the kernel killed at the run's memory limit
 
     @property
     def signal(self) -> str | None:
@@ -57,9 +59,9 @@ class Outcome:
         if code is None:
             return None
         if code < 0:
-            return signal.Signals(-code).name
-        if code > 128 and code - 128 in signal.Signals._value2member_map_:
-            return signal.Signals(code - 128).name  # `unshare` passes a signal on as 128+n
+            return _signal_name(-code)
+        if 128 < code <= 128 + 64:
+            return _signal_name(code - 128)  # `unshare` passes a signal on as 128+n
         return None
 
 
@@ -115,6 +117,7 @@ class Child:
         self.layers = sandbox.effective(policy)
         self.run_dir = Path(tempfile.mkdtemp(prefix="autograd-lab-run-"))
         self.lease = identity.lease_uid() if self.layers["uid"] else None
+        self.cgroups: RunCgroups | None = None
         self.proc: subprocess.Popen | None = None
         self.worker_pid: int | None = None
         self.started = time.monotonic()
@@ -140,6 +143,10 @@ class Child:
     def _start(self) -> None:
         if self.lease:
             identity.prepare_run_dir(self.run_dir, self.lease.uid, self.lease.gid)
+        if self.layers["cgroups"]:
+            lim = self.policy.limits
+            self.cgroups = RunCgroups.create(self.run_dir.name, lim.run_memory_mb << 20,
+                                             lim.processes)
         limits = self.policy.limits.to_json() if self.layers["rlimits"] else {}
         plan = {"uid": self.uid, "gid": self.uid, "run_dir": str(self.run_dir),
                 # mounts are only ever made inside the run's own mount namespace: made without
@@ -150,6 +157,8 @@ class Child:
                 "private_shm": self.layers["namespaces"],
                 "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
                 "limits": self.policy.limits.to_json(),
+                # the launcher moves itself into these before anything else
+                "cgroups": self.cgroups.procs_files if self.cgroups else [],
                 "env": worker_env(self.run_dir)}
         # /dev/shm may be written only where it is the run's own (a mount namespace)
         worker_opts = {"landlock": self.layers["landlock"], "limits": limits,
@@ -286,10 +295,13 @@ class Child:
         status = self.status
         if getattr(self, "status_ns", None):
             status["namespaces"] = self.status_ns
+        if self.cgroups is not None:
+            status["cgroup_left"] = getattr(self, "status_cgroup_left", [])
         return Outcome(document=document, returncode=self.proc.returncode, timed_out=timed_out,
                        elapsed=time.monotonic() - started, log=self.log_tail(),
                        log_bytes=self._drain.total, too_large=too_large, status=status,
-                       unreadable=unreadable)
+                       unreadable=unreadable,
+                       oom_kills=self.cgroups.oom_kills() if self.cgroups else 0)
 
     def _terminate(self) -> None:
         """Nothing of the run survives: its process group, the worker (PID 1 of its namespace,
@@ -302,6 +314,9 @@ class Child:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        if self.cgroups is not None:
+            # everything the run started, wherever it detached to; what survives is reported
+            self.status_cgroup_left = self.cgroups.kill()
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -328,9 +343,20 @@ class Child:
                 os.close(self._dir_fd)
                 self._dir_fd = -1
             shutil.rmtree(self.run_dir, ignore_errors=True)
+            if self.cgroups is not None:
+                self.cgroups.remove()
+                self.cgroups = None
             if self.lease:
                 self.lease.release()
                 self.lease = None
+
+
+def _signal_name(number: int) -> str:
+    """SIGKILL, or "signal 40" for one Python has no name for (the real-time signals)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _kill(pid: int, sig: int) -> None:

@@ -47,6 +47,8 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
         doc["error"]["message"] = _timeout_message(timeout, doc["error"].get("line"))
     elif doc.get("error"):
         _explain_exception(doc["error"], limits)
+    if outcome.oom_kills:
+        doc["error"] = _run_memory_error(outcome.oom_kills, limits, doc.get("error"))
     if outcome.log_bytes > len(outcome.log.encode("utf-8", errors="replace")):
         doc["output_dropped"] = outcome.log_bytes  # raw fd output beyond what was kept
     doc["elapsed"] = round(outcome.elapsed, 3)
@@ -65,6 +67,21 @@ def _sandbox(outcome: Outcome, limits: ResourceLimits) -> dict:
         status["landlock"] = {k: v for k, v in landlock.items() if k not in ("read", "write")}
     status["limits"] = limits.to_json()
     return status
+
+
+def _run_memory_error(kills: int, limits: ResourceLimits, earlier: dict | None) -> dict:
+    """The run's cgroup hit its memory limit: whatever else the run reported followed from it."""
+    line = (earlier or {}).get("line")
+    at = f" (the script was at line {line})" if line else ""
+    what = "one of its processes" if kills == 1 else f"{kills} of its processes"
+    record = error_record(
+        "MemoryLimit", f"The run as a whole used more than the {limits.run_memory_mb} MiB of "
+        "memory it may have (all its processes together, with what they keep in files in "
+        f"memory and shared memory), so the kernel stopped {what}{at}. Use smaller tensors, "
+        "fewer processes, or keep less in memory at once.", line)
+    if earlier:
+        record["exception"] = earlier.get("type", "")
+    return record
 
 
 def _timeout_message(timeout: float, line: int | None) -> str:

@@ -82,6 +82,21 @@ def _layer_rlimits(ctx: dict) -> dict:
     return _checks(outcome)
 
 
+def _layer_cgroups(ctx: dict) -> dict:
+    """The run's cgroup alone: its processes together may not pass its memory or its process
+    count (small limits, so the check is quick), and the sleepers it leaves are killed."""
+    limits = sandbox.ResourceLimits(run_memory_mb=256, processes=16)
+    policy = sandbox.Policy(namespaces=False, own_uid=False, landlock=False, rlimits=False,
+                            cgroups=True, limits=limits)
+    outcome, _ = _probe(policy, {**ctx, "checks": ["run_memory", "processes"],
+                                 "child_mb": limits.run_memory_mb // 2})
+    checks = _checks(outcome)
+    left = outcome.status.get("cgroup_left", [])
+    checks["killed_as_one"] = {"held": not left, "detail": "nothing left alive" if not left
+                               else f"left alive: {left}"}
+    return checks
+
+
 def _supervisor(ctx: dict) -> dict:
     """With every layer on: environment, output cap, wall clock and a detached child."""
     policy = sandbox.Policy()
@@ -137,7 +152,8 @@ def _environment(ctx: dict) -> dict:
 
 
 _LAYERS = {"landlock": _layer_landlock, "namespaces": _layer_namespaces, "uid": _layer_uid,
-           "rlimits": _layer_rlimits, "environment": _environment, "supervisor": _supervisor}
+           "rlimits": _layer_rlimits, "cgroups": _layer_cgroups, "environment": _environment,
+           "supervisor": _supervisor}
 
 
 def run_selftest() -> dict:

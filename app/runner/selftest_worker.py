@@ -64,6 +64,26 @@ def _fork_many(count: int):
     return f"{len(pids)} processes"
 
 
+def _touch_in_children(count: int, mb: int):
+    """`count` processes each touching `mb` MiB: together past the run's memory limit."""
+    pids = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:
+            block = bytearray(mb * MIB)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            os._exit(0)
+        pids.append(pid)
+    killed = 0
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        killed += os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    if killed:
+        raise MemoryError(f"{killed} of {count} processes of {mb} MiB were killed")
+    return f"{count} processes of {mb} MiB each ran to the end"
+
+
 def _open_many(count: int):
     files = [open(os.devnull) for _ in range(count)]
     return f"{len(files)} files open"
@@ -97,6 +117,8 @@ def run_checks(job: dict, run_dir: Path, limits: ResourceLimits) -> dict:
             lambda: _write(run_dir / "big", (limits.file_size_mb + 1) * MIB)),
         "folder_size": lambda: _refused(lambda: _fill(run_dir, limits.folder_mb + 64)),
         "processes": lambda: _refused(lambda: _fork_many(limits.processes + 8)),
+        # the job says how much: the probe's rlimits (and so its ResourceLimits) may be off
+        "run_memory": lambda: _refused(lambda: _touch_in_children(4, job["child_mb"])),
         "output": lambda: (True, _flood(10 * MIB)),
     }
     results = {}

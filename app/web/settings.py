@@ -16,6 +16,7 @@
 | store_max_run_bytes | AUTOGRAD_LAB_STORE_MAX_RUN_BYTES | 16777216 | gzip bytes of one run (5) |
 | pool_size        | AUTOGRAD_LAB_POOL_SIZE        | cores     | ready sandboxed workers (3)   |
 | selftest         | AUTOGRAD_LAB_SELFTEST         | true      | sandbox self-test at start    |
+| run_memory_mb    | AUTOGRAD_LAB_RUN_MEMORY_MB    | 3072      | memory of a whole run (6)     |
 | allowed_hosts    | AUTOGRAD_LAB_ALLOWED_HOSTS    | (none)    | other names it answers to (4) |
 
 (1) When set, every upload needs it, on loopback too; bound to another address, uploads are
@@ -26,6 +27,8 @@
     and the bind address; any other is refused (guards.py). Bound to 0.0.0.0 or :: with none
     given, every name is accepted (uploads there need the token anyway).
 (5) A larger run is stored as its script and an error saying so (store.py).
+(6) All of a run's processes together, files in memory and shared memory included (a cgroup,
+    where the machine has one; each process also has its own address-space limit).
 With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
 Booleans are written 1/true/yes/on or 0/false/no/off.
 """
@@ -72,6 +75,7 @@ class Settings:
     pool_size: int = max(1, os.cpu_count() or 1)
     selftest: bool = True
     allowed_hosts: str = ""
+    run_memory_mb: int = 3072
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -90,6 +94,9 @@ class Settings:
         if self.store_max_runs < 1 or self.store_max_bytes < 1 or self.store_max_run_bytes < 1:
             raise SettingsError("store_max_runs, store_max_bytes and store_max_run_bytes must "
                                 "be positive")
+        if self.run_memory_mb < 512:
+            raise SettingsError(f"run_memory_mb must be at least 512 (a worker with torch "
+                                f"loaded takes about 300), not {self.run_memory_mb}")
         if self.pool_size < 0:
             raise SettingsError(f"pool_size must be 0 or more, not {self.pool_size}")
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from app.catalog import Scenario, scenario_args
 from app.format import Trace
 from app.render import event_graph, render_graph
-from app.runner import Pool, probe_devices, trace_in_sandbox
+from app.runner import Policy, Pool, ResourceLimits, probe_devices, trace_in_sandbox
 
 from .gate import Gate
 from .settings import Settings
@@ -47,11 +47,12 @@ class TraceService:
         self.render_gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
         self.pool: Pool | None = None
+        self.policy = Policy(limits=ResourceLimits(run_memory_mb=settings.run_memory_mb))
 
     def start(self) -> None:
         """Start the pool of ready workers (pool_size 0: each run starts a fresh worker)."""
         if self.settings.pool_size and self.pool is None:
-            self.pool = Pool(self.settings.pool_size).start()
+            self.pool = Pool(self.settings.pool_size, policy=self.policy).start()
 
     def stop(self) -> None:
         if self.pool is not None:
@@ -63,7 +64,8 @@ class TraceService:
         device the worker does not have is a DeviceError, whoever asked."""
         with self.gate.enter():
             doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
-                                   timeout=self.settings.trace_timeout, pool=self.pool)
+                                   timeout=self.settings.trace_timeout, pool=self.pool,
+                                   policy=None if self.pool else self.policy)
         if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
             raise DeviceError(doc["error"]["message"])
         return doc

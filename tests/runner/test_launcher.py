@@ -62,3 +62,18 @@ def test_a_report_is_not_parsed_when_it_would_cost_the_server_too_much(tmp_path)
         assert _read_report(fd, "text.json", cap) == (None, False, "it is not JSON")
     finally:
         os.close(fd)
+
+
+def test_a_worker_ended_by_a_signal_python_has_no_name_for_is_explained():
+    """A real-time signal (SIGRTMIN+6 = 40) once raised ValueError in the server: a 500."""
+    from app.runner.child import Outcome
+    from app.runner.explain import to_document
+    from app.runner.protocol import Job
+
+    for code in (-40, 128 + 40):
+        outcome = Outcome(document=None, returncode=code, timed_out=False, elapsed=0.1, log="",
+                          log_bytes=0)
+        doc = to_document(outcome, job=Job(script="x.py", name="x.py"), source="x = 1\n",
+                          limits=sandbox.ResourceLimits())
+        assert doc["error"]["type"] == "WorkerCrashed", doc["error"]
+        assert "signal 40" in doc["error"]["message"]

@@ -17,16 +17,16 @@ def report():
 
 
 def test_report_names_every_layer(report):
-    assert set(report["layers"]) == {"exec", "namespaces", "uid", "rlimits", "landlock",
-                                     "environment", "supervisor"}
+    assert set(report["layers"]) == {"exec", "namespaces", "uid", "rlimits", "cgroups",
+                                     "landlock", "environment", "supervisor"}
     for name, layer in report["layers"].items():
         assert layer["detail"], name
         if not layer["available"]:
             assert name in report["missing"] and layer["holds"] is None
 
 
-@pytest.mark.parametrize("layer", ["namespaces", "uid", "rlimits", "landlock", "environment",
-                                   "supervisor"])
+@pytest.mark.parametrize("layer", ["namespaces", "uid", "rlimits", "cgroups", "landlock",
+                                   "environment", "supervisor"])
 def test_layer_holds_on_its_own(report, layer):
     info = report["layers"][layer]
     if not info["available"]:

@@ -6,6 +6,7 @@ Layers, each standing on its own:
 - namespaces: new network, PID, IPC and mount namespaces (`namespaces.py`);
 - uid: an unprivileged uid of the run's own when the server is root (`identity.py`);
 - rlimits: CPU time, address space, file size, open files, processes (`rlimits.py`);
+- cgroups: memory and process count of the whole run, killed as one (`cgroups.py`);
 - landlock: read-only interpreter, writable run folder only, no exec, no TCP (`landlock.py`);
 - environment: nothing of the server's environment reaches the script;
 - output, wall clock, result: enforced by the supervisor (`app/runner/child.py`).
@@ -20,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..protocol import app_root
-from . import identity, landlock, namespaces
+from . import cgroups, identity, landlock, namespaces
 from .rlimits import ResourceLimits
 
 __all__ = ["ResourceLimits", "Policy", "availability", "effective", "paths_to_expose"]
@@ -33,6 +34,7 @@ class Policy:
     own_uid: bool = True
     landlock: bool = True
     rlimits: bool = True
+    cgroups: bool = True
     limits: ResourceLimits = field(default_factory=ResourceLimits)
 
 
@@ -61,6 +63,7 @@ def availability() -> dict[str, dict]:
                           "uid cannot enter, and without a mount namespace it cannot be exposed")
         elif blocked:
             uid_detail += f" ({', '.join(blocked)} exposed read-only in the run's mount namespace)"
+    cg_ok, cg_detail = cgroups.available()
     abi = landlock.abi_version()
     ll_detail = (f"Landlock ABI {abi}" + ("" if abi >= 4 else " (no TCP rules before ABI 4)")
                  if abi else "the kernel offers no Landlock (Linux 5.13+, lsm=landlock)")
@@ -70,6 +73,7 @@ def availability() -> dict[str, dict]:
         "uid": {"available": uid_ok, "detail": uid_detail, "needs_mount_ns": bool(
             uid_ok and blocked)},
         "rlimits": {"available": True, "detail": "setrlimit"},
+        "cgroups": {"available": cg_ok, "detail": cg_detail},
         "landlock": {"available": abi > 0, "detail": ll_detail},
         "environment": {"available": True, "detail": "the worker gets a fixed, minimal env"},
     }
@@ -84,4 +88,5 @@ def effective(policy: Policy) -> dict[str, bool]:
             "uid": policy.own_uid and avail["uid"]["available"] and
             (ns or not avail["uid"]["needs_mount_ns"]),
             "landlock": policy.landlock and avail["landlock"]["available"],
-            "rlimits": policy.rlimits}
+            "rlimits": policy.rlimits,
+            "cgroups": policy.cgroups and avail["cgroups"]["available"]}

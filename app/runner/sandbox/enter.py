@@ -79,7 +79,16 @@ def _own_mount_namespace(server_ns: str | None) -> bool:
     return server_ns is not None and os.readlink("/proc/self/ns/mnt") != server_ns
 
 
+def join_cgroups(procs_files: list[str]) -> None:
+    """Move this process into the run's cgroups ("0": the writer), before anything else: every
+    process of the run is then counted, limited and killed with it."""
+    for path in procs_files:
+        with open(path, "w") as f:
+            f.write("0")
+
+
 def enter(plan: dict) -> None:
+    join_cgroups(plan.get("cgroups", []))
     limits = ResourceLimits.from_json(plan["limits"])
     uid = plan.get("uid")
     wants_mounts = plan.get("expose") or plan.get("private_shm") or plan.get("private_folder")

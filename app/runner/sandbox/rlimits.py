@@ -20,6 +20,8 @@ MIB = 1024 * 1024
 @dataclass(frozen=True)
 class ResourceLimits:
     memory_mb: int = 2048      # address space the script may add on top of the loaded worker
+    run_memory_mb: int = 3072  # every process of the run together, tmpfs and memfd included
+                               # (a cgroup; the loaded worker itself takes about 300 MiB)
     file_size_mb: int = 64     # largest file the run may write (the Trace document included)
     report_mb: int = 32        # largest Trace the server reads back (it is parsed in the server)
     open_files: int = 256      # descriptors beyond those the worker already holds

@@ -1,0 +1,229 @@
+"""Whole-run limits: a cgroup of the run's own bounds the memory of all its processes together
+(their pages, and the tmpfs, /dev/shm, memfd and pipe pages they fill) and how many processes
+it may have, and lets the supervisor kill everything in it at once, `setsid()` or not.
+
+rlimits stay the inner layer: they count one process at a time, which 32 processes, or memory
+that is no mapping (memfd, pipes, tmpfs), get around.
+
+Which cgroups, by what the machine has (read from /proc/self/mountinfo and /proc/self/cgroup):
+- cgroup v2 whose controllers include `memory` and `pids`, delegated to the server's own cgroup
+  (its `cgroup.subtree_control` lists them): the run's cgroup is made below the server's.
+- otherwise cgroup v1 `memory` and `pids` hierarchies the server may write (this project's
+  machines: a hybrid host with v2 at /sys/fs/cgroup/unified holding no controllers). The run
+  gets a folder in each, and one in the v2 tree too where it has `cgroup.kill`.
+- neither: the layer is missing; /healthz and the self-test say so, and say why.
+
+The supervisor makes the folders (`RunCgroups.create`) and the launcher moves itself into each
+before it drops privileges, so every process of the run starts inside. Torch-free.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["RunCgroups", "available"]
+
+_PARENT = "autograd-lab"  # below the server's own cgroup in each hierarchy
+
+
+@dataclass(frozen=True)
+class _Backend:
+    version: int
+    memory: Path          # the server's own cgroup in the hierarchy with `memory`
+    pids: Path            # ... with `pids` (the same folder in v2)
+    killer: Path | None   # a v2 cgroup with cgroup.kill (v1: processes are killed one by one)
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, super options) of every cgroup file system."""
+    found = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts, tail = left.split(), right.split()
+        if len(parts) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
+            found.append((parts[4], tail[0], set(tail[2].split(","))))
+    return found
+
+
+def _own_paths() -> dict[str, str]:
+    """The server's own cgroup path per v1 controller, and under "" for v2."""
+    paths = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return paths
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            paths[name] = path
+    return paths
+
+
+def _writable(folder: Path) -> bool:
+    probe = folder / f"{_PARENT}-probe-{os.getpid()}"
+    try:
+        probe.mkdir(exist_ok=True)
+        probe.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _detect() -> tuple[_Backend | None, str]:
+    mounts, own = _mounts(), _own_paths()
+    v2 = next((Path(m) for m, fs, _ in mounts if fs == "cgroup2"), None)
+    v2_own = v2 / own.get("", "/").lstrip("/") if v2 else None
+    # cgroup.kill (Linux 5.14+) is in every v2 cgroup but the root; `kill` looks for it
+    killer = v2_own
+    if v2_own is not None:
+        try:
+            delegated = set((v2_own / "cgroup.subtree_control").read_text().split())
+        except OSError:
+            delegated = set()
+        if {"memory", "pids"} <= delegated and _writable(v2_own):
+            return _Backend(2, v2_own, v2_own, killer), \
+                f"cgroup v2 at {v2_own} (memory, pids)"
+    v1 = {}
+    for point, fs, options in mounts:
+        for controller in ("memory", "pids"):
+            if fs == "cgroup" and controller in options and controller in own:
+                v1[controller] = Path(point) / own[controller].lstrip("/")
+    if len(v1) == 2 and all(_writable(p) for p in v1.values()):
+        killer = killer if killer is not None and _writable(killer) else None
+        return _Backend(1, v1["memory"], v1["pids"], killer), (
+            f"cgroup v1 memory and pids at {v1['memory']} and {v1['pids']}"
+            + (f", killed as one through {killer}/cgroup.kill" if killer else ""))
+    if not mounts:
+        return None, "no cgroup file system is mounted"
+    return None, ("no cgroup with the memory and pids controllers is writable by the server "
+                  f"(uid {os.getuid()}): run it as root, or delegate a cgroup v2 subtree with "
+                  "memory and pids to its user")
+
+
+def available() -> tuple[bool, str]:
+    """(can runs get cgroups here, what and where, or why not)."""
+    backend, detail = _detect()
+    return backend is not None, detail
+
+
+@dataclass
+class RunCgroups:
+    """The cgroups of one run, one folder per hierarchy."""
+    backend: _Backend
+    folders: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, name: str, memory_bytes: int, processes: int) -> RunCgroups:
+        backend, detail = _detect()
+        if backend is None:
+            raise OSError(detail)
+        run = cls(backend)
+        try:
+            bases = [backend.memory] if backend.version == 2 else [backend.memory, backend.pids]
+            if backend.version == 1 and backend.killer is not None:
+                bases.append(backend.killer)
+            for base in bases:
+                parent = base / _PARENT
+                parent.mkdir(exist_ok=True)
+                if backend.version == 2:
+                    _write(parent / "cgroup.subtree_control", "+memory +pids")
+                folder = parent / name
+                folder.mkdir()
+                run.folders.append(folder)
+            run._limit(memory_bytes, processes)
+        except BaseException:
+            run.remove()
+            raise
+        return run
+
+    def _limit(self, memory_bytes: int, processes: int) -> None:
+        b = self.backend
+        if b.version == 2:
+            folder = self.folders[0]
+            _write(folder / "memory.max", str(memory_bytes))
+            _write(folder / "memory.swap.max", "0", missing_ok=True)
+            _write(folder / "pids.max", str(processes))
+            return
+        memory, pids = self.folders[0], self.folders[1]
+        _write(memory / "memory.limit_in_bytes", str(memory_bytes))
+        # memory and swap together: a run may not move its pages to swap to go on growing
+        _write(memory / "memory.memsw.limit_in_bytes", str(memory_bytes), missing_ok=True)
+        _write(pids / "pids.max", str(processes))
+
+    @property
+    def procs_files(self) -> list[str]:
+        """The files the launcher writes its pid to (`0`: itself)."""
+        return [str(f / "cgroup.procs") for f in self.folders]
+
+    def oom_kills(self) -> int:
+        """How many of the run's processes the kernel killed for using the run's memory."""
+        folder = self.folders[0] if self.folders else None
+        if folder is None:
+            return 0
+        name = "memory.events" if self.backend.version == 2 else "memory.oom_control"
+        try:
+            for line in (folder / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for folder in self.folders:
+            try:
+                found.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+    def kill(self, timeout: float = 5.0) -> list[int]:
+        """Kill every process of the run, however it detached itself; returns what is left."""
+        killer = next((f for f in self.folders if (f / "cgroup.kill").exists()), None)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = self.pids()
+            if not left or time.monotonic() > deadline:
+                return left
+            if killer is not None:
+                _write(killer / "cgroup.kill", "1", missing_ok=True)
+            for pid in left:  # v1: one by one, again until none is left (a fork may race us)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.02)
+
+    def remove(self) -> None:
+        """Remove the folders (the kernel refuses while a process is in one: kill first)."""
+        for folder in reversed(self.folders):
+            for _ in range(50):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+        self.folders = []
+
+
+def _write(path: Path, value: str, missing_ok: bool = False) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
