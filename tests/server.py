@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,19 +35,21 @@ def free_port() -> int:
 
 @contextmanager
 def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
+          wrap: Callable[[list[str]], list[str]] | None = None,
           **settings: str) -> Iterator[str]:
-    """Yield the base URL of a running server; stop it (and its workers) afterwards."""
+    """Yield the base URL of a running server; stop it (and its workers) afterwards. `wrap`
+    turns the command into another (tests/unprivileged.py: the server as another user)."""
     port = free_port()
     log = ARTIFACTS / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "AUTOGRAD_LAB_STORE_PATH": str(Path(store_dir) / "runs.sqlite3"),
            **{f"AUTOGRAD_LAB_{k.upper()}": str(v) for k, v in settings.items()}}
+    cmd = [sys.executable, "-m", "uvicorn", "app.web.app:create_app", "--factory",
+           "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+           "--no-proxy-headers"]
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app.web.app:create_app", "--factory",
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-             "--no-proxy-headers"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(wrap(cmd) if wrap else cmd, cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_timeout

@@ -155,6 +155,7 @@ class Child:
                 if self.lease and self.layers["namespaces"] else [],
                 "private_folder": self.layers["namespaces"] and self.layers["rlimits"],
                 "private_shm": self.layers["namespaces"],
+                "user_namespace": self.layers["namespaces"] and namespaces.in_user_namespace(),
                 "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
                 "limits": self.policy.limits.to_json(),
                 # the launcher moves itself into these before anything else

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import sandbox
 from .child import MAX_LOG, Child
 from .protocol import ALLOWED_ENV, Job
-from .sandbox import identity
+from .sandbox import identity, namespaces
 from .sandboxed_trace import trace_in
 
 __all__ = ["SelfTest", "run_selftest"]
@@ -71,11 +71,13 @@ def _layer_uid(ctx: dict) -> dict:
 
 
 def _layer_rlimits(ctx: dict) -> dict:
-    policy = sandbox.Policy(landlock=False, rlimits=True)
+    policy = sandbox.Policy(landlock=False, rlimits=True, cgroups=False)
     names = ["memory", "open_files", "file_size"]
     layers = sandbox.effective(policy)
-    if layers["uid"]:
-        names.append("processes")  # the process cap counts per uid: only with a uid of its own
+    if layers["uid"] or (layers["namespaces"] and namespaces.in_user_namespace()):
+        # the process cap counts per uid and user namespace: the run's own uid, or its own
+        # user namespace when the server is not root
+        names.append("processes")
     if layers["namespaces"]:
         names.append("folder_size")  # a private tmpfs: needs a mount namespace
     outcome, _ = _probe(policy, {**ctx, "checks": names})

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from app.runner import sandbox
 from app.runner.child import MAX_REPORT_CONTAINERS, _read_report
 
@@ -77,3 +79,29 @@ def test_a_worker_ended_by_a_signal_python_has_no_name_for_is_explained():
                           limits=sandbox.ResourceLimits())
         assert doc["error"]["type"] == "WorkerCrashed", doc["error"]
         assert "signal 40" in doc["error"]["message"]
+
+
+def test_the_uid_lock_folder_is_used_only_when_it_is_the_server_s_own(tmp_path):
+    """/tmp is everyone's: a folder someone else made first, or a symlink, is refused."""
+    from app.runner.sandbox.identity import _lock_dir
+
+    (tmp_path / "fresh").mkdir()
+    assert _lock_dir(tmp_path / "fresh").is_dir()  # made here, ours: used
+    (tmp_path / "link").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link" / "autograd-lab-uids").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(RuntimeError, match="symlink"):
+        _lock_dir(tmp_path / "link")
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open" / "autograd-lab-uids").mkdir(mode=0o777)
+    os.chmod(tmp_path / "open" / "autograd-lab-uids", 0o777)
+    with pytest.raises(RuntimeError, match="mode 777"):
+        _lock_dir(tmp_path / "open")
+    if os.geteuid() != 0:
+        return  # making a folder another user owns needs root
+    (tmp_path / "theirs").mkdir()
+    os.chown(tmp_path / "theirs", 0, 0)
+    (tmp_path / "theirs" / "autograd-lab-uids").mkdir(mode=0o700)
+    os.chown(tmp_path / "theirs" / "autograd-lab-uids", 65534, 65534)
+    with pytest.raises(RuntimeError, match="owner uid 65534"):
+        _lock_dir(tmp_path / "theirs")

@@ -109,6 +109,9 @@ def enter(plan: dict) -> None:
         os.setgroups([])
         os.setresgid(plan["gid"], plan["gid"], plan["gid"])
         os.setresuid(uid, uid, uid)
+    elif plan.get("user_namespace"):
+        # a user namespace of the run's own: NPROC counts the processes in it, only the run's
+        apply_early(limits)
     else:
         # the process cap counts per uid: with the server's own uid it would cap the server
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

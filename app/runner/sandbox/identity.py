@@ -55,9 +55,21 @@ class UidLease:
             self._fd = -1
 
 
-def _lock_dir() -> Path:
-    path = Path(tempfile.gettempdir()) / "autograd-lab-uids"
-    path.mkdir(mode=0o700, exist_ok=True)
+def _lock_dir(base: Path | None = None) -> Path:
+    """The folder of uid lock files. /tmp is everyone's: someone could have made it first (a
+    symlink to elsewhere, or a folder they own and can fill with locks that hold every uid),
+    so it is used only if it is a real folder of ours that nobody else may write."""
+    path = Path(base or tempfile.gettempdir()) / "autograd-lab-uids"
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else f"owner uid {st.st_uid}, mode " \
+            f"{stat.S_IMODE(st.st_mode):o}"
+        raise RuntimeError(f"the sandbox's uid lock folder {path} is not the server's own "
+                           f"({kind}): remove it, and the server makes its own")
     return path
 
 
@@ -69,7 +81,8 @@ def lease_uid() -> UidLease:
     folder = _lock_dir()
     for i in range(UID_COUNT):
         uid = UID_BASE + (_next + i) % UID_COUNT
-        fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
