@@ -189,6 +189,9 @@ class Child:
                 if self.worker_pid is None:
                     self.worker_pid = self._find_worker_pid()
                     self._drain.status["session"] = self.proc.pid
+                    self._drain.status["worker_pid"] = self.worker_pid  # as the server sees it
+                    if self.cgroups is not None:
+                        self._drain.status["cgroup"] = self.run_dir.name
                     try:
                         ns = os.readlink(f"/proc/{self.worker_pid}/ns/pid")
                         self._drain.status["pid_ns"] = ns

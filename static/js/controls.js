@@ -11,6 +11,8 @@ export class Controls {
     this.scenario = scenario;
     this.device = form.querySelector("#device-select");
     form.addEventListener("change", () => onChange(this.read()));
+    // Enter in an option's field must not submit the form (a page load): changes apply at once
+    form.addEventListener("submit", (event) => event.preventDefault());
   }
 
   /** Show a run's settings in the form. */

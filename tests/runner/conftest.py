@@ -48,11 +48,24 @@ def outside():
     path.rmdir()
 
 
+def _same_namespace_alive(box: dict) -> bool:
+    """Is the run's PID namespace still there? Its inode number is reused by the next one as
+    soon as it is gone, so it is the run's only while the run's worker (its init) lives."""
+    worker, pid_ns = box.get("worker_pid"), box.get("pid_ns")
+    try:
+        return bool(worker and pid_ns) and os.readlink(f"/proc/{worker}/ns/pid") == pid_ns
+    except OSError:
+        return False
+
+
 def leftovers(doc: dict) -> list[int]:
-    """Live processes of the run: of its uid, its session (process group) or its PID namespace."""
+    """Live processes of the run: of its uid, its session (process group), its cgroup, or its
+    PID namespace while that still exists."""
     box = doc.get("sandbox") or {}
     uid, session, pid_ns = box.get("uid"), box.get("session"), box.get("pid_ns")
+    cgroup = f"/autograd-lab/{box['cgroup']}" if box.get("cgroup") else None
     found = identity.processes_of(uid) if uid and uid >= identity.UID_BASE else []
+    namespace_alive = _same_namespace_alive(box)
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in (os.getpid(), *found):
             continue
@@ -61,7 +74,11 @@ def leftovers(doc: dict) -> list[int]:
             if session and os.getpgid(pid) == session:
                 found.append(pid)
                 continue
-            if pid_ns and os.readlink(f"/proc/{pid}/ns/pid") == pid_ns and \
+            if cgroup and any(line.endswith(cgroup) for line in
+                              open(f"/proc/{pid}/cgroup").read().splitlines()):
+                found.append(pid)
+                continue
+            if namespace_alive and os.readlink(f"/proc/{pid}/ns/pid") == pid_ns and \
                     pid_ns != os.readlink("/proc/self/ns/pid"):
                 found.append(pid)
         except OSError:

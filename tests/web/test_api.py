@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -222,4 +223,6 @@ def test_every_html_page_forbids_inline_script(client):
         for tag in response.text.split("<script")[1:]:
             head = tag.split(">", 1)[0]
             assert "src=" in head or 'type="application/json"' in head, (path, head)
+        handlers = re.findall(r"<[^>]*\son[a-z]+\s*=", response.text)
+        assert not handlers, (path, handlers)  # inline event handlers are inline script too
     assert "content-security-policy" not in client.get("/api/scenarios").headers
