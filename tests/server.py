@@ -35,20 +35,22 @@ def free_port() -> int:
 
 @contextmanager
 def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
-          wrap: Callable[[list[str]], list[str]] | None = None,
+          wrap: Callable[[list[str]], list[str]] | None = None, cwd: Path = ROOT,
           **settings: str) -> Iterator[str]:
     """Yield the base URL of a running server; stop it (and its workers) afterwards. `wrap`
-    turns the command into another (tests/unprivileged.py: the server as another user)."""
+    turns the command into another (tests/unprivileged.py: the server as another user); `cwd`
+    is the source tree to serve (bench/classroom.py: another revision's)."""
     port = free_port()
     log = ARTIFACTS / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "AUTOGRAD_LAB_STORE_PATH": str(Path(store_dir) / "runs.sqlite3"),
+           **({"PYTHONPATH": str(cwd)} if cwd != ROOT else {}),
            **{f"AUTOGRAD_LAB_{k.upper()}": str(v) for k, v in settings.items()}}
     cmd = [sys.executable, "-m", "uvicorn", "app.web.app:create_app", "--factory",
            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
            "--no-proxy-headers"]
     with log.open("wb") as out:
-        proc = subprocess.Popen(wrap(cmd) if wrap else cmd, cwd=ROOT, env=env, stdout=out,
+        proc = subprocess.Popen(wrap(cmd) if wrap else cmd, cwd=cwd, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:

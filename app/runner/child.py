@@ -34,6 +34,7 @@ from .sandbox.cgroups import RunCgroups
 __all__ = ["GRACE", "MAX_LOG", "START_TIMEOUT", "Child", "Outcome"]
 
 GRACE = 3.0          # seconds between SIGTERM (the worker reports its line) and SIGKILL
+STOP_GRACE = 1.0     # the same when a person stops the run: they are waiting
 MAX_LOG = 16 * 1024  # bytes kept of the worker's raw output (its tail)
 START_TIMEOUT = 120.0  # importing torch takes seconds; on a loaded machine, more
 WORKER = "app.runner.worker"
@@ -52,6 +53,7 @@ class Outcome:
     status: dict = field(default_factory=dict)  # the sandbox as the worker reported it
     unreadable: str | None = None  # why a report that is there was not parsed
     oom_kills: int = 0  # processes of the run the kernel killed at the run's memory limit
+    stopped: bool = False  # someone asked for the run to end (Child.stop)
 
     @property
     def signal(self) -> str | None:
@@ -125,6 +127,7 @@ class Child:
         self._drain: _Drain | None = None
         self._used = False
         self._dir_fd = -1  # the run folder as the worker sees it (its private tmpfs)
+        self.stopped = False
 
     @classmethod
     def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER) -> Child:
@@ -156,6 +159,7 @@ class Child:
                 "private_folder": self.layers["namespaces"] and self.layers["rlimits"],
                 "private_shm": self.layers["namespaces"],
                 "user_namespace": self.layers["namespaces"] and namespaces.in_user_namespace(),
+                "nice": self.policy.nice,
                 "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
                 "limits": self.policy.limits.to_json(),
                 # the launcher moves itself into these before anything else
@@ -251,6 +255,28 @@ class Child:
                 result[kind] = False
         return result
 
+    def stop(self) -> None:
+        """End the run now, from any thread: SIGTERM so the worker reports the line it was on,
+        then, STOP_GRACE later, SIGKILL to everything of the run. `execute` returns then."""
+        self.stopped = True
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        _kill(self.worker_pid or self.proc.pid, signal.SIGTERM)
+        timer = threading.Timer(STOP_GRACE, self._kill_everything)
+        timer.daemon = True
+        timer.start()
+
+    def _kill_everything(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if self.cgroups is not None:
+            self.cgroups.kill(timeout=1.0)
+        _kill(self.worker_pid or self.proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     # -- the one job -------------------------------------------------------------------------
 
     def execute(self, job: Job, files: dict[str, str], timeout: float,
@@ -305,7 +331,8 @@ class Child:
                        elapsed=time.monotonic() - started, log=self.log_tail(),
                        log_bytes=self._drain.total, too_large=too_large, status=status,
                        unreadable=unreadable,
-                       oom_kills=self.cgroups.oom_kills() if self.cgroups else 0)
+                       oom_kills=self.cgroups.oom_kills() if self.cgroups else 0,
+                       stopped=self.stopped)
 
     def _terminate(self) -> None:
         """Nothing of the run survives: its process group, the worker (PID 1 of its namespace,

@@ -49,6 +49,11 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
         _explain_exception(doc["error"], limits)
     if outcome.oom_kills:
         doc["error"] = _run_memory_error(outcome.oom_kills, limits, doc.get("error"))
+    if outcome.stopped:
+        line = (doc.get("error") or {}).get("line")
+        where = f" at line {line}" if line else ""
+        doc["error"] = error_record("Stopped", f"The run was stopped on request after "
+                                    f"{outcome.elapsed:.1f} s{where}.", line)
     if outcome.log_bytes > len(outcome.log.encode("utf-8", errors="replace")):
         doc["output_dropped"] = outcome.log_bytes  # raw fd output beyond what was kept
     doc["elapsed"] = round(outcome.elapsed, 3)

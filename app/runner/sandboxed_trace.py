@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from app.format import Trace
@@ -43,11 +44,13 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                      name: str | None = None, args: list[str] | tuple[str, ...] = (),
                      device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, max_events: int = 10,
                      policy: sandbox.Policy | None = None, pool: Pool | None = None,
-                     wait: float = 5.0) -> Trace:
+                     wait: float = 5.0,
+                     started: Callable[[Child], None] | None = None) -> Trace:
     """Trace a script given as a path or as source text; always returns a Trace document.
 
     With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
-    used if one is ready within `wait` seconds."""
+    used if one is ready within `wait` seconds. `started(child)` is told the worker before the
+    job goes to it: `child.stop()` from another thread ends the run."""
     if (script is None) == (source is None):
         raise ValueError("give either a script path or its source")
     if script is not None:
@@ -60,6 +63,8 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         child = pool.acquire(timeout=wait)
     if child is None:
         child = Child.spawn(policy or (pool.policy if pool is not None else sandbox.Policy()))
+    if started is not None:
+        started(child)
     return trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
                     max_events=max_events)
 

@@ -10,10 +10,12 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from app import __version__
+from app.catalog import load_catalog
 from app.render import KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
 
+from .clients import ClientCookie
 from .errors import install_error_handlers
 from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from .highlight import source_lines
@@ -36,7 +38,8 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         # that building an app (tests, `--factory` imports) starts no process
         app.state.store.open()  # a store path the server cannot write fails here, at once
         announce(settings, app.state.selftest)
-        app.state.traces.start()
+        folder = app.state.scenarios_dir
+        app.state.traces.start(lambda: load_catalog(folder))
         try:
             yield
         finally:
@@ -61,6 +64,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     install_error_handlers(app)
     # outermost last: the Host is checked first, then where a state change comes from
+    app.add_middleware(ClientCookie)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(CrossSiteGuard)
     app.add_middleware(HostGuard, settings=settings)

@@ -23,7 +23,7 @@ from fastapi import HTTPException, Request
 from .guards import forwarded
 from .sandbox_status import sandbox_status
 
-__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_uploader", "upload_policy"]
+__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_uploader", "has_token", "upload_policy"]
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -70,14 +70,19 @@ def upload_policy(request: Request) -> dict:
             "sandbox": status}
 
 
+def has_token(request: Request) -> bool:
+    """Does the request carry this server's token (a server without one has none to carry)?"""
+    token = request.app.state.settings.token
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return bool(token) and scheme.lower() == "bearer" and secrets.compare_digest(
+        value.strip().encode(), token.encode())
+
+
 def check_uploader(request: Request) -> None:
     """Raise the HTTP error that tells this caller how to be allowed to run code."""
     settings = request.app.state.settings
     if settings.token:
-        given = request.headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(
-                value.strip().encode(), settings.token.encode()):
+        if not has_token(request):
             raise HTTPException(401, "running code here needs the server's token: send the "
                                      "header 'Authorization: Bearer TOKEN' (the page asks for it"
                                      " once)", headers={"WWW-Authenticate": "Bearer"})

@@ -4,6 +4,7 @@ of failure is turned into its HTTP answer here, once.
 - request-validation errors: FastAPI's list of machine records becomes one sentence (422; the
   records stay under `errors` for programs);
 - Busy (every worker and queue place taken): 503 with Retry-After;
+- TooMany (this person's share of runs is taken): 429 with Retry-After;
 - UnknownDevice (not a device name) and DeviceError (not on this machine): 422;
 - UnknownVariant: 404; any other OptionError (an option or value the scenario lacks): 422;
 - EventNotFound (no such backward event to draw): 404; RenderError (cannot be drawn): 422.
@@ -20,6 +21,7 @@ from app.devices import UnknownDevice
 from app.render import EventNotFound, RenderError
 
 from .gate import Busy
+from .jobs import TooMany
 from .traces import DeviceError
 
 __all__ = ["install_error_handlers"]
@@ -52,6 +54,7 @@ def _answer(status: int, headers: dict[str, str] | None = None):
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Busy, _answer(503, {"Retry-After": str(RETRY_AFTER_BUSY)}))
+    app.add_exception_handler(TooMany, _answer(429, {"Retry-After": str(RETRY_AFTER_BUSY)}))
     app.add_exception_handler(UnknownDevice, _answer(422))
     app.add_exception_handler(DeviceError, _answer(422))
     app.add_exception_handler(UnknownVariant, _answer(404))

@@ -98,14 +98,14 @@ class CrossSiteGuard:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] not in _SAFE_METHODS:
-            problem = self.problem(_headers(scope))
+            problem = self.problem(_headers(scope), scope["method"])
             if problem:
                 await _refuse(send, 403, problem)
                 return
         await self.app(scope, receive, send)
 
     @staticmethod
-    def problem(headers: dict[bytes, bytes]) -> str | None:
+    def problem(headers: dict[bytes, bytes], method: str = "POST") -> str | None:
         site = headers.get(b"sec-fetch-site", b"").decode("latin-1").lower()
         origin = headers.get(b"origin", b"").decode("latin-1")
         host = headers.get(b"host", b"").decode("latin-1").lower()
@@ -123,6 +123,8 @@ class CrossSiteGuard:
         kind = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip()
         if kind.lower() == "application/json" or headers.get(b"authorization"):
             return None
+        if method != "POST":
+            return None  # PUT, DELETE...: no page can send them elsewhere without a preflight
         return ("a program must send a JSON body ({\"source\": ...}) or the server's token "
                 "(Authorization: Bearer TOKEN); a form post from a browser must come from this "
                 "server's own pages")

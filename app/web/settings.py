@@ -4,10 +4,15 @@
 |------------------|-------------------------------|-----------|-------------------------------|
 | host             | AUTOGRAD_LAB_HOST             | 127.0.0.1 | address the server binds      |
 | port             | AUTOGRAD_LAB_PORT             | 8000      | port the server binds         |
-| trace_timeout    | AUTOGRAD_LAB_TRACE_TIMEOUT    | 60        | wall-clock limit of a run, s  |
+| trace_timeout    | AUTOGRAD_LAB_TRACE_TIMEOUT    | 60        | wall-clock limit of a lesson  |
+| upload_timeout   | AUTOGRAD_LAB_UPLOAD_TIMEOUT   | 20        | ... of uploaded code, s (7)   |
+| per_client_running | AUTOGRAD_LAB_PER_CLIENT_RUNNING | 1     | runs one person may run (8)   |
+| per_client_queued | AUTOGRAD_LAB_PER_CLIENT_QUEUED | 2       | ... and have waiting (8)      |
+| lesson_workers   | AUTOGRAD_LAB_LESSON_WORKERS   | 1         | workers kept for lessons (9)  |
+| warm_lessons     | AUTOGRAD_LAB_WARM_LESSONS     | true      | trace every lesson at start   |
 | max_workers      | AUTOGRAD_LAB_MAX_WORKERS      | cores     | runs at the same time         |
 | cache_size       | AUTOGRAD_LAB_CACHE_SIZE       | 64        | traces kept in memory         |
-| queue_size       | AUTOGRAD_LAB_QUEUE_SIZE       | 4         | runs that may wait (then 503) |
+| queue_size       | AUTOGRAD_LAB_QUEUE_SIZE       | 32        | runs that may wait (then 503) |
 | token            | AUTOGRAD_LAB_TOKEN            | (none)    | uploaded code needs it (1)    |
 | max_upload_bytes | AUTOGRAD_LAB_MAX_UPLOAD_BYTES | 65536     | largest script (then 413)     |
 | store_path       | AUTOGRAD_LAB_STORE_PATH       | (2)       | where submitted runs are kept |
@@ -29,6 +34,12 @@
 (5) A larger run is stored as its script and an error saying so (store.py).
 (6) All of a run's processes together, files in memory and shared memory included (a cgroup,
     where the machine has one; each process also has its own address-space limit).
+(7) A class's default: the built-in lessons take under 2 s each in a warm worker, and a
+    tutorial-style script (a few hundred steps of a small model) a few seconds; 20 s leaves room
+    on a busy 2-core machine and bounds what a stuck script costs the room.
+(8) Per person: the session cookie the pages set, else the client's address. Past both, 429.
+(9) Lessons (built-in scenarios) have workers, a queue and a cache of their own: they never
+    wait behind uploaded code, and uploads run at a lower CPU priority.
 With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
 Booleans are written 1/true/yes/on or 0/false/no/off.
 """
@@ -63,9 +74,14 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     trace_timeout: float = 60.0
+    upload_timeout: float = 20.0
+    per_client_running: int = 1
+    per_client_queued: int = 2
+    lesson_workers: int = 1
+    warm_lessons: bool = True
     max_workers: int = max(1, os.cpu_count() or 1)
     cache_size: int = 64
-    queue_size: int = 4
+    queue_size: int = 32
     token: str = ""
     max_upload_bytes: int = 64 * 1024
     store_path: str = str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3")
@@ -80,8 +96,14 @@ class Settings:
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"port must be between 1 and 65535, not {self.port}")
-        if self.trace_timeout <= 0:
-            raise SettingsError(f"trace_timeout must be positive, not {self.trace_timeout}")
+        if self.trace_timeout <= 0 or self.upload_timeout <= 0:
+            raise SettingsError(f"trace_timeout and upload_timeout must be positive, not "
+                                f"{self.trace_timeout} and {self.upload_timeout}")
+        if self.per_client_running < 1 or self.per_client_queued < 0:
+            raise SettingsError("per_client_running must be at least 1 and per_client_queued "
+                                "0 or more")
+        if self.lesson_workers < 1:
+            raise SettingsError(f"lesson_workers must be at least 1, not {self.lesson_workers}")
         if self.max_workers < 1:
             raise SettingsError(f"max_workers must be at least 1, not {self.max_workers}")
         if self.cache_size < 1:

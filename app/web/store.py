@@ -62,9 +62,14 @@ class RunStore:
         with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
             yield db
 
-    def put(self, doc: dict) -> str:
-        """Keep `doc`; returns its id (unguessable: a link is the only way to a run)."""
-        run_id = secrets.token_urlsafe(9)
+    @staticmethod
+    def new_id() -> str:
+        """An unguessable id: a link is the only way to a run."""
+        return secrets.token_urlsafe(9)
+
+    def put(self, doc: dict, run_id: str | None = None) -> str:
+        """Keep `doc` (under `run_id`, given out before the run ended); returns its id."""
+        run_id = run_id or self.new_id()
         blob = _pack(doc)
         if len(blob) > self.max_run_bytes:
             blob = _pack(self._too_large(doc, len(blob)))

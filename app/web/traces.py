@@ -1,36 +1,84 @@
-"""Traces for the web app: computed by the runner, scenario traces kept in a small in-memory
-cache, drawings of both scenario and stored runs cached too.
+"""Traces for the web app, computed by the runner in two lanes, and the caches.
 
-The web process is stateless apart from this cache (and the run store), so several can run
-side by side. Two requests for the same trace wait for one run instead of starting two. Every
-run, scenario or upload, goes through one gate and, when the server keeps one, one pool of
-pre-started sandboxed workers.
+- Lessons (the built-in scenarios) have a lane of their own: workers, a pool and a queue that
+  uploads never take, their runs at normal CPU priority, and a cache, warmed at start-up with
+  every variant at default options. A teacher's lesson opens at once whatever the room's code
+  is doing.
+- Uploads go through `jobs.JobBook` (a fair share per person, a place in line, a way to stop)
+  and the upload lane: its own workers and pool, a shorter wall-clock limit, a lower CPU
+  priority.
+
+The web process is stateless apart from the caches (and the run store), so several can run side
+by side. Two requests for the same lesson wait for one run instead of starting two.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from app.catalog import Scenario, scenario_args
 from app.format import Trace
 from app.render import event_graph, render_graph
 from app.runner import Policy, Pool, ResourceLimits, probe_devices, trace_in_sandbox
 
-from .gate import Gate
+from .gate import Gate, Stopped
+from .jobs import Job, JobBook
 from .settings import Settings
 
 __all__ = ["TraceService", "DeviceError"]
 
+log = logging.getLogger("autograd_lab.web")
 
 # errors of the machine rather than of the script: worth another try
 _PASSING = {"Timeout", "WorkerCrashed", "WorkerFailed", "SandboxFailed", "MemoryLimit",
-            "TraceTooLarge"}
+            "TraceTooLarge", "Stopped"}
+UPLOAD_NICE = 10  # uploads yield the CPU to lessons
+
+
+def _torch_version() -> str:
+    """The installed torch's version, read from its metadata: the web process never imports it."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class DeviceError(ValueError):
     """The requested device is not on this machine (422, errors.py)."""
+
+
+@dataclass
+class Lane:
+    """Workers for one kind of run: how many at once, a pool of ready ones, their sandbox."""
+    gate: Gate
+    policy: Policy
+    pool_size: int
+    timeout: float
+    pool: Pool | None = None
+
+    def start(self) -> None:
+        if self.pool_size and self.pool is None:
+            self.pool = Pool(self.pool_size, policy=self.policy).start()
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool = None
+
+    def run(self, source: str, name: str, args: list[str], device: str,
+            started: Callable | None = None) -> Trace:
+        doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
+                               timeout=self.timeout, pool=self.pool,
+                               policy=None if self.pool else self.policy, started=started)
+        if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
+            raise DeviceError(doc["error"]["message"])
+        return doc
 
 
 class TraceService:
@@ -40,35 +88,49 @@ class TraceService:
         self._renders: OrderedDict[tuple, bytes] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
-        # one gate for scenario traces and uploaded runs: both take a worker
-        self.gate = Gate(settings.max_workers, settings.queue_size)
+        limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
+        self.lessons = Lane(Gate(settings.lesson_workers, settings.queue_size),
+                            Policy(limits=limits), min(settings.pool_size, settings.lesson_workers),
+                            settings.trace_timeout)
+        self.uploads = Lane(Gate(settings.max_workers, settings.queue_size),
+                            Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
+                            settings.upload_timeout)
+        self.jobs = JobBook(settings.per_client_running, settings.per_client_queued,
+                            self.uploads.gate)
         # graphviz runs in the server's own processes: as many at once as there are cores,
         # a few waiting, the rest told to come back (Busy), whoever asks for how many drawings
         self.render_gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
-        self.pool: Pool | None = None
-        self.policy = Policy(limits=ResourceLimits(run_memory_mb=settings.run_memory_mb))
+        self.torch_version = _torch_version()
+        self.warmed = threading.Event()
 
-    def start(self) -> None:
-        """Start the pool of ready workers (pool_size 0: each run starts a fresh worker)."""
-        if self.settings.pool_size and self.pool is None:
-            self.pool = Pool(self.settings.pool_size, policy=self.policy).start()
+    def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None) -> None:
+        """Start the pools of ready workers (pool_size 0: each run starts a fresh worker) and,
+        with `catalog`, trace every lesson in the background."""
+        self.lessons.start()
+        self.uploads.start()
+        if catalog is not None and self.settings.warm_lessons:
+            threading.Thread(target=self._warm, args=(catalog,), daemon=True,
+                             name="autograd-lab-warm-lessons").start()
+        else:
+            self.warmed.set()
 
     def stop(self) -> None:
-        if self.pool is not None:
-            self.pool.stop()
-            self.pool = None
+        self.lessons.stop()
+        self.uploads.stop()
 
-    def _run(self, source: str, name: str, args: list[str], device: str) -> Trace:
-        """One run through the gate (Busy when every worker and queue place is taken); a
-        device the worker does not have is a DeviceError, whoever asked."""
-        with self.gate.enter():
-            doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
-                                   timeout=self.settings.trace_timeout, pool=self.pool,
-                                   policy=None if self.pool else self.policy)
-        if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
-            raise DeviceError(doc["error"]["message"])
-        return doc
+    def _warm(self, catalog: Callable[[], dict[str, Scenario]]) -> None:
+        """Every lesson's every variant at its default options, on the CPU, into the cache."""
+        try:
+            for scenario in catalog().values():
+                defaults = {k: str(spec["default"]) for k, spec in scenario.options.items()
+                            if "default" in spec}
+                for variant in scenario.variants or [None]:
+                    self.scenario_trace(scenario, variant, defaults, "cpu")
+        except Exception:  # noqa: BLE001 - a lesson that cannot be warmed is traced when asked
+            log.exception("warming the lessons' traces failed")
+        finally:
+            self.warmed.set()
 
     def devices(self) -> dict:
         if self._probe is None:
@@ -79,7 +141,8 @@ class TraceService:
                        device: str) -> tuple[tuple, dict]:
         args = scenario_args(scenario, variant, options)  # OptionError for the caller
         source = scenario.path.read_bytes()
-        key = (scenario.name, hashlib.sha256(source).hexdigest(), tuple(args), device)
+        key = (scenario.name, hashlib.sha256(source).hexdigest(), tuple(args), device,
+               self.torch_version)
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -90,8 +153,9 @@ class TraceService:
                 if key in self._cache:
                     return key, self._cache[key]
             try:
-                doc = self._run(source.decode("utf-8", errors="replace"), scenario.path.name,
-                                args, device)
+                with self.lessons.gate.enter():
+                    doc = self.lessons.run(source.decode("utf-8", errors="replace"),
+                                           scenario.path.name, args, device)
             except BaseException:
                 with self._lock:
                     self._key_locks.pop(key, None)
@@ -106,9 +170,14 @@ class TraceService:
                         self._cache.popitem(last=False)
         return key, doc
 
-    def run_source(self, source: str, name: str, device: str) -> Trace:
-        """Trace submitted code (Busy, DeviceError)."""
-        return self._run(source, name, [], device)
+    def run_upload(self, job: Job, source: str, device: str) -> Trace | None:
+        """Trace submitted code in the upload lane, within its person's share (TooMany, Busy,
+        DeviceError); None when it was stopped before it started."""
+        try:
+            with self.jobs.slot(job):
+                return self.uploads.run(source, job.name, [], device, started=job.attach)
+        except Stopped:
+            return None
 
     def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str) -> bytes:
         """The graph of one event as svg, png or dot (RenderError, EventNotFound, Busy)."""

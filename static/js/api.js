@@ -106,12 +106,27 @@ export function fetchGraphSvg(subject, run, event, { signal } = {}) {
   return request(s.graphUrl(run, event, "svg"), { signal, as: "text" });
 }
 
-/** Run a script on the server: {source, name, device}; `token` when the server needs one.
- *  Resolves to the Trace with its `run` id and link. */
-export async function postRun(body, { token = "", signal } = {}) {
+function tokenHeaders(token) {
   const headers = { "Content-Type": "application/json" };
   if (token) headers.Authorization = `Bearer ${token}`;
-  return checked(await request("/api/runs", { signal, method: "POST", body: JSON.stringify(body), headers }));
+  return headers;
+}
+
+/** Send a script to run: {source, name, device}; `token` when the server needs one. Resolves
+ *  at once to the run's status ({id, state, place, limit_s, ...}); see fetchRunStatus. */
+export function startRun(body, { token = "", signal } = {}) {
+  return request("/api/runs?wait=false", { signal, method: "POST", body: JSON.stringify(body), headers: tokenHeaders(token) });
+}
+
+/** Where a run is: state (queued, running, done, stopped, failed), place in line, elapsed_s,
+ *  limit_s. */
+export function fetchRunStatus(id, { signal } = {}) {
+  return request(`/api/runs/${encodeURIComponent(id)}/status`, { signal });
+}
+
+/** Stop a waiting or running run (yours, or any with the server's token). */
+export function stopRun(id, { token = "" } = {}) {
+  return request(`/api/runs/${encodeURIComponent(id)}`, { method: "DELETE", headers: tokenHeaders(token) });
 }
 
 export function fetchStoredRun(id, { signal } = {}) {

@@ -3,7 +3,7 @@
 // or a trip to the run's page and back (sessionStorage). A script that fails before recording
 // anything is reported here, next to the text to fix, rather than on an empty run page.
 
-import { ApiError, fetchDevices, fetchStoredRun, postRun } from "./api.js";
+import { ApiError, fetchDevices, fetchRunStatus, fetchStoredRun, startRun, stopRun } from "./api.js";
 import { fill, h } from "./dom.js";
 import { Progress } from "./progress.js";
 import { setStatus } from "./status.js";
@@ -22,6 +22,8 @@ const token = $("token"); // only when the server needs one
 const runButton = $("run");
 const status = $("run-status");
 const progress = new Progress($("progress"), $("progress-text"));
+const stopButton = $("stop-run");
+let current = null; // the id of the run this page waits for
 
 const EXAMPLE = `import torch
 import torch.nn as nn
@@ -80,7 +82,7 @@ function showScriptError(doc) {
   const err = doc.error;
   const text = err.line ? (source.value.split("\n")[err.line - 1] || "") : "";
   setStatus(status, [
-    h("strong", {}, `The script stopped with ${err.type}`),
+    h("strong", {}, err.type === "Stopped" ? "Stopped" : `The script stopped with ${err.type}`),
     err.line ? [" at ", h("button.link", { type: "button", onclick: () => goToLine(err.line) }, `line ${err.line}`)] : "",
     `: ${err.message}`,
     // the line itself, unless the message already quotes it (a SyntaxError's does)
@@ -126,14 +128,20 @@ async function run(event) {
   setStatus(status, null);
   runButton.disabled = true;
   form.setAttribute("aria-busy", "true");
-  progress.start(`Running ${nameInput.value || "script.py"} on ${device.value}`);
+  const what = `${nameInput.value || "script.py"} on ${device.value}`;
+  progress.show(`Sending ${what}…`);
   try {
-    const doc = await postRun({ source: source.value, name: nameInput.value, device: device.value },
+    const started = await startRun({ source: source.value, name: nameInput.value, device: device.value },
       { token: token ? token.value.trim() : "" });
     if (token) {
       const s = storage("local");
       if (s) s.setItem(TOKEN_KEY, token.value.trim()); // it worked: do not ask again
     }
+    current = started.id;
+    stopButton.hidden = false;
+    const final = await waitForRun(started, what);
+    if (final.state === "failed") throw new ApiError(503, final.detail || "the run could not start");
+    const doc = await fetchStoredRun(final.id);
     if (doc.error && !doc.events.length) {
       showScriptError(doc);
       return;
@@ -142,9 +150,40 @@ async function run(event) {
   } catch (err) {
     setStatus(status, explainFailure(err), "error");
   } finally {
+    current = null;
+    stopButton.hidden = true;
     progress.stop();
     runButton.disabled = Boolean(policy.refused);
     form.removeAttribute("aria-busy");
+  }
+}
+
+/** Poll the run's status until it ends, saying where it is: its place in line, or how long it
+ *  has run against its wall-clock limit. */
+async function waitForRun(run, what) {
+  for (;;) {
+    if (run.state === "queued") {
+      const place = run.place ? `number ${run.place} in line` : "waiting for its turn";
+      progress.show(`${what}: ${place} (${run.running} running, ${run.waiting} waiting) — waited ${run.waited_s} s`);
+    } else if (run.state === "running") {
+      progress.show(`Running ${what}: ${run.elapsed_s} s of at most ${run.limit_s} s`);
+    } else {
+      return run;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    run = await fetchRunStatus(run.id);
+  }
+}
+
+async function stop() {
+  if (!current) return;
+  stopButton.disabled = true;
+  try {
+    await stopRun(current, { token: token ? token.value.trim() : "" });
+  } catch (err) {
+    setStatus(status, explainFailure(err), "error");
+  } finally {
+    stopButton.disabled = false;
   }
 }
 
@@ -187,6 +226,7 @@ async function loadFrom(id) {
 }
 
 form.addEventListener("submit", run);
+stopButton.addEventListener("click", stop);
 source.addEventListener("input", saveDraft);
 $("file").addEventListener("change", readFile);
 $("example").addEventListener("click", () => {

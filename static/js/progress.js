@@ -21,6 +21,15 @@ export class Progress {
     this.timer = setInterval(tick, 200);
   }
 
+  /** A message of the caller's own (a run's place in line, its time against its limit). */
+  show(message) {
+    clearInterval(this.timer);
+    this.timer = null;
+    this.box.hidden = false;
+    this.box.setAttribute("aria-busy", "true");
+    this.text.textContent = message;
+  }
+
   stop() {
     clearInterval(this.timer);
     this.timer = null;

@@ -151,3 +151,31 @@ def test_the_page_asks_for_the_token_once_and_keeps_it(browser, token_server):
     assert not w.foreign, f"requests to other hosts: {w.foreign}"
     # Chromium logs every failed response; the 401 is the one this test asked for
     assert [e for e in w.errors if "status of 401" not in e] == []
+
+
+def test_a_waiting_run_shows_its_time_and_can_be_stopped(watched):
+    """A script that never ends: the page says how long it has run against its limit, and its
+    Stop button ends it; the text stays as typed, with the line it was stopped at."""
+    page = watched.page
+    page.goto(watched.base + "/own-code")
+    page.fill("#source", "import torch\nx = 0\nwhile True:\n    x += 1\n")
+    page.wait_for_selector("#device option[value=cpu]", state="attached")
+    page.click("#run")
+    # (a function, not an expression: Playwright evaluates expressions with eval, which the
+    # page's CSP forbids)
+    page.wait_for_function(
+        "() => document.getElementById('progress-text').textContent.includes('of at most')")
+    text = page.text_content("#progress-text")
+    assert "Running script.py on cpu:" in text and "of at most 20 s" in text, text
+    assert page.is_visible("#stop-run")
+    watched.shot("running")
+    started = time.monotonic()
+    page.click("#stop-run")
+    page.wait_for_function(
+        "() => document.getElementById('run-status').textContent.includes('Stopped')")
+    assert time.monotonic() - started < 10
+    status_text = page.text_content("#run-status")
+    assert "stopped on request" in status_text and "line" in status_text, status_text
+    assert page.input_value("#source").startswith("import torch\nx = 0")
+    assert page.is_hidden("#progress")
+    watched.shot("stopped")

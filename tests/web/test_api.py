@@ -106,11 +106,11 @@ def test_busy_workers_are_503_with_retry_after(tiny_dir, settings):
 
     from app.web.app import create_app
 
-    app = create_app(settings(max_workers=1, queue_size=0), scenarios_dir=tiny_dir)
+    app = create_app(settings(lesson_workers=1, queue_size=0), scenarios_dir=tiny_dir)
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        with app.state.traces.gate.enter():
+        with app.state.traces.lessons.gate.enter():
             held.set()
             release.wait(30)
 
@@ -226,3 +226,25 @@ def test_every_html_page_forbids_inline_script(client):
         handlers = re.findall(r"<[^>]*\son[a-z]+\s*=", response.text)
         assert not handlers, (path, handlers)  # inline event handlers are inline script too
     assert "content-security-policy" not in client.get("/api/scenarios").headers
+
+
+def test_lessons_are_traced_at_start_and_kept(tiny_dir, settings):
+    """Every variant of every lesson, at its default options, is in the cache once the server
+    has started: the first visitor of a lesson waits for no worker."""
+    from fastapi.testclient import TestClient
+
+    from app.web.app import create_app
+
+    app = create_app(settings(warm_lessons=True), scenarios_dir=tiny_dir)
+    with TestClient(app) as c:
+        traces = app.state.traces
+        assert traces.warmed.wait(180)
+        cached = {key[2] for key in traces._cache}
+        assert cached == {("--variant", "twice", "--scale", "1"),
+                          ("--variant", "once", "--scale", "1")}
+        assert all(key[4] == traces.torch_version for key in traces._cache)
+        # the page's first request is answered from it: the very run made at start-up
+        kept = next(doc for key, doc in traces._cache.items() if "once" in key[2])
+        doc = c.get("/api/scenarios/tiny/trace?variant=once").json()
+        assert doc["script"]["args"] == ["--variant", "once", "--scale", "1"]
+        assert doc["elapsed"] == kept["elapsed"] and doc["sandbox"] == kept["sandbox"]

@@ -24,7 +24,7 @@ def test_environment_is_read_and_checked():
         Settings.from_env({"AUTOGRAD_LAB_PORT": "x"})
     with pytest.raises(SettingsError, match="port must be between"):
         Settings.from_env({"AUTOGRAD_LAB_PORT": "70000"})
-    with pytest.raises(SettingsError, match="trace_timeout must be positive"):
+    with pytest.raises(SettingsError, match="trace_timeout and upload_timeout must be positive"):
         Settings(trace_timeout=0)
 
 

@@ -55,7 +55,7 @@ def test_gate_turns_away_past_workers_plus_queue():
     waiting = threading.Thread(target=lambda: gate.enter().__enter__())  # takes the queue place
     waiting.start()
     for _ in range(100):  # until the waiter is counted
-        if gate._inside == 2:
+        if sum(gate.load()) == 2:
             break
         threading.Event().wait(0.01)
     with pytest.raises(Busy):

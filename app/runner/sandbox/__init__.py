@@ -35,6 +35,7 @@ class Policy:
     landlock: bool = True
     rlimits: bool = True
     cgroups: bool = True
+    nice: int = 0  # CPU priority of the run (uploads go after lessons)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
 
 

@@ -89,6 +89,8 @@ def join_cgroups(procs_files: list[str]) -> None:
 
 def enter(plan: dict) -> None:
     join_cgroups(plan.get("cgroups", []))
+    if plan.get("nice"):
+        os.nice(plan["nice"])  # only ever lower: the run cannot take it back
     limits = ResourceLimits.from_json(plan["limits"])
     uid = plan.get("uid")
     wants_mounts = plan.get("expose") or plan.get("private_shm") or plan.get("private_folder")

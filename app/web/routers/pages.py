@@ -48,7 +48,8 @@ def compare_page(request: Request, scenario: ScenarioDep):
 @router.get("/own-code", response_class=HTMLResponse)
 def own_code(request: Request):
     """Paste or upload a script and run it; says plainly when this server refuses uploads."""
-    return _page(request, "own_code.html", policy=upload_policy(request))
+    return _page(request, "own_code.html", policy=upload_policy(request),
+                 upload_timeout=request.app.state.settings.upload_timeout)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)

@@ -1,5 +1,10 @@
 """Your own code: POST a script, get its Trace; every run has a link that shows it again.
 
+`POST /api/runs` answers when the run is done (the Trace), or at once with `?wait=false` (202:
+its id and where to ask how it goes); `GET /api/runs/ID/status` says its place in line, how long
+it has run and its limit; `DELETE /api/runs/ID` stops it, for the person who started it or
+whoever has the server's token.
+
 `stored_run` is shared with the run's page (/runs/{id}); `upload_policy` with the "Your code"
 page (/own-code), so each page and its JSON twin come from one function.
 """
@@ -8,15 +13,18 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from app.devices import parse_device
-from app.format import Trace
+from app.format import Trace, error_record, new_document
 
-from ..auth import check_uploader, upload_policy
+from ..auth import check_uploader, has_token, upload_policy
+from ..clients import client_key
+from ..jobs import Job
 from ..responses import MEDIA, document, drawing
 
 __all__ = ["router", "stored_run"]
@@ -99,21 +107,90 @@ def uploads(request: Request) -> dict:
 
 
 @router.post("/api/runs", response_model=Trace)
-async def create_run(request: Request) -> Response:
+async def create_run(request: Request, wait: bool = True) -> Response:
+    """Run a script; with `wait=false`, answer at once (202) with the run's id and status link."""
     check_uploader(request)
     state = request.app.state
     cap = state.settings.max_upload_bytes
     source, name, device = await _submission(request, await _read_capped(request, cap), cap)
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
     # out of the server's thread pool)
-    doc = await run_in_threadpool(state.traces.run_source, source, name, device)
-    run_id = await run_in_threadpool(state.store.put, doc)
-    return await run_in_threadpool(
-        document, {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}})
+    job = Job(state.store.new_id(), client_key(request), name, state.settings.upload_timeout)
+    state.traces.jobs.open(job)
+    if not wait:
+        threading.Thread(target=_run_job, args=(state, job, source, device), daemon=True,
+                         name=f"autograd-lab-run-{job.id}").start()
+        return JSONResponse(state.traces.jobs.status(job), status_code=202)
+    doc = await run_in_threadpool(_run_job, state, job, source, device)
+    return await run_in_threadpool(document, doc)
+
+
+def _run_job(state, job: Job, source: str, device: str) -> Trace:
+    """Run, store, and close the job whatever happens (its errors still reach the caller)."""
+    outcome = "done"
+    try:
+        doc = state.traces.run_upload(job, source, device)
+        if doc is None:  # stopped while it waited: the script is kept, with what happened
+            outcome = "stopped"
+            doc = new_document(job.name, source, device, None)
+            doc["error"] = error_record("Stopped", "The run was stopped on request before it "
+                                        "started.")
+        elif doc.get("error") and doc["error"]["type"] == "Stopped":
+            outcome = "stopped"
+        state.store.put(doc, job.id)
+        return {**doc, "run": {"id": job.id, "link": f"/runs/{job.id}"}}
+    except BaseException as exc:
+        outcome = "failed"
+        job.error = exc
+        raise
+    finally:
+        state.traces.jobs.close(job, outcome)
+
+
+def _job(request: Request, run_id: str) -> Job:
+    job = request.app.state.traces.jobs.get(run_id)
+    if job is None:
+        if request.app.state.store.get(run_id) is not None:
+            raise HTTPException(409, f"run {run_id!r} has finished: GET /api/runs/{run_id}")
+        raise HTTPException(404, f"no run {run_id!r} is waiting or running here")
+    return job
+
+
+@router.get("/api/runs/{run_id}/status")
+def run_status(request: Request, run_id: str) -> dict:
+    """Where a run is: its state (queued, running, done, stopped, failed), its place in line,
+    how long it has waited and run, and its wall-clock limit."""
+    job = request.app.state.traces.jobs.get(run_id)
+    if job is None:
+        if request.app.state.store.get(run_id) is None:
+            raise HTTPException(404, f"no run {run_id!r}")
+        return {"id": run_id, "state": "done", "link": f"/runs/{run_id}"}
+    status = request.app.state.traces.jobs.status(job)
+    if job.state == "failed":
+        status["detail"] = str(getattr(job, "error", "")) or "the run could not be started"
+    return status
+
+
+@router.delete("/api/runs/{run_id}")
+def stop_run(request: Request, run_id: str) -> dict:
+    """Stop a waiting or running run and everything it started: for the person who started it
+    (their session) or whoever has the server's token."""
+    job = _job(request, run_id)
+    if job.client != client_key(request) and not has_token(request):
+        raise HTTPException(403, "only the person who started this run (or whoever has the "
+                                 "server's token) may stop it")
+    if job.state not in ("queued", "running"):
+        raise HTTPException(409, f"run {run_id!r} has already ended ({job.state})")
+    job.stop()
+    job.done.wait(10)  # a waiting run leaves the line at once, a running one within seconds
+    return request.app.state.traces.jobs.status(job)
 
 
 def stored_run(request: Request, run_id: str) -> Trace:
     doc = request.app.state.store.get(run_id)
+    if doc is None and request.app.state.traces.jobs.get(run_id) is not None:
+        raise HTTPException(404, f"run {run_id!r} is still waiting or running; its page is "
+                                 f"there once it is done (GET /api/runs/{run_id}/status)")
     if doc is None:
         raise HTTPException(404, f"no run {run_id!r}: it never existed or was dropped to make "
                                  "room for newer runs; run the script again")

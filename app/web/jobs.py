@@ -1,0 +1,147 @@
+"""Runs of people's code from the moment they are sent until they are stored: whose each one
+is, its place in line, how long it has run, its limit, and a way to stop it.
+
+Every upload goes through two gates: its person's (at most `per_client_running` running and
+`per_client_queued` waiting: past that, TooMany, 429) and then the server's (the upload
+workers, first come first served). A stop ends a waiting run at once (it leaves the line) and a
+running one within a second or two (its worker and everything it started are killed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .gate import Busy, Gate
+
+if TYPE_CHECKING:
+    from app.runner.child import Child
+
+__all__ = ["Job", "JobBook", "TooMany"]
+
+
+class TooMany(Exception):
+    """This person already has as many runs running and waiting as one may (429)."""
+
+
+@dataclass
+class Job:
+    id: str
+    client: str
+    name: str
+    limit: float
+    created: float = field(default_factory=time.monotonic)
+    started: float | None = None
+    finished: float | None = None
+    state: str = "queued"  # queued, running, done, stopped, failed (refused: 429, 503)
+    error: BaseException | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    ticket: object | None = None   # its place in the server's line
+    child: Child | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def attach(self, child: Child) -> None:
+        """Its worker, once it has one (a stop that came first ends it at once)."""
+        self.child = child
+        if self.stop_event.is_set():
+            child.stop()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.child is not None:
+            self.child.stop()
+
+
+class JobBook:
+    def __init__(self, running: int, queued: int, gate: Gate) -> None:
+        self.per_client = (running, queued)
+        self.gate = gate  # the server's upload workers
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}
+        self._client_gates: dict[str, Gate] = {}
+
+    def open(self, job: Job) -> None:
+        """Book the job; TooMany or Busy at once when its person's share or the line is full
+        (checked again when it takes its places: two at once may still find it full then)."""
+        with self._lock:
+            gate = self._client_gates.get(job.client)
+            running, queued = self.per_client
+            if gate is not None and sum(gate.load()) >= running + queued:
+                raise _too_many(self.per_client)
+            if sum(self.gate.load()) >= self.gate.capacity:
+                raise Busy()
+            self._jobs[job.id] = job
+
+    def get(self, run_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(run_id)
+
+    def close(self, job: Job, state: str) -> None:
+        job.state, job.finished = state, time.monotonic()
+        job.done.set()
+        with self._lock:
+            # kept a little while for its status; the run store has it from now on
+            self._jobs = {k: j for k, j in self._jobs.items()
+                          if j.finished is None or time.monotonic() - j.finished < 300}
+            gate = self._client_gates.get(job.client)
+            if gate is not None and gate.load() == (0, 0):
+                del self._client_gates[job.client]
+
+    def slot(self, job: Job):
+        """The context in which the job may run: its person's gate, then the server's."""
+        with self._lock:
+            gate = self._client_gates.setdefault(job.client, Gate(*self.per_client))
+        return _Slots(self, gate, job)
+
+    def status(self, job: Job) -> dict:
+        now = time.monotonic()
+        place = self.gate.position(job.ticket) if job.state == "queued" and job.ticket else None
+        running, waiting = self.gate.load()
+        return {"id": job.id, "state": job.state, "place": place, "waiting": waiting,
+                "running": running, "limit_s": job.limit,
+                "waited_s": round((job.started or job.finished or now) - job.created, 1),
+                "elapsed_s": round((job.finished or now) - job.started, 1)
+                if job.started else 0.0, "link": f"/runs/{job.id}"}
+
+
+class _Slots:
+    def __init__(self, book: JobBook, gate: Gate, job: Job) -> None:
+        self.book, self.gate, self.job = book, gate, job
+        self._stack: list = []
+
+    def __enter__(self):
+        job = self.job
+        mine = self.gate.enter(stopped=job.stop_event)
+        try:
+            mine.__enter__()
+        except Busy as exc:
+            raise _too_many(self.book.per_client) from exc
+        self._stack.append(mine)
+
+        def place(ticket):
+            job.ticket = ticket
+
+        server = self.book.gate.enter(place=place, stopped=job.stop_event)
+        try:
+            server.__enter__()
+        except BaseException:
+            mine.__exit__(None, None, None)
+            self._stack.clear()
+            raise
+        self._stack.append(server)
+        job.state, job.started = "running", time.monotonic()
+        return job
+
+    def __exit__(self, *exc):
+        while self._stack:
+            self._stack.pop().__exit__(*exc)
+        return False
+
+
+def _too_many(per_client: tuple[int, int]) -> TooMany:
+    running, queued = per_client
+    return TooMany(f"you already have {running} run(s) running and {queued} waiting, as many as "
+                   "one person may at once here: wait for one to finish, or stop one (the Stop "
+                   "button, or DELETE /api/runs/ID)")
