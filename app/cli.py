@@ -56,7 +56,28 @@ def _report_error(doc: dict) -> int:
         return 0
     where = f" (line {err['line']} of {doc['script']['name']})" if err.get("line") else ""
     print(f"autograd-lab: {err['type']}{where}: {err['message']}", file=sys.stderr)
+    ex = err.get("explanation")
+    if ex and ex.get("code") != "unrecognised":
+        print(_explained(ex), file=sys.stderr)
     return 1
+
+
+def _explained(ex: dict) -> str:
+    """An explained failure as the terminal shows it: what, where, the fix as a diff, lesson."""
+    out = [f"  what happened [{ex['code']}]: {ex['what']}"]
+    if ex.get("line"):
+        out.append(f"  where: line {ex['line']}")
+    fix = ex.get("fix")
+    if fix:
+        out.append(f"  fix: {fix['say']}")
+        for e in fix["edits"]:
+            out.append(f"    line {e['line']}:")
+            out.append(f"    - {e['before']}")
+            out += [f"    + {line}" for line in e["after"].split("\n")]
+    if ex.get("lesson"):
+        out.append(f"  the lesson about it: autograd-lab trace {ex['lesson']}  (or "
+                   f"/scenarios/{ex['lesson']} in the app)")
+    return "\n".join(out)
 
 
 def cmd_trace(args) -> int:

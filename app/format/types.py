@@ -19,7 +19,8 @@ __all__ = [
     "FORMAT", "Number", "TensorSummary", "SavedValue", "BackwardSource", "Gradcheck", "Node",
     "Edge", "Cut", "Graph", "Contribution", "GradChange", "EventError", "BackwardEvent",
     "StepChange", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
-    "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel",
+    "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel", "Edit", "Fix",
+    "Explanation",
 ]
 
 FORMAT = "autograd-lab/trace@1"
@@ -169,6 +170,29 @@ class Param(TypedDict):
     grad: NotRequired[TensorSummary | None]
 
 
+class Edit(TypedDict):
+    """One line of the script, as it is and as the fix has it (several lines for an insert)."""
+    line: int
+    before: str
+    after: str
+
+
+class Fix(TypedDict):
+    say: str
+    edits: list[Edit]
+
+
+class Explanation(TypedDict):
+    """An autograd failure explained (app/trace/failures.py)."""
+    code: str            # stable per kind; "unrecognised" when the explainer does not know it
+    what: str | None
+    line: int | None     # the line that made the problem, not only where it surfaced
+    nodes: list[str]
+    event: int | None
+    fix: Fix | None
+    lesson: str | None   # the built-in scenario that teaches it
+
+
 class Diagnostic(TypedDict):
     code: str
     level: DiagnosticLevel
@@ -176,6 +200,7 @@ class Diagnostic(TypedDict):
     params: list[str]
     nodes: list[str]
     event: NotRequired[int | None]
+    explanation: NotRequired[Explanation]
 
 
 class ErrorRecord(TypedDict):
@@ -186,6 +211,7 @@ class ErrorRecord(TypedDict):
     frames: NotRequired[list[dict[str, Any]]]
     log: NotRequired[str]
     exception: NotRequired[str]
+    explanation: NotRequired[Explanation]
 
 
 class Script(TypedDict):

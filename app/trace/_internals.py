@@ -21,6 +21,8 @@ __all__ = [
     "function_apply",
     "is_custom_function_node",
     "is_data_getter",
+    "is_grad_getter",
+    "is_inplace_call",
     "is_update_call",
     "is_view_node",
     "node_metadata",
@@ -113,6 +115,20 @@ def is_custom_function_node(fn: Any) -> bool:
 def forward_class(fn: Any) -> type | None:
     """The `autograd.Function` subclass whose `apply` created this node."""
     return getattr(fn, "_forward_cls", None)
+
+
+def is_grad_getter(func: Any) -> bool:
+    """True for the function a TorchFunctionMode sees when code reads `tensor.grad`."""
+    return getattr(func, "__self__", None) is torch._C.TensorBase.grad and (
+        getattr(func, "__name__", "") == "__get__"
+    )
+
+
+def is_inplace_call(name: str) -> bool:
+    """Does a torch call of this name write into its first argument (`mul_`, `__iadd__`,
+    `__setitem__`)?"""
+    return (name.endswith("_") and not name.startswith("__")) or name == "__setitem__" or (
+        name.startswith("__i") and name.endswith("__"))
 
 
 def accumulated_leaf(fn: Any) -> Any:

@@ -42,6 +42,8 @@ class CutLog:
         self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
         # (grad_fn, how, line) where a computed tensor left the graph: detach() or no_grad
         self._cuts: list[tuple[Any, str, int]] = []
+        # every escape and cut, in the order the script made them: (how, line)
+        self.history: list[tuple[str, int]] = []
 
     def note_escape(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None],
                     switched_off: bool = False) -> None:
@@ -63,6 +65,7 @@ class CutLog:
             if len(found) < MAX_ESCAPES_PER_LEAF and \
                     not any(e.how == how and e.line == at for e in found):
                 found.append(Escape(how, at))
+        self._remember(how, at)
 
     def note_cut(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None]) -> None:
         """Computed tensors among `tensors` leave the graph `how` at `line()`. Only a few are
@@ -74,6 +77,11 @@ class CutLog:
         at = line() if fns else None
         if at is not None:
             self._cuts.extend((fn, how, at) for fn in fns)
+            self._remember(how, at)
+
+    def _remember(self, how: str, line: int) -> None:
+        if (how, line) not in self.history[-5:] and len(self.history) < 4 * MAX_CUTS:
+            self.history.append((how, line))
 
     def escapes_of(self, tensor: torch.Tensor) -> list[Escape]:
         entry = self._escapes.get(id(tensor))

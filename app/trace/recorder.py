@@ -34,6 +34,18 @@ class RecordingLimits:
 
 
 @dataclass
+class InPlace:
+    """A tensor of the graph changed in place: the line, the call, and the node whose output
+    it was (what a saved-tensor check names: "output 0 of Sigmoid")."""
+    line: int
+    call: str
+    output_of: str | None
+
+
+MAX_NOTES = 200  # in-place changes and `.grad` reads kept, for explaining a failure
+
+
+@dataclass
 class Recorder:
     script_path: str
     limits: RecordingLimits = field(default_factory=RecordingLimits)
@@ -49,6 +61,8 @@ class Recorder:
         self._custom_forward_depth = 0
         self._module_stack: list[tuple[nn.Module, str]] = []
         self.cut_log = CutLog()
+        self.inplace: list[InPlace] = []
+        self.nonleaf_grad_reads: list[int] = []  # lines that read .grad of a non-leaf
         self._custom_inputs: dict[type, tuple] = {}
         self._pending_steps: dict[int, dict] = {}
         # called once when no further backward pass will be recorded: anomaly mode (a stack
@@ -213,6 +227,13 @@ class Recorder:
                     if MODULE_TAG not in meta:
                         meta[MODULE_TAG] = path
         name = getattr(func, "__name__", "")
+        if torch.is_grad_enabled() and internals.is_inplace_call(name):
+            self._note_inplace(name, args, out)
+        if internals.is_grad_getter(func) and args and isinstance(args[0], torch.Tensor) \
+                and not args[0].is_leaf and not args[0].retains_grad:
+            line = self.current_line()
+            if line is not None and len(self.nonleaf_grad_reads) < MAX_NOTES:
+                self.nonleaf_grad_reads.append(line)
         if internals.is_data_getter(func):
             self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
         elif name in ("detach", "detach_"):
@@ -227,6 +248,19 @@ class Recorder:
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             self.cut_log.note_escape(_flat(args), how, self.current_line)
             self._note_cut(args, how)
+
+    def _note_inplace(self, name: str, args: tuple, out: Any) -> None:
+        target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if target is None or not target.requires_grad or len(self.inplace) >= MAX_NOTES:
+            return
+        line = self.current_line()
+        if line is None:
+            return
+        # the node now behind the tensor takes the one it replaced as its first input
+        fn = target.grad_fn
+        before = fn.next_functions[0][0] if fn is not None and fn.next_functions else None
+        output_of = type(before).__name__ if before is not None else None
+        self.inplace.append(InPlace(line, name, output_of))
 
     def _note_cut(self, args: tuple, how: str) -> None:
         """A computed tensor leaves the graph here; kept only while passes are still being

@@ -26,6 +26,7 @@ from .as_main import (
 from .custom_check import check_custom_functions
 from .devices import device_problem
 from .diagnose import diagnose
+from .failures import explain as explain_failure
 from .intercept import instrumented
 from .recorder import Recorder, RecordingLimits
 from .summary import summarize
@@ -92,6 +93,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
     doc["stdout"], doc["stderr"] = out.getvalue(), err.getvalue()
     doc["error"] = error
+    explain_failure(doc, source, recorder)
     return doc
 
 

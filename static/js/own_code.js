@@ -6,7 +6,7 @@
 import { ApiError, fetchDevices, fetchRunStatus, fetchStoredRun, startRun, stopRun } from "./api.js";
 import { fill, h } from "./dom.js";
 import { Progress } from "./progress.js";
-import { setStatus } from "./status.js";
+import { explanationParts, setStatus } from "./status.js";
 
 const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("page-data").textContent);
@@ -80,6 +80,7 @@ function goToLine(line) {
 /** The run stopped before it recorded anything: say why here, with the line to fix. */
 function showScriptError(doc) {
   const err = doc.error;
+  const ex = err.explanation && err.explanation.code !== "unrecognised" ? err.explanation : null;
   const text = err.line ? (source.value.split("\n")[err.line - 1] || "") : "";
   setStatus(status, [
     h("strong", {}, err.type === "Stopped" ? "Stopped" : `The script stopped with ${err.type}`),
@@ -87,10 +88,12 @@ function showScriptError(doc) {
     `: ${err.message}`,
     // the line itself, unless the message already quotes it (a SyntaxError's does)
     text.trim() && !err.message.includes(text.trim()) ? h("pre.run-error-source", {}, `${err.line} | ${text}`) : "",
+    ex ? explanationParts(ex, goToLine) : "",
     h("br"), "Fix it in the box and run again, or ",
     h("a", { href: doc.run.link }, "open the run anyway"), ".",
   ], "error");
-  if (err.line) goToLine(err.line);
+  const culprit = (ex && ex.line) || err.line;
+  if (culprit) goToLine(culprit);
 }
 
 /** The API's sentences start in lower case (they are also read by programs). */

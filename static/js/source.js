@@ -28,7 +28,7 @@ export class SourceView {
       if (n.line) counts.set(n.line, (counts.get(n.line) || 0) + 1);
     }
     for (const [n, li] of this.lines) {
-      li.classList.remove("has-nodes", "error-line");
+      li.classList.remove("has-nodes", "error-line", "cause-line");
       li.querySelectorAll(".line-tag").forEach((t) => t.remove());
       const count = counts.get(n);
       if (count) {
@@ -53,6 +53,13 @@ export class SourceView {
       const li = this.lines.get(err.line);
       li.classList.add("error-line");
       li.append(h("span.line-tag.error-tag", {}, `error: ${err.type}`));
+    }
+    // an explained failure: the line that made it, where it differs from where it surfaced
+    const cause = err && err.explanation && err.explanation.line;
+    if (cause && cause !== err.line && this.lines.get(cause)) {
+      const li = this.lines.get(cause);
+      li.classList.add("cause-line");
+      li.append(h("span.line-tag.error-tag", {}, "the cause"));
     }
   }
 

@@ -33,6 +33,8 @@ export function runReport(doc, { onLine }) {
     parts.push(h("strong", {}, `The script stopped with ${err.type}`),
       err.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(err.line) }, `line ${err.line}`)] : "",
       ": ", ...richText(err.message, onLine));
+    const ex = err.explanation;
+    if (ex && ex.code !== "unrecognised") parts.push(explanationParts(ex, onLine));
   }
   const synthetic = doc.events.find((e) => e.synthetic);
   if (synthetic) {
@@ -41,6 +43,22 @@ export function runReport(doc, { onLine }) {
       ...richText(synthetic.synthetic_reason || "the graph shown is that of its last output tensor.", onLine));
   }
   return [parts.length ? parts : null, err ? "error" : "info"];
+}
+
+/** An autograd failure explained: what happened, where (a button to the line), the fix as
+ *  the script's changed lines, and the lesson that teaches it. */
+export function explanationParts(ex, onLine) {
+  const fix = ex.fix;
+  return h("div.explanation", { "data-code": ex.code },
+    h("p", {}, h("strong", {}, "What happened: "), ...richText(ex.what || "", onLine)),
+    ex.line ? h("p", {}, h("strong", {}, "Where: "),
+      h("button.link", { type: "button", onclick: () => onLine(ex.line) }, `line ${ex.line}`),
+      ex.nodes.length ? ` (and the node${ex.nodes.length > 1 ? "s" : ""} marked in the graph)` : "") : "",
+    fix ? h("p", {}, h("strong", {}, "Fix: "), ...richText(fix.say, onLine)) : "",
+    fix && fix.edits.length ? h("pre.explanation-fix", {}, fix.edits.map((e) =>
+      `line ${e.line}\n- ${e.before}\n${e.after.split("\n").map((l) => `+ ${l}`).join("\n")}\n`).join("\n")) : "",
+    ex.lesson ? h("p", {}, h("strong", {}, "The lesson about it: "),
+      h("a.explanation-lesson", { href: `/scenarios/${encodeURIComponent(ex.lesson)}` }, ex.lesson.replaceAll("_", " "))) : "");
 }
 
 /** A backward or step that raised is still an event: say so above the graph. */

@@ -179,6 +179,12 @@ async function showGraph(signal) {
 function reportRun() {
   const [parts, level] = runReport(doc, { onLine: selectLine });
   setStatus(status, parts, level);
+  // an explained failure opens on the line that made it and the node it broke, unless the
+  // address already chose what to show
+  const ex = doc.error && doc.error.explanation;
+  if (ex && ex.line && !view.line && !view.node && !view.param) {
+    update({ line: ex.line, node: ex.nodes[0] || null });
+  }
   const out = $("script-output");
   out.hidden = !(doc.stdout || doc.stderr);
   $("script-stdout").textContent = (doc.stdout || "") + (doc.stderr ? `\n${doc.stderr}` : "");

@@ -179,3 +179,43 @@ def test_a_waiting_run_shows_its_time_and_can_be_stopped(watched):
     assert page.input_value("#source").startswith("import torch\nx = 0")
     assert page.is_hidden("#progress")
     watched.shot("stopped")
+
+
+INPLACE = """\
+import torch
+
+w = torch.randn(3, requires_grad=True)
+h = w.sigmoid()
+h.mul_(2)
+h.sum().backward()
+"""
+
+
+def test_an_in_place_failure_is_explained_where_it_was_made(watched):
+    """The page names the in-place line (not the backward's), marks the node that needed the
+    value, shows the fix, and its lesson link opens the inplace_version scenario."""
+    page = watched.page
+    page.goto(watched.base + "/own-code")
+    page.fill("#source", INPLACE)
+    page.wait_for_selector("#device option[value=cpu]", state="attached")
+    page.click("#run")
+    page.wait_for_url("**/runs/**")
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector(".explanation[data-code=saved_tensor_modified]")
+    text = page.text_content("#status")
+    assert "Line 5 (h.mul_(2)) changes the output of Sigmoid in place" in text, text
+    assert "h = h.clone()" in page.text_content(".explanation-fix")
+    # the line that made it is selected and marked as the cause; the backward's line is not
+    page.wait_for_selector("#source li.line-selected")
+    selected = page.locator("#source li.line-selected")
+    assert "h.mul_(2)" in selected.text_content()
+    assert "the cause" in page.text_content("#source li.cause-line")
+    # the node that saved the value and found it changed is selected in the graph
+    node = page.locator("#graph svg g.node.is-selected")
+    assert node.count() == 1 and "SigmoidBackward0" in node.text_content()
+    watched.shot("explained")
+    page.click(".explanation-lesson")
+    page.wait_for_url("**/scenarios/inplace_version")
+    page.wait_for_selector("#graph svg g.node")
+    assert "/scenarios/inplace_version" in page.url
+    assert "in-place change" in page.text_content("h1")

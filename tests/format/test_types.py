@@ -37,6 +37,10 @@ PAIRS = [
     (types.Param, DEFS["param"]),
     (types.Diagnostic, DEFS["diagnostic"]),
     (types.ErrorRecord, DEFS["error"]),
+    (types.Explanation, DEFS["explanation"]),
+    (types.Fix, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]),
+    (types.Edit, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]["properties"]["edits"][
+        "items"]),
 ]
 
 

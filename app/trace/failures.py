@@ -1,0 +1,306 @@
+"""Autograd's common failures, explained in the script's own terms: what happened, the line that
+made the problem (not just the line of `backward()`), the nodes involved, the fix as the changed
+lines of the script, and the lesson that teaches it.
+
+`explain(doc, source, recorder)` adds `error["explanation"]` and a diagnostic with the failure's
+stable code. A failure it does not know keeps torch's message, and the explanation says
+`unrecognised`, so the list can grow from what people really hit. Each kind is one function
+below: a pattern of torch's message, and what the recorder saw (in-place changes, cuts, the
+backward calls, `.grad` reads of non-leaf tensors).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from app.format import diagnostic
+
+from .recorder import Recorder
+
+__all__ = ["KINDS", "explain"]
+
+Explanation = dict
+
+
+class _Script:
+    """The script's lines, and edits of them."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = source.splitlines()
+
+    def line(self, n: int | None) -> str:
+        return self.lines[n - 1] if n and 0 < n <= len(self.lines) else ""
+
+    @staticmethod
+    def indent(text: str) -> str:
+        return text[: len(text) - len(text.lstrip())]
+
+    def edit(self, n: int, text: str) -> dict:
+        return {"line": n, "before": self.line(n), "after": text}
+
+
+def _explanation(code: str, what: str, line: int | None, fix_say: str, edits: list[dict],
+                 lesson: str | None, nodes: list[str] = (), event: int | None = None) -> dict:
+    return {"code": code, "what": what, "line": line, "nodes": list(nodes), "event": event,
+            "fix": {"say": fix_say, "edits": edits} if fix_say else None, "lesson": lesson}
+
+
+def _backward_events(doc: dict) -> list[dict]:
+    return [e for e in doc["events"] if e["kind"] == "backward"]
+
+
+def _failed_event(doc: dict) -> dict | None:
+    return next((e for e in reversed(_backward_events(doc)) if e.get("error")), None)
+
+
+# -- the kinds ---------------------------------------------------------------------------------
+
+def _graph_freed(doc, err, script: _Script, rec: Recorder):
+    if "backward through the graph a second time" not in err["message"]:
+        return None
+    events = _backward_events(doc)
+    failed = _failed_event(doc)
+    earlier = [e for e in events if not e.get("error") and (failed is None or
+                                                           e["index"] < failed["index"])]
+    first = earlier[-1] if earlier else None
+    line = first["line"] if first else None
+    nodes = [n["id"] for n in failed["graph"]["nodes"]
+             if any(s.get("freed") for s in n.get("saved", ()))] if failed else []
+    text = script.line(line)
+    edits = []
+    m = re.search(r"\.backward\((.*)\)", text)
+    if m:
+        inner = m.group(1).strip()
+        args = f"{inner}, retain_graph=True" if inner else "retain_graph=True"
+        edits = [script.edit(line, text[:m.start(1)] + args + text[m.end(1):])]
+    where = f"the backward at line {line}" if line else "an earlier backward"
+    return _explanation(
+        "graph_freed", f"The backward at line {err['line']} walks a graph that {where} already "
+        "walked, and a backward frees the values its nodes saved as it goes (to save memory). "
+        "The second walk finds them gone.", line,
+        f"keep the saved values for a second backward: retain_graph=True on {where}", edits,
+        "retain_graph", nodes, failed["index"] if failed else None)
+
+
+def _saved_tensor_modified(doc, err, script: _Script, rec: Recorder):
+    m = re.search(r"modified by an inplace operation: .*?(?:output (\d+) of (\w+), )?is at "
+                  r"version (\d+); expected version (\d+)", err["message"], re.S)
+    if not m:
+        return None
+    of = m.group(2)
+    candidates = [c for c in rec.inplace if c.line < (err["line"] or 10**9)] or rec.inplace
+    chosen = next((c for c in reversed(candidates)
+                   if of and c.output_of and c.output_of.startswith(of)), None)
+    chosen = chosen or (candidates[-1] if candidates else None)
+    failed = _failed_event(doc)
+    nodes = [n["id"] for n in failed["graph"]["nodes"]
+             if any(s.get("modified") for s in n.get("saved", ()))] if failed else []
+    line = chosen.line if chosen else None
+    text = script.line(line)
+    var = re.match(r"\s*([A-Za-z_]\w*)\s*(?:\.\w+_\(|\[|[-+*/@%&|^]=)", text)
+    edits = []
+    if var:
+        edits = [script.edit(line, f"{script.indent(text)}{var.group(1)} = "
+                                   f"{var.group(1)}.clone()\n{text}")]
+    saved = f"the output of {of}" if of else "a tensor"
+    what = (f"Line {line} (`{text.strip()}`) changes {saved} in place, after autograd saved it "
+            f"for the backward (it was at version {m.group(4)}, now {m.group(3)}). The backward "
+            "needs the value as it was." if line else
+            f"Something changed {saved} in place after autograd saved it for the backward.")
+    return _explanation(
+        "saved_tensor_modified", what, line,
+        "change a copy, not the saved tensor: clone it before the in-place call (or use the "
+        "out-of-place op, e.g. `mul` for `mul_`)", edits, "inplace_version", nodes,
+        failed["index"] if failed else None)
+
+
+_CUT_FIX = {"detach()": (".detach()", ""), ".data": (".data", "")}
+
+
+def _graph_cut(doc, err, script: _Script, rec: Recorder):
+    if "does not require grad and does not have a grad_fn" not in err["message"]:
+        return None
+    before = [(how, line) for how, line in rec.cut_log.history
+              if err["line"] is None or line <= err["line"]]
+    failed = _failed_event(doc)
+    outputs = [n["id"] for n in failed["graph"]["nodes"] if n["kind"] == "output"] \
+        if failed else []
+    if not before:
+        return _explanation(
+            "nothing_requires_grad", f"`backward()` at line {err['line']} was called on a "
+            "tensor computed from tensors none of which requires grad, so autograd recorded no "
+            "graph for it.", err["line"],
+            "", [], "stop_gradient", outputs, failed["index"] if failed else None)
+    how, line = before[-1]
+    text = script.line(line)
+    edits, say = [], ""
+    if how in ("no_grad", "inference_mode"):
+        ctx = "torch.no_grad()" if how == "no_grad" else "torch.inference_mode()"
+        block = next((n for n in range(line, 0, -1) if ctx in script.line(n)), None)
+        if block is not None:
+            edits = [script.edit(block, script.line(block).replace(ctx, "torch.enable_grad()"))]
+            line = block
+        say = (f"compute what you differentiate outside `{ctx}` (or under "
+               "`torch.enable_grad()`)")
+        code, cause = "no_grad_forward", f"under `{ctx}`"
+    elif how in _CUT_FIX and _CUT_FIX[how][0] in text:
+        old, new = _CUT_FIX[how]
+        edits = [script.edit(line, text.replace(old, new, 1))]
+        say, code, cause = f"keep the link to the graph: drop `{old}`", "graph_cut", \
+            f"through `{how}`"
+    elif how == "requires_grad_(False)":
+        edits = [script.edit(line, text.replace("requires_grad_(False)", "requires_grad_(True)"))]
+        say, code, cause = "let the tensor require grad", "graph_cut", "by requires_grad_(False)"
+    else:
+        say, code, cause = "", "graph_cut", f"by `{how}`"
+    return _explanation(
+        code, f"Line {line} (`{script.line(line).strip()}`) takes the values out of the graph "
+        f"{cause}, so what `backward()` at line {err['line']} starts from has no `grad_fn`: "
+        "there is no graph to walk.", line, say, edits, "stop_gradient", outputs,
+        failed["index"] if failed else None)
+
+
+def _scalar_output(doc, err, script: _Script, rec: Recorder):
+    if "grad can be implicitly created only for scalar outputs" not in err["message"]:
+        return None
+    line, text = err["line"], script.line(err["line"])
+    m = re.search(r"(\.backward\()\s*\)", text)
+    edits = [script.edit(line, text[:m.start()] + ".sum().backward()" + text[m.end():])] \
+        if m else []
+    failed = _failed_event(doc)
+    shape = next((n.get("shape") for n in failed["graph"]["nodes"] if n["kind"] == "output"),
+                 None) if failed else None
+    return _explanation(
+        "scalar_output", f"`backward()` at line {line} starts from a tensor of shape "
+        f"{shape or 'with more than one value'}; without a `gradient` argument, autograd can "
+        "only start from a single number (a loss).", line,
+        "reduce it to one number first (`.sum()` or `.mean()`), or pass `gradient=` of its "
+        "shape", edits, None, [], failed["index"] if failed else None)
+
+
+def _leaf_inplace(doc, err, script: _Script, rec: Recorder):
+    view = "a view of a leaf Variable that requires grad" in err["message"]
+    if not view and "a leaf Variable that requires grad is being used in an in-place" not in \
+            err["message"]:
+        return None
+    line, text = err["line"], script.line(err["line"])
+    edits = [script.edit(line, f"{script.indent(text)}with torch.no_grad():\n"
+                               f"{script.indent(text)}    {text.strip()}")] if text else []
+    subject = "a view of a parameter (a leaf that requires grad)" if view else \
+        "a parameter (a leaf that requires grad)"
+    return _explanation(
+        "view_of_leaf_inplace" if view else "leaf_inplace",
+        f"Line {line} changes {subject} in place while autograd is recording, which would hide "
+        "the change from the graph. Updating weights by hand is not something to differentiate.",
+        line, "make the update under `torch.no_grad()`", edits, "manual_update")
+
+
+def _wrong_gradient_count(doc, err, script: _Script, rec: Recorder):
+    m = re.search(r"function (\w+) returned an incorrect number of gradients \(expected "
+                  r"(\d+), got (\d+)\)", err["message"])
+    if not m:
+        return None
+    node, line, edits = _custom_backward(doc, m.group(1))
+    text = script.line(line)
+    missing = int(m.group(2)) - int(m.group(3))
+    r = re.match(r"(\s*return\s+)(.*?)\s*$", text)
+    if r and missing > 0:
+        edits = [script.edit(line, f"{r.group(1)}{r.group(2)}" + ", None" * missing)]
+    return _explanation(
+        "wrong_gradient_count", f"The backward of `{m.group(1).removesuffix('Backward')}` "
+        f"(line {line}) returns {m.group(3)} gradient(s), but its forward took {m.group(2)} "
+        "inputs: backward returns one per input, `None` for an input that needs none.", line,
+        "return one gradient per input of forward, None where there is none", edits,
+        "custom_function", [node] if node else [])
+
+
+def _invalid_gradient(doc, err, script: _Script, rec: Recorder):
+    m = re.search(r"Function (\w+) returned an invalid gradient at index (\d+) - (?:expected "
+                  r"(dtype|device) (\S+) but got (\S+)|got (\[.*?\]) but expected shape "
+                  r"compatible with (\[.*?\]))", err["message"])
+    if not m:
+        return None
+    node, line, edits = _custom_backward(doc, m.group(1))
+    text = script.line(line)
+    name = m.group(1).removesuffix("Backward")
+    if m.group(3):
+        kind, want, got = m.group(3), m.group(4), m.group(5)
+        r = re.match(r"(\s*return\s+)(.*?)\s*$", text)
+        target = f"torch.{_DTYPES.get(want, want)}" if kind == "dtype" else repr(want)
+        if r and "," not in r.group(2):
+            edits = [script.edit(line, f"{r.group(1)}({r.group(2)}).to({target})")]
+        what = (f"The backward of `{name}` (line {line}) returns gradient {m.group(2)} as "
+                f"{kind} {got}, but its input is {kind} {want}.")
+        say = f"return the gradient on the input's {kind}: `.to({target})`"
+    else:
+        what = (f"The backward of `{name}` (line {line}) returns gradient {m.group(2)} of shape "
+                f"{m.group(6)}, but its input has shape {m.group(7)}.")
+        say = "return a gradient of the input's shape (one value per input value)"
+    return _explanation("invalid_gradient", what, line, say, edits, "custom_function",
+                        [node] if node else [])
+
+
+_DTYPES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
+           "int": "int32"}
+
+
+def _custom_backward(doc: dict, node_name: str) -> tuple[str | None, int | None, list]:
+    """The node of a custom Function by its grad_fn name, and the line of its backward's
+    `return` in the script."""
+    for event in reversed(_backward_events(doc)):
+        for n in event["graph"]["nodes"]:
+            if n["name"] == node_name and n.get("backward_source"):
+                src = n["backward_source"]
+                if src["file"] != "<script>":
+                    return n["id"], None, []
+                for i, text in enumerate(src["source"].splitlines()):
+                    if text.strip().startswith("return"):
+                        return n["id"], src["line"] + i, []
+                return n["id"], src["line"], []
+    return None, None, []
+
+
+KINDS: list[Callable] = [_graph_freed, _saved_tensor_modified, _graph_cut, _scalar_output,
+                         _leaf_inplace, _wrong_gradient_count, _invalid_gradient]
+
+
+def explain(doc: dict, source: str, recorder: Recorder) -> None:
+    """Explain `doc`'s error, if it is one of autograd's; note `.grad` reads of non-leaves."""
+    script = _Script(source)
+    err = doc.get("error")
+    if err and err["type"] not in ("Timeout", "SyntaxError", "DeviceUnavailable", "NoGraph"):
+        found = None
+        for kind in KINDS:
+            found = kind(doc, err, script, recorder)
+            if found:
+                break
+        if found is None:
+            err["explanation"] = {"code": "unrecognised", "what": None, "line": err["line"],
+                                  "nodes": [], "event": None, "fix": None, "lesson": None}
+        else:
+            err["explanation"] = found
+            finding = diagnostic(found["code"], "error", found["what"] + (
+                f" Fix: {found['fix']['say']}." if found["fix"] else ""), nodes=found["nodes"],
+                event=found["event"])
+            doc["diagnostics"].append({**finding, "explanation": found})
+    for line in sorted(set(recorder.nonleaf_grad_reads))[:5]:
+        doc["diagnostics"].append(_nonleaf_grad(script, line, doc))
+
+
+def _nonleaf_grad(script: _Script, line: int, doc: dict) -> dict:
+    text = script.line(line)
+    m = re.search(r"([A-Za-z_]\w*)\.grad\b", text)
+    name = m.group(1) if m else "the tensor"
+    backward = next((e["line"] for e in _backward_events(doc) if e.get("line")), None)
+    where = f" before the backward at line {backward}" if backward else ""
+    edits = []
+    if m and backward:
+        call = script.line(backward)
+        edits = [script.edit(backward, f"{script.indent(call)}{name}.retain_grad()\n{call}")]
+    found = _explanation(
+        "nonleaf_grad", f"Line {line} reads `{name}.grad`, but `{name}` is computed, not a "
+        "leaf: autograd passes its gradient on without keeping it, so `.grad` is None.", line,
+        f"call `{name}.retain_grad()`{where} to keep it", edits, "tensor_hooks")
+    return {**diagnostic("nonleaf_grad", "warning", f"{found['what']} Fix: "
+                         f"{found['fix']['say']}."), "explanation": found}

@@ -1,0 +1,200 @@
+"""Autograd's common failures, explained: for each kind, a short script that hits it, the
+explanation's code, the line it names (the line that made the problem, not the line of
+`backward()` where they differ), and that the fix it suggests, applied to the script, makes the
+script run without the error (issue 13)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import jsonschema
+import pytest
+import torch
+
+from app.format import load_schema
+
+
+def apply(source: str, fix: dict) -> str:
+    lines = source.splitlines()
+    for edit in sorted(fix["edits"], key=lambda e: -e["line"]):
+        assert lines[edit["line"] - 1] == edit["before"]
+        lines[edit["line"] - 1] = edit["after"]
+    return "\n".join(lines) + "\n"
+
+
+CASES = {
+    "graph_freed": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        loss = (w.sigmoid() * 2).sum()
+        loss.backward()
+        loss.backward()
+        """, 4, "retain_graph"),
+    "saved_tensor_modified": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        h = w.sigmoid()
+        h.mul_(2)
+        h.sum().backward()
+        """, 4, "inplace_version"),
+    "graph_cut": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        y = (w * 2).detach()
+        loss = y.sum()
+        loss.backward()
+        """, 3, "stop_gradient"),
+    "graph_cut_data": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        y = w.data * 2
+        y.sum().backward()
+        """, 3, "stop_gradient"),
+    "no_grad_forward": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        with torch.no_grad():
+            loss = (w * 2).sum()
+            loss.backward()
+        """, 3, "stop_gradient"),
+    "scalar_output": ("""
+        import torch
+        lin = torch.nn.Linear(3, 2)
+        out = lin(torch.randn(4, 3))
+        out.backward()
+        """, 4, None),
+    "leaf_inplace": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        loss = (w * w).sum()
+        loss.backward()
+        w.add_(-0.1 * w.grad)
+        """, 5, "manual_update"),
+    "view_of_leaf_inplace": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        v = w[:2]
+        v.mul_(2)
+        """, 4, "manual_update"),
+    "wrong_gradient_count": ("""
+        import torch
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, k):
+                return x * k
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+
+        x = torch.randn(3, requires_grad=True)
+        Scale.apply(x, 2.0).sum().backward()
+        """, 10, "custom_function"),
+    "nonleaf_grad": ("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        h = w * 2
+        h.sum().backward()
+        print(h.grad)
+        """, 5, "tensor_hooks"),
+}
+
+
+def _explanation(doc: dict, code: str) -> dict:
+    if doc["error"] and doc["error"].get("explanation"):
+        return doc["error"]["explanation"]
+    return next(d["explanation"] for d in doc["diagnostics"] if d["code"] == code)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_failure_is_explained_and_its_fix_works(trace_source, name):
+    code, line, lesson = CASES[name]
+    code = textwrap.dedent(code).lstrip("\n")
+    expected = name.removesuffix("_data")
+    doc = trace_source(code)
+    jsonschema.validate(doc, load_schema())
+    ex = _explanation(doc, expected)
+    assert ex["code"] == expected
+    assert ex["line"] == line, ex
+    assert ex["lesson"] == lesson
+    assert ex["what"] and ex["fix"]["say"] and ex["fix"]["edits"]
+    # the same finding is in the list a page shows, under its stable code
+    assert any(d["code"] == expected and d.get("explanation") == ex for d in doc["diagnostics"])
+    fixed = trace_source(apply(code, ex["fix"]), name="fixed.py")
+    assert fixed["error"] is None, (fixed["error"], apply(code, ex["fix"]))
+    assert not any(d["code"] == expected for d in fixed["diagnostics"])
+
+
+def test_the_culprit_is_not_the_backward_line_where_they_differ(trace_source):
+    doc = trace_source(textwrap.dedent(CASES["saved_tensor_modified"][0]).lstrip("\n"))
+    err = doc["error"]
+    assert err["line"] == 5 and err["explanation"]["line"] == 4  # h.mul_(2), not backward()
+    # the node that needed the saved value is named, and it is the one that saved it
+    node = next(n for n in doc["events"][-1]["graph"]["nodes"]
+                if n["id"] in err["explanation"]["nodes"])
+    assert node["name"] == "SigmoidBackward0"
+    assert any(s.get("modified") for s in node["saved"])
+
+
+def test_the_first_backward_is_named_for_a_freed_graph(trace_source):
+    doc = trace_source(textwrap.dedent(CASES["graph_freed"][0]).lstrip("\n"))
+    ex = doc["error"]["explanation"]
+    first, second = doc["events"]
+    assert ex["line"] == first["line"] == 4 and doc["error"]["line"] == second["line"] == 5
+    assert ex["event"] == second["index"]
+    assert ex["nodes"] and all(any(s.get("freed") for s in n.get("saved", ()))
+                               for n in second["graph"]["nodes"] if n["id"] in ex["nodes"])
+
+
+def test_a_gradient_of_the_wrong_shape_is_explained(trace_source):
+    doc = trace_source("""
+        import torch
+
+        class Half(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x / 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return (g / 2)[:2]
+
+        Half.apply(torch.randn(3, requires_grad=True)).sum().backward()
+    """)
+    ex = doc["error"]["explanation"]
+    assert ex["code"] == "invalid_gradient" and ex["line"] == 11  # (the text starts with \n)
+    assert "shape [2]" in ex["what"] and "[3]" in ex["what"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a device mismatch needs a CUDA GPU")
+def test_a_gradient_on_the_wrong_device_is_explained_and_fixed(trace_source):
+    code = textwrap.dedent("""
+        import torch
+
+        class Move(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return (g * 2).cpu()
+
+        x = torch.randn(3, device="cuda", requires_grad=True)
+        Move.apply(x).sum().backward()
+    """).lstrip("\n")
+    ex = trace_source(code)["error"]["explanation"]
+    assert ex["code"] == "invalid_gradient" and ex["line"] == 9
+    assert trace_source(apply(code, ex["fix"]), name="fixed.py")["error"] is None
+
+
+def test_a_failure_it_does_not_know_is_shown_as_it_was_and_marked(trace_source):
+    doc = trace_source("""
+        import torch
+        raise ValueError("a script's own error")
+    """)
+    err = doc["error"]
+    assert err["type"] == "ValueError" and err["message"] == "a script's own error"
+    assert err["explanation"]["code"] == "unrecognised"
+    assert not any(d.get("explanation") for d in doc["diagnostics"])
