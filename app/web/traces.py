@@ -18,6 +18,7 @@ import hashlib
 import importlib.metadata
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,8 +90,11 @@ class TraceService:
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
+        # one ready worker more than may run at once: the warm-up below uses only that spare,
+        # so a teacher's request finds a worker with torch loaded
         self.lessons = Lane(Gate(settings.lesson_workers, settings.queue_size),
-                            Policy(limits=limits), min(settings.pool_size, settings.lesson_workers),
+                            Policy(limits=limits),
+                            settings.lesson_workers + 1 if settings.pool_size else 0,
                             settings.trace_timeout)
         self.uploads = Lane(Gate(settings.max_workers, settings.queue_size),
                             Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
@@ -126,11 +130,24 @@ class TraceService:
                 defaults = {k: str(spec["default"]) for k, spec in scenario.options.items()
                             if "default" in spec}
                 for variant in scenario.variants or [None]:
+                    self._wait_until_idle()
                     self.scenario_trace(scenario, variant, defaults, "cpu")
         except Exception:  # noqa: BLE001 - a lesson that cannot be warmed is traced when asked
             log.exception("warming the lessons' traces failed")
         finally:
             self.warmed.set()
+
+    def _wait_until_idle(self, patience: float = 120.0) -> None:
+        """The warm-up gives way: it traces only while no lesson runs or waits and every lesson
+        worker is ready (within `patience` s, then it goes on: a pool that cannot fill must
+        not stop the lessons from being traced at all)."""
+        deadline = time.monotonic() + patience
+        pool = self.lessons.pool
+        while time.monotonic() < deadline:
+            busy = self.lessons.gate.load() != (0, 0)
+            if not busy and (pool is None or not pool.running or pool.idle() >= pool.size):
+                return
+            time.sleep(0.2)
 
     def devices(self) -> dict:
         if self._probe is None:
