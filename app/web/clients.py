@@ -10,6 +10,8 @@ import secrets
 
 from fastapi import Request
 
+from .middleware import ResponseHeaders
+
 __all__ = ["COOKIE", "ClientCookie", "client_key"]
 
 COOKIE = "autograd_lab_client"
@@ -23,28 +25,14 @@ def client_key(request: Request) -> str:
     return "address:" + (request.client.host if request.client else "unknown")
 
 
-class ClientCookie:
+class ClientCookie(ResponseHeaders):
     """Gives every browser a random session cookie the first time it loads a page."""
 
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        cookies = dict(h for h in scope.get("headers", ()) if h[0] == b"cookie").get(b"cookie", b"")
-        has = COOKIE.encode() + b"=" in cookies
-
-        async def with_cookie(message):
-            if message["type"] == "http.response.start" and not has:
-                headers = list(message.get("headers", ()))
-                kind = dict(headers).get(b"content-type", b"")
-                if kind.startswith(b"text/html"):
-                    value = f"{COOKIE}={secrets.token_urlsafe(18)}; Path=/; HttpOnly; " \
-                            "SameSite=Strict; Max-Age=2592000"
-                    headers.append((b"set-cookie", value.encode()))
-                    message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, with_cookie)
+    def extra(self, scope, headers):
+        sent = b"; ".join(v for k, v in scope.get("headers", ()) if k == b"cookie")
+        has = any(part.strip().startswith(COOKIE.encode() + b"=") for part in sent.split(b";"))
+        if has or not headers.get(b"content-type", b"").startswith(b"text/html"):
+            return []
+        value = (f"{COOKIE}={secrets.token_urlsafe(18)}; Path=/; HttpOnly; SameSite=Strict; "
+                 "Max-Age=2592000")
+        return [(b"set-cookie", value.encode())]

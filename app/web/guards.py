@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
+from .middleware import ResponseHeaders
 from .settings import Settings
 
 __all__ = ["CrossSiteGuard", "HostGuard", "SecurityHeaders", "allowed_hosts", "forwarded",
@@ -130,28 +131,15 @@ class CrossSiteGuard:
                 "server's own pages")
 
 
-class SecurityHeaders:
+class SecurityHeaders(ResponseHeaders):
     """CSP and friends on every HTML page (drawings get their own, stricter policy)."""
 
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message):
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                names = {k.lower() for k, _ in headers}
-                kind = dict((k.lower(), v) for k, v in headers).get(b"content-type", b"")
-                if kind.startswith(b"text/html") and b"content-security-policy" not in names:
-                    headers.append((b"content-security-policy", CSP.encode()))
-                if b"x-content-type-options" not in names:
-                    headers.append((b"x-content-type-options", b"nosniff"))
-                headers.append((b"referrer-policy", b"same-origin"))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
+    def extra(self, scope, headers):
+        more = []
+        if headers.get(b"content-type", b"").startswith(b"text/html") and \
+                b"content-security-policy" not in headers:
+            more.append((b"content-security-policy", CSP.encode()))
+        if b"x-content-type-options" not in headers:
+            more.append((b"x-content-type-options", b"nosniff"))
+        more.append((b"referrer-policy", b"same-origin"))
+        return more

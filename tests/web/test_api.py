@@ -248,3 +248,18 @@ def test_lessons_are_traced_at_start_and_kept(tiny_dir, settings):
         doc = c.get("/api/scenarios/tiny/trace?variant=once").json()
         assert doc["script"]["args"] == ["--variant", "once", "--scale", "1"]
         assert doc["elapsed"] == kept["elapsed"] and doc["sandbox"] == kept["sandbox"]
+
+
+def test_a_browser_gets_a_session_cookie_once_for_its_fair_share(tiny_dir, settings):
+    from fastapi.testclient import TestClient
+
+    from app.web.app import create_app
+    from app.web.clients import COOKIE
+
+    with TestClient(create_app(settings(), scenarios_dir=tiny_dir)) as c:
+        assert "set-cookie" not in c.get("/api/scenarios").headers  # programs get none
+        first = c.get("/").headers["set-cookie"]
+        assert first.startswith(f"{COOKIE}=") and "HttpOnly" in first
+        assert "SameSite=Strict" in first
+        assert "set-cookie" not in c.get("/own-code").headers  # it has one now: kept
+        assert c.cookies.get(COOKIE)
