@@ -128,6 +128,8 @@ class Child:
         self._used = False
         self._dir_fd = -1  # the run folder as the worker sees it (its private tmpfs)
         self.stopped = False
+        # stop()'s timer and the supervisor both kill: one at a time, and never a reaped pid
+        self._kill_lock = threading.Lock()
 
     @classmethod
     def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER) -> Child:
@@ -194,8 +196,8 @@ class Child:
                     self.worker_pid = self._find_worker_pid()
                     self._drain.status["session"] = self.proc.pid
                     self._drain.status["worker_pid"] = self.worker_pid  # as the server sees it
-                    if self.cgroups is not None:
-                        self._drain.status["cgroup"] = self.run_dir.name
+                    if self.cgroups is not None and self.cgroups.folders:
+                        self._drain.status["cgroup"] = self.cgroups.folders[0].name
                     try:
                         ns = os.readlink(f"/proc/{self.worker_pid}/ns/pid")
                         self._drain.status["pid_ns"] = ns
@@ -267,15 +269,17 @@ class Child:
         timer.start()
 
     def _kill_everything(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        if self.cgroups is not None:
-            self.cgroups.kill(timeout=1.0)
-        _kill(self.worker_pid or self.proc.pid, signal.SIGKILL)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        with self._kill_lock:
+            proc, cgroups = self.proc, self.cgroups
+            if proc is None or proc.returncode is not None or proc.poll() is not None:
+                return
+            if cgroups is not None:
+                cgroups.kill(timeout=1.0)
+            _kill(self.worker_pid or proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     # -- the one job -------------------------------------------------------------------------
 
@@ -335,6 +339,10 @@ class Child:
                        stopped=self.stopped)
 
     def _terminate(self) -> None:
+        with self._kill_lock:
+            self._terminate_locked()
+
+    def _terminate_locked(self) -> None:
         """Nothing of the run survives: its process group, the worker (PID 1 of its namespace,
         whose end takes every process in it along), and any process of the run's own uid."""
         if self.proc is None:
@@ -436,11 +444,22 @@ def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, s
     if containers > MAX_REPORT_CONTAINERS:
         return None, False, f"it holds more than {MAX_REPORT_CONTAINERS:,} lists and objects"
     try:
-        doc = json.loads(data)
+        doc = json.loads(data, parse_constant=_refuse_constant)
     except RecursionError:
         return None, False, "it is nested too deeply"
     except ValueError:
         return None, False, "it is not JSON"
     if not isinstance(doc, dict):
         return None, False, "it is not a JSON object"
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # "\ud800" escapes parse into text that cannot be written out again (a page, a
+        # drawing): keep the document, with such characters replaced
+        doc = json.loads(json.dumps(doc, ensure_ascii=False).encode("utf-8", "replace"))
     return doc, False, None
+
+
+def _refuse_constant(name: str):
+    """NaN and Infinity are not JSON: the worker writes them as strings ("NaN")."""
+    raise ValueError(f"{name} is not JSON")

@@ -24,7 +24,7 @@ import time
 
 from . import sandbox
 from .child import START_TIMEOUT, Child
-from .sandbox import identity
+from .sandbox import cgroups, identity
 
 __all__ = ["Pool"]
 
@@ -53,6 +53,11 @@ class Pool:
 
     def start(self) -> Pool:
         layers = sandbox.effective(self.policy)
+        if layers["cgroups"]:
+            swept = cgroups.sweep()
+            if swept:
+                log.warning("sandbox pool: removed the cgroups of a previous server's runs: %s",
+                            swept)
         if layers["uid"]:
             swept = identity.sweep_orphans()
             if swept:

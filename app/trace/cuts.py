@@ -26,6 +26,7 @@ __all__ = ["Escape", "CutLog", "find_cuts"]
 
 MAX_CUTS = 50            # cuts kept: each holds a grad_fn alive
 MAX_ESCAPES_PER_LEAF = 20
+MAX_DRAWN_CUTS = 1000  # dashed edges listed per graph (the schema allows 10,000)
 
 
 @dataclass
@@ -111,6 +112,8 @@ def find_cuts(walk: Walk, tracked: dict[str, torch.Tensor],
     by_id = {n["id"]: n for n in walk.nodes}
     cuts: list[Cut] = []
     for node in walk.nodes:
+        if len(cuts) >= MAX_DRAWN_CUTS:
+            break
         for name in sorted({s["param"] for s in node.get("saved", ()) if "param" in s}):
             source = node_of.get(name)
             if source is not None and reaches_within_statement(node, source, inputs, by_id):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from app.format import diagnostic
+from app.format import clip, diagnostic
 
 from .recorder import Recorder
 
@@ -27,7 +27,8 @@ class _Script:
     """The script's lines, and edits of them."""
 
     def __init__(self, source: str) -> None:
-        self.lines = source.splitlines()
+        # the lines Python numbers: str.splitlines() would also split at \x0c or \u2028
+        self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
     def line(self, n: int | None) -> str:
         return self.lines[n - 1] if n and 0 < n <= len(self.lines) else ""
@@ -37,13 +38,14 @@ class _Script:
         return text[: len(text) - len(text.lstrip())]
 
     def edit(self, n: int, text: str) -> dict:
-        return {"line": n, "before": self.line(n), "after": text}
+        return {"line": n, "before": clip(self.line(n), 10_000), "after": clip(text, 10_000)}
 
 
 def _explanation(code: str, what: str, line: int | None, fix_say: str, edits: list[dict],
                  lesson: str | None, nodes: list[str] = (), event: int | None = None) -> dict:
-    return {"code": code, "what": what, "line": line, "nodes": list(nodes), "event": event,
-            "fix": {"say": fix_say, "edits": edits} if fix_say else None, "lesson": lesson}
+    return {"code": code, "what": clip(what), "line": line, "nodes": list(nodes)[:1000],
+            "event": event, "fix": {"say": clip(fix_say), "edits": edits} if fix_say else None,
+            "lesson": lesson}
 
 
 def _backward_events(doc: dict) -> list[dict]:

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from app.format import clip
+
 from . import _internals as internals
 from .summary import describe
 
@@ -164,12 +166,17 @@ def _script_line(fn: Any, script_path: str) -> int | None:
         return None
 
 
+MAX_NAME = 1000  # $defs/name in the schema
+MAX_SAVED = 256   # saved values listed per node
+
+
 def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) -> dict:
-    name = type(fn).__name__
+    name = clip(type(fn).__name__, MAX_NAME)
     node: dict[str, Any] = {"id": node_id, "name": name, "label": name}
     variable = internals.accumulated_leaf(fn)
     if variable is not None:
         leaf_name, kind = name_leaf(variable)
+        leaf_name = clip(leaf_name, MAX_NAME)
         w.leaves[node_id] = (variable, leaf_name)
         node.update(kind="param" if kind == "parameter" else "leaf", param=leaf_name,
                     label=leaf_name, line=None, module=None, **describe(variable))
@@ -179,7 +186,8 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
         meta = internals.node_metadata(fn)
     except Exception:  # noqa: BLE001 - nodes from outside anomaly mode may lack metadata
         meta = {}
-    node["module"] = meta.get(MODULE_TAG)
+    module = meta.get(MODULE_TAG)
+    node["module"] = clip(module, MAX_NAME) if isinstance(module, str) else None
     node["line"] = _script_line(fn, script_path)
     node["saved"] = _saved(fn, storage_names)
     if internals.is_custom_function_node(fn):
@@ -187,14 +195,14 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
         cls = internals.forward_class(fn)
         if cls is not None:
             w.customs[node_id] = cls
-            node["function"] = cls.__qualname__
+            node["function"] = clip(cls.__qualname__, MAX_NAME)
             node["backward_source"] = _backward_source(cls, script_path)
     return node
 
 
 def _saved(fn: Any, storage_names: dict[int, str]) -> list[dict]:
-    out = []
-    for name, value in internals.saved_values(fn):
+    out: list[dict] = []
+    for name, value in internals.saved_values(fn)[:MAX_SAVED]:
         if value is internals.FREED:
             out.append({"name": name, "freed": True})
         elif value is internals.MODIFIED:

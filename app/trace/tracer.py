@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from app.format import Trace, error_record, new_document
+from app.format import Trace, diagnostic, error_record, new_document
 
 from .as_main import (
     CappedText,
@@ -93,7 +93,12 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
     doc["stdout"], doc["stderr"] = out.getvalue(), err.getvalue()
     doc["error"] = error
-    explain_failure(doc, source, recorder)
+    try:
+        explain_failure(doc, source, recorder)
+    except (Exception, TimeLimitExceeded) as exc:  # noqa: BLE001 - the report matters more
+        doc["diagnostics"].append(diagnostic(
+            "tracer_error", "warning", f"autograd-lab could not explain this run's failure "
+            f"({type(exc).__name__}: {exc}); the script itself ran normally."))
     return doc
 
 

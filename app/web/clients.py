@@ -33,6 +33,8 @@ class ClientCookie(ResponseHeaders):
         has = any(part.strip().startswith(COOKIE.encode() + b"=") for part in sent.split(b";"))
         if has or not headers.get(b"content-type", b"").startswith(b"text/html"):
             return []
-        value = (f"{COOKIE}={secrets.token_urlsafe(18)}; Path=/; HttpOnly; SameSite=Strict; "
+        # Lax: sent when a person comes back through a link, so Stop still knows their run;
+        # no cross-site POST carries it (and CrossSiteGuard refuses those anyway)
+        value = (f"{COOKIE}={secrets.token_urlsafe(18)}; Path=/; HttpOnly; SameSite=Lax; "
                  "Max-Age=2592000")
         return [(b"set-cookie", value.encode())]

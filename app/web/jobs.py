@@ -60,17 +60,21 @@ class JobBook:
         self.gate = gate  # the server's upload workers
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
-        self._client_gates: dict[str, Gate] = {}
+        # client -> [its gate, jobs holding it]: deleted only when nobody holds it any more
+        self._client_gates: dict[str, list] = {}
 
     def open(self, job: Job) -> None:
         """Book the job; TooMany or Busy at once when its person's share or the line is full
         (checked again when it takes its places: two at once may still find it full then)."""
         with self._lock:
-            gate = self._client_gates.get(job.client)
+            held = self._client_gates.get(job.client)
             running, queued = self.per_client
-            if gate is not None and sum(gate.load()) >= running + queued:
+            if held is not None and held[1] >= running + queued:
                 raise _too_many(self.per_client)
-            if sum(self.gate.load()) >= self.gate.capacity:
+            # every booked job counts, waiting in its person's line or the server's: a thread
+            # each, so the total is bounded whatever the cookies say
+            booked = sum(1 for j in self._jobs.values() if j.finished is None)
+            if booked >= self.gate.capacity:
                 raise Busy()
             self._jobs[job.id] = job
 
@@ -85,15 +89,21 @@ class JobBook:
             # kept a little while for its status; the run store has it from now on
             self._jobs = {k: j for k, j in self._jobs.items()
                           if j.finished is None or time.monotonic() - j.finished < 300}
-            gate = self._client_gates.get(job.client)
-            if gate is not None and gate.load() == (0, 0):
-                del self._client_gates[job.client]
 
     def slot(self, job: Job):
         """The context in which the job may run: its person's gate, then the server's."""
         with self._lock:
-            gate = self._client_gates.setdefault(job.client, Gate(*self.per_client))
-        return _Slots(self, gate, job)
+            held = self._client_gates.setdefault(job.client, [Gate(*self.per_client), 0])
+            held[1] += 1
+        return _Slots(self, held[0], job)
+
+    def _release(self, client: str) -> None:
+        with self._lock:
+            held = self._client_gates.get(client)
+            if held is not None:
+                held[1] -= 1
+                if held[1] <= 0:
+                    del self._client_gates[client]
 
     def status(self, job: Job) -> dict:
         now = time.monotonic()
@@ -117,7 +127,11 @@ class _Slots:
         try:
             mine.__enter__()
         except Busy as exc:
+            self.book._release(job.client)
             raise _too_many(self.book.per_client) from exc
+        except BaseException:
+            self.book._release(job.client)
+            raise
         self._stack.append(mine)
 
         def place(ticket):
@@ -129,6 +143,7 @@ class _Slots:
         except BaseException:
             mine.__exit__(None, None, None)
             self._stack.clear()
+            self.book._release(job.client)
             raise
         self._stack.append(server)
         job.state, job.started = "running", time.monotonic()
@@ -137,6 +152,7 @@ class _Slots:
     def __exit__(self, *exc):
         while self._stack:
             self._stack.pop().__exit__(*exc)
+        self.book._release(self.job.client)
         return False
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from app.catalog import Scenario, scenario_args
 from app.format import Trace
-from app.render import event_graph, render_graph
+from app.render import RenderError, event_graph, render_graph
 from app.runner import Policy, Pool, ResourceLimits, probe_devices, trace_in_sandbox
 
 from .gate import Gate, Stopped
@@ -201,13 +201,21 @@ class TraceService:
         rkey = (key, event, fmt)
         with self._lock:
             if rkey in self._renders:
-                return self._renders[rkey]
+                kept = self._renders[rkey]
+                if isinstance(kept, RenderError):
+                    raise kept  # a graph that cannot be drawn is not drawn again and again
+                return kept
         graph = event_graph(doc, event)
         with self.render_gate.enter():
-            data = render_graph(graph, fmt)
+            try:
+                data = render_graph(graph, fmt)
+            except RenderError as exc:
+                data = exc
         with self._lock:
             self._renders[rkey] = data
             while len(self._renders) > self.settings.cache_size * 2:
                 self._renders.popitem(last=False)
+        if isinstance(data, RenderError):
+            raise data
         return data
 

@@ -105,3 +105,34 @@ def test_the_uid_lock_folder_is_used_only_when_it_is_the_server_s_own(tmp_path):
     os.chown(tmp_path / "theirs" / "autograd-lab-uids", 65534, 65534)
     with pytest.raises(RuntimeError, match="owner uid 65534"):
         _lock_dir(tmp_path / "theirs")
+
+
+def test_cgroups_a_dead_server_left_are_swept_and_a_live_one_s_are_not():
+    from app.runner.sandbox import cgroups
+
+    if not cgroups.available()[0]:
+        pytest.skip("no writable cgroups here: " + cgroups.available()[1])
+    sleeper = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mine = cgroups.RunCgroups.create("sweep-test-live", 256 << 20, 8)
+    backend, _ = cgroups._detect()
+    # as if a server with the dead pid had made them, and left a process in one
+    bases = {backend.memory, backend.pids} | ({backend.killer} if backend.killer else set())
+    left = [base / "autograd-lab" / f"{dead.pid}-sweep-test-dead" for base in bases]
+    try:
+        for folder in left:
+            folder.mkdir(parents=True)
+        with open(next(f for f in left if "pids" in str(f)) / "cgroup.procs", "w") as f:
+            f.write(str(sleeper.pid))
+        swept = cgroups.sweep()
+        assert f"{dead.pid}-sweep-test-dead" in swept
+        assert sleeper.wait(timeout=5) == -9  # what it left is killed...
+        assert not any(f.exists() for f in left)  # ...and its folders are gone
+        assert all(f.exists() for f in mine.folders)  # a live server's are kept
+    finally:
+        sleeper.kill()
+        mine.remove()
+        for folder in left:
+            if folder.exists():
+                folder.rmdir()

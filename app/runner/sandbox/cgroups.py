@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RunCgroups", "available"]
+__all__ = ["RunCgroups", "available", "sweep"]
 
 _PARENT = "autograd-lab"  # below the server's own cgroup in each hierarchy
 
@@ -39,8 +39,9 @@ class _Backend:
     killer: Path | None   # a v2 cgroup with cgroup.kill (v1: processes are killed one by one)
 
 
-def _mounts() -> list[tuple[str, str, set[str]]]:
-    """(mount point, fs type, super options) of every cgroup file system."""
+def _mounts() -> list[tuple[str, str, set[str], str]]:
+    """(mount point, fs type, super options, the cgroup the mount shows as its root) of every
+    cgroup file system (in a container the root is the container's own cgroup)."""
     found = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -50,7 +51,7 @@ def _mounts() -> list[tuple[str, str, set[str]]]:
         left, _, right = line.partition(" - ")
         parts, tail = left.split(), right.split()
         if len(parts) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
-            found.append((parts[4], tail[0], set(tail[2].split(","))))
+            found.append((parts[4], tail[0], set(tail[2].split(",")), parts[3]))
     return found
 
 
@@ -68,6 +69,39 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
+def _inside(point: str, root: str, own: str) -> Path:
+    """The server's cgroup `own` (as /proc/self/cgroup says) in a mount showing `root`."""
+    relative = os.path.relpath(own, root) if own.startswith(root) else own.lstrip("/")
+    return Path(point) / ("" if relative == "." else relative)
+
+
+def _delegate_v2(own: Path) -> bool:
+    """Let the run cgroups below `own` have memory and pids. A v2 cgroup with processes in it
+    cannot give controllers to its children, so the server first moves itself (every thread
+    process) into a leaf of its own, `own/autograd-lab-server`; where others share its cgroup,
+    that still fails, and the layer is missing."""
+    try:
+        offered = set((own / "cgroup.controllers").read_text().split())
+    except OSError:
+        return False
+    if not {"memory", "pids"} <= offered:
+        return False
+    control = own / "cgroup.subtree_control"
+    try:
+        _write(control, "+memory +pids")
+        return True
+    except OSError:
+        pass
+    try:
+        leaf = own / f"{_PARENT}-server"
+        leaf.mkdir(exist_ok=True)
+        _write(leaf / "cgroup.procs", str(os.getpid()))
+        _write(control, "+memory +pids")
+        return True
+    except OSError:
+        return False
+
+
 def _writable(folder: Path) -> bool:
     probe = folder / f"{_PARENT}-probe-{os.getpid()}"
     try:
@@ -81,23 +115,17 @@ def _writable(folder: Path) -> bool:
 @functools.lru_cache(maxsize=1)
 def _detect() -> tuple[_Backend | None, str]:
     mounts, own = _mounts(), _own_paths()
-    v2 = next((Path(m) for m, fs, _ in mounts if fs == "cgroup2"), None)
-    v2_own = v2 / own.get("", "/").lstrip("/") if v2 else None
+    v2 = next(((m, root) for m, fs, _, root in mounts if fs == "cgroup2"), None)
+    v2_own = _inside(v2[0], v2[1], own.get("", "/")) if v2 else None
     # cgroup.kill (Linux 5.14+) is in every v2 cgroup but the root; `kill` looks for it
     killer = v2_own
-    if v2_own is not None:
-        try:
-            delegated = set((v2_own / "cgroup.subtree_control").read_text().split())
-        except OSError:
-            delegated = set()
-        if {"memory", "pids"} <= delegated and _writable(v2_own):
-            return _Backend(2, v2_own, v2_own, killer), \
-                f"cgroup v2 at {v2_own} (memory, pids)"
+    if v2_own is not None and _writable(v2_own) and _delegate_v2(v2_own):
+        return _Backend(2, v2_own, v2_own, killer), f"cgroup v2 at {v2_own} (memory, pids)"
     v1 = {}
-    for point, fs, options in mounts:
+    for point, fs, options, root in mounts:
         for controller in ("memory", "pids"):
             if fs == "cgroup" and controller in options and controller in own:
-                v1[controller] = Path(point) / own[controller].lstrip("/")
+                v1[controller] = _inside(point, root, own[controller])
     if len(v1) == 2 and all(_writable(p) for p in v1.values()):
         killer = killer if killer is not None and _writable(killer) else None
         return _Backend(1, v1["memory"], v1["pids"], killer), (
@@ -108,6 +136,26 @@ def _detect() -> tuple[_Backend | None, str]:
     return None, ("no cgroup with the memory and pids controllers is writable by the server "
                   f"(uid {os.getuid()}): run it as root, or delegate a cgroup v2 subtree with "
                   "memory and pids to its user")
+
+
+def sweep() -> list[str]:
+    """Kill what runs of a server that is gone left in their cgroups, and remove those (a
+    server that crashed could not). Folders of live servers are left alone."""
+    backend, _ = _detect()
+    if backend is None:
+        return []
+    swept = []
+    bases = {backend.memory, backend.pids} | ({backend.killer} if backend.killer else set())
+    for base in bases:
+        for folder in (base / _PARENT).glob("*-*"):
+            pid = folder.name.split("-", 1)[0]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            run = RunCgroups(backend, [folder])
+            run.kill(timeout=2.0)
+            run.remove()
+            swept.append(folder.name)
+    return swept
 
 
 def available() -> tuple[bool, str]:
@@ -137,7 +185,8 @@ class RunCgroups:
                 parent.mkdir(exist_ok=True)
                 if backend.version == 2:
                     _write(parent / "cgroup.subtree_control", "+memory +pids")
-                folder = parent / name
+                # the server's pid first: `sweep` tells a dead server's leftovers by it
+                folder = parent / f"{os.getpid()}-{name}"
                 folder.mkdir()
                 run.folders.append(folder)
             run._limit(memory_bytes, processes)
@@ -209,7 +258,7 @@ class RunCgroups:
     def remove(self) -> None:
         """Remove the folders (the kernel refuses while a process is in one: kill first)."""
         for folder in reversed(self.folders):
-            for _ in range(50):
+            for _ in range(250):  # exiting tasks keep it busy a moment after the kill
                 try:
                     folder.rmdir()
                     break

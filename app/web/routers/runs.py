@@ -11,6 +11,7 @@ page (/own-code), so each page and its JSON twin come from one function.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -117,12 +118,32 @@ async def create_run(request: Request, wait: bool = True) -> Response:
     # out of the server's thread pool)
     job = Job(state.store.new_id(), client_key(request), name, state.settings.upload_timeout)
     state.traces.jobs.open(job)
+    # every run has a thread of its own (the job book bounds how many): one waiting in line
+    # must not hold one of the server's request threads, which pages and Stop need
+    loop = asyncio.get_running_loop()
+    answer = loop.create_future()
+
+    def run() -> None:
+        try:
+            result = _run_job(state, job, source, device)
+        except BaseException as exc:  # noqa: BLE001 - handed to the request that waits
+            loop.call_soon_threadsafe(_settle, answer, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, answer, result, None)
+
+    threading.Thread(target=run, daemon=True, name=f"autograd-lab-run-{job.id}").start()
     if not wait:
-        threading.Thread(target=_run_job, args=(state, job, source, device), daemon=True,
-                         name=f"autograd-lab-run-{job.id}").start()
         return JSONResponse(state.traces.jobs.status(job), status_code=202)
-    doc = await run_in_threadpool(_run_job, state, job, source, device)
-    return await run_in_threadpool(document, doc)
+    return await run_in_threadpool(document, await answer)
+
+
+def _settle(future, result, exc) -> None:
+    if future.done():  # the client went away and the request was cancelled
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 def _run_job(state, job: Job, source: str, device: str) -> Trace:
