@@ -136,3 +136,21 @@ def test_cgroups_a_dead_server_left_are_swept_and_a_live_one_s_are_not():
         for folder in left:
             if folder.exists():
                 folder.rmdir()
+
+
+def test_a_report_with_text_that_cannot_be_written_out_again_is_mended(tmp_path):
+    """`\\ud800` parses into a string no page or drawing can encode (a 500 once); NaN is not
+    JSON at all (the worker writes "NaN")."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "surrogate.json").write_text('{"torch": "\\ud800", "name": "w\\udc80"}')
+    (run / "nan.json").write_text('{"norm": NaN}')
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        doc, too_large, why = _read_report(fd, "surrogate.json", 1 << 20)
+        assert why is None and not too_large
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")  # writable now
+        assert doc["name"].startswith("w") and len(doc["name"]) == 2
+        assert _read_report(fd, "nan.json", 1 << 20) == (None, False, "it is not JSON")
+    finally:
+        os.close(fd)

@@ -136,3 +136,18 @@ def test_endless_recursion_answers_in_a_few_kilobytes(base, first_run):
     assert doc["error"]["frames"][-1]["repeated"] > 900_000  # a million calls, four frames
     assert len(json.dumps(doc)) < 64 * 1024
     _then_all_is_well(base, first_run)
+
+
+def test_names_that_are_not_valid_unicode_are_shown_not_a_500(base, first_run):
+    """A script may name a tensor with a lone surrogate; a forged report may put one anywhere.
+    Either is mended when the report is read: the run page and its drawing still answer."""
+    doc = post(base, 'import torch\nglobals()["w\\udc80"] = torch.ones(2, requires_grad=True)\n'
+                     'loss = (globals()["w\\udc80"] * 2).sum()\nloss.backward()\n')
+    assert doc["error"] is None
+    run = doc["run"]["id"]
+    assert httpx.get(f"{base}/runs/{run}", timeout=30).status_code == 200
+    assert httpx.get(f"{base}/api/runs/{run}/graph.svg", timeout=60).status_code == 200
+    forged = post(base, "import json\nforged = " + FORGERY + "\nforged['torch'] = '\\udc80'\n"
+                  "report = json.dumps(forged)" + WRITE_AND_LEAVE)
+    assert httpx.get(f"{base}/runs/{forged['run']['id']}", timeout=30).status_code == 200
+    _then_all_is_well(base, first_run)
