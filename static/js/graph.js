@@ -4,6 +4,7 @@
 // Highlights are CSS classes only; how they look (thickness, dashes, not just hue) is in app.css.
 
 import { s } from "./dom.js";
+import { touchGestures } from "./touch.js";
 
 // Graphviz labels are 11 units high: fitted below LEGIBLE they cannot be read on a projector,
 // and then the graph opens at READABLE instead (the Fit button still shows it whole).
@@ -34,7 +35,9 @@ export class GraphView {
    * graph area in view (a projector has no room to spare); never below MIN_HEIGHT. */
   fitHeight() {
     const top = this.container.getBoundingClientRect().top + window.scrollY;
-    const height = Math.max(MIN_HEIGHT, window.innerHeight - top - 12);
+    // on a phone the graph keeps its fingers (touch pans it): leave a strip to scroll the page by
+    const most = window.innerWidth <= 600 ? window.innerHeight * 0.7 : Infinity;
+    const height = Math.max(MIN_HEIGHT, Math.min(most, window.innerHeight - top - 12));
     this.container.style.height = `${height}px`;
   }
 
@@ -72,6 +75,7 @@ export class GraphView {
       this.panZoom = window.svgPanZoom(svg, {
         fit: true, center: true, minZoom: 0.1, maxZoom: 25, zoomScaleSensitivity: 0.3,
         dblClickZoomEnabled: false, controlIconsEnabled: false,
+        customEventsHandler: touchGestures({ onTap: (target) => this.pick(target) }),
       });
       this.notHuge();
       this.readable();
@@ -228,13 +232,18 @@ export class GraphView {
 
   click(e) {
     if (this.down && Math.hypot(e.clientX - this.down[0], e.clientY - this.down[1]) > 5) return;
-    const g = e.target.closest && e.target.closest("g.node");
+    if (this.pick(e.target)) e.preventDefault();
+  }
+
+  /** A click or a tap on `target`: its node is chosen, the background clears. */
+  pick(target) {
+    const g = target.closest && target.closest("g.node");
     if (g && this.nodes.has(g.id)) {
-      e.preventDefault();
       this.onNode(g.id);
-    } else if (this.svg && this.svg.contains(e.target)) {
-      this.onBackground();
+      return true;
     }
+    if (this.svg && this.svg.contains(target)) this.onBackground();
+    return false;
   }
 
   key(e) {
