@@ -90,8 +90,9 @@ def test_a_tap_picks_a_node_and_two_fingers_zoom(phone):
     for spread in (45, 60, 75, 90):
         touch("touchMove", spread)
     touch("touchEnd", 0)
-    page.wait_for_function(f"() => parseFloat(document.querySelector('#graph svg "
-                           f".svg-pan-zoom_viewport').getAttribute('transform').slice(7)) > {before} * 2")
+    grown = ("() => parseFloat(document.querySelector('#graph svg .svg-pan-zoom_viewport')"
+             f".getAttribute('transform').slice(7)) > {before} * 2")
+    page.wait_for_function(grown)
     assert viewport_zoom(page) == pytest.approx(before * 3, rel=0.1)  # fingers 3x further apart
     phone.shot("pinched")
     assert widths(page)[0] <= 390
