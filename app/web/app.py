@@ -15,12 +15,13 @@ from app.render import KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
 
+from .classroom import ClassError, Classroom
 from .clients import ClientCookie
 from .errors import install_error_handlers
 from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from .highlight import source_lines
 from .narration import inline_html, narration_html
-from .routers import api, docs, pages, runs
+from .routers import api, classes, docs, pages, runs
 from .sandbox_status import announce
 from .settings import Settings
 from .store import RunStore
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.scenarios_dir = scenarios_dir or resource_dir("scenarios")
     app.state.traces = TraceService(settings)
     app.state.selftest = SelfTest()  # started with the server (lifespan), not with the app
+    app.state.classroom = Classroom(settings.max_classes)
     app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
                                settings.store_max_bytes, settings.store_max_run_bytes)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
@@ -63,6 +65,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.templates = templates
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     install_error_handlers(app)
+    app.add_exception_handler(ClassError, classes.class_error)
     # outermost last: the Host is checked first, then where a state change comes from
     app.add_middleware(ClientCookie)
     app.add_middleware(SecurityHeaders)
@@ -70,6 +73,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.add_middleware(HostGuard, settings=settings)
     app.include_router(api.router)
     app.include_router(runs.router)
+    app.include_router(classes.router)
     app.include_router(pages.router)
     app.include_router(docs.router)
     return app

@@ -23,7 +23,8 @@ from fastapi import HTTPException, Request
 from .guards import forwarded
 from .sandbox_status import sandbox_status
 
-__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_uploader", "has_token", "upload_policy"]
+__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_teacher", "check_uploader", "has_token",
+           "upload_policy"]
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -89,3 +90,21 @@ def check_uploader(request: Request) -> None:
     refusal = _refusal(request, sandbox_status(settings, request.app.state.selftest))
     if refusal is not None:
         raise refusal
+
+
+def check_teacher(request: Request) -> None:
+    """Who may start a class: the token's holder; without a token, only a person on the
+    machine of a server bound to loopback (a class started from elsewhere could put any run
+    on the room's screens). Students who follow need nothing."""
+    settings = request.app.state.settings
+    if settings.token:
+        if not has_token(request):
+            raise HTTPException(401, "starting a class needs the server's token: send the "
+                                     "header 'Authorization: Bearer TOKEN' (the page asks for "
+                                     "it once)", headers={"WWW-Authenticate": "Bearer"})
+        return
+    if not (is_loopback(settings.host) and is_loopback(_client(request))):
+        raise HTTPException(403, "this server is reachable from other hosts and has no token, "
+                                 "so nobody here can start a class; start it with "
+                                 f"`autograd-lab serve --host {settings.host} --token SECRET` "
+                                 "and give that token when you start the class")

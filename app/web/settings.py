@@ -23,6 +23,7 @@
 | selftest         | AUTOGRAD_LAB_SELFTEST         | true      | sandbox self-test at start    |
 | run_memory_mb    | AUTOGRAD_LAB_RUN_MEMORY_MB    | 3072      | memory of a whole run (6)     |
 | allowed_hosts    | AUTOGRAD_LAB_ALLOWED_HOSTS    | (none)    | other names it answers to (4) |
+| max_classes      | AUTOGRAD_LAB_MAX_CLASSES      | 50        | class sessions open at once   |
 
 (1) When set, every upload needs it, on loopback too; bound to another address, uploads are
     refused without one (auth.py).
@@ -92,6 +93,7 @@ class Settings:
     selftest: bool = True
     allowed_hosts: str = ""
     run_memory_mb: int = 3072
+    max_classes: int = 50
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -119,6 +121,8 @@ class Settings:
         if self.run_memory_mb < 512:
             raise SettingsError(f"run_memory_mb must be at least 512 (a worker with torch "
                                 f"loaded takes about 300), not {self.run_memory_mb}")
+        if self.max_classes < 1:
+            raise SettingsError(f"max_classes must be at least 1, not {self.max_classes}")
         if self.pool_size < 0:
             raise SettingsError(f"pool_size must be 0 or more, not {self.pool_size}")
 

@@ -54,4 +54,5 @@ export function writeUrl(url, { newEntry = false } = {}) {
   if (url === location.pathname + location.search) return;
   if (newEntry) history.pushState(null, "", url);
   else history.replaceState(null, "", url);
+  window.dispatchEvent(new Event("view-changed")); // a teacher's class follows (classroom.js)
 }

@@ -1,0 +1,259 @@
+"""Class sessions: a teacher shows, the students' pages follow.
+
+A session is a short code (`/c/CODE`), the teacher (the browser that started it, by its client
+cookie), and one state: the view the teacher shows (a page path and its query: every view of
+this app lives in its URL), a question with the students' answers, and the runs students sent
+in. Every change bumps the session's version and wakes every open event stream; a stream sends
+the whole state (what the reader may see of it) with the version as the event id. A student
+whose network dropped reconnects with `Last-Event-ID` and gets the current state at once if it
+is newer: nothing is replayed, because the newest state is all a follower needs.
+
+Everything here runs on the server's event loop (the routes are `async def`), so the state
+needs no lock. Torch-free, and it never sees user code: a view is a path and a query string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["ClassError", "ClassSession", "Classroom", "check_view"]
+
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read aloud and typed on phones
+CODE_LENGTH = 6
+CODE_PATTERN = re.compile(f"[{CODE_ALPHABET}]{{{CODE_LENGTH}}}")
+MAX_QUERY = 2000
+MAX_CHOICES = 12
+MAX_TEXT = 300
+MAX_SUBMISSIONS = 200
+# the pages a class can be shown: the index, a scenario, a stored run
+VIEW_PATH = re.compile(r"/|/scenarios/[a-z][a-z0-9_]{0,63}|/runs/[A-Za-z0-9_-]{1,64}")
+QUERY = re.compile(r"[A-Za-z0-9_.,~%=&+-]*")
+
+
+class ClassError(ValueError):
+    """A request the session cannot take; `status` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_view(path: str, query: str) -> dict:
+    """A view a teacher may show: one of this app's own pages, with a plain query string."""
+    if not isinstance(path, str) or not VIEW_PATH.fullmatch(path):
+        raise ClassError(422, "a class can be shown the index (/), a scenario "
+                              "(/scenarios/NAME) or a run (/runs/ID)")
+    query = (query or "").removeprefix("?")
+    if not isinstance(query, str) or len(query) > MAX_QUERY or not QUERY.fullmatch(query):
+        raise ClassError(422, f"the view's query must be a URL query of at most {MAX_QUERY} "
+                              "characters")
+    return {"path": path, "query": query}
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT:
+        raise ClassError(422, f"{what} must be text of 1 to {MAX_TEXT} characters")
+    return value.strip()
+
+
+@dataclass
+class ClassSession:
+    code: str
+    teacher: str  # the client key (clients.py) of the browser that started it
+    created: float = field(default_factory=time.time)
+    touched: float = field(default_factory=time.monotonic)
+    version: int = 0
+    view: dict | None = None
+    question: dict | None = None  # {id, prompt, choices, answer, revealed}
+    answers: dict[str, int] = field(default_factory=dict)  # client key -> choice
+    submissions: list[dict] = field(default_factory=list)
+    followers: set[int] = field(default_factory=set)  # ids of open streams of following students
+    audience: int = 0  # changes of the followers' count
+    ended: bool = False
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # ---- changes (each one wakes every stream) ----------------------------------------------
+
+    def _bump(self) -> None:
+        self.version += 1
+        self._wake()
+
+    def _wake(self) -> None:
+        self.touched = time.monotonic()
+        woken, self._changed = self._changed, asyncio.Event()
+        woken.set()
+
+    def mark(self, client: str) -> int:
+        """The event id of what `client` sees: students see `version`; the teacher also sees
+        the count of followers, so their mark moves with it (both only grow)."""
+        return self.version + (self.audience if client == self.teacher else 0)
+
+    def show(self, path: str, query: str) -> None:
+        view = check_view(path, query)
+        if view != self.view:
+            self.view = view
+            self._bump()
+
+    def ask(self, prompt: object, choices: object, answer: object) -> dict:
+        if not isinstance(choices, list) or not 2 <= len(choices) <= MAX_CHOICES:
+            raise ClassError(422, f"a question needs 2 to {MAX_CHOICES} choices")
+        texts = [_text(c, "each choice") for c in choices]
+        if not isinstance(answer, int) or isinstance(answer, bool) or \
+                not 0 <= answer < len(texts):
+            raise ClassError(422, "the answer must be the index of one of the choices")
+        self.question = {"id": secrets.token_hex(4), "prompt": _text(prompt, "the question"),
+                         "choices": texts, "answer": answer, "revealed": False}
+        self.answers = {}
+        self._bump()
+        return self.question
+
+    def answer(self, client: str, question_id: object, choice: object) -> None:
+        q = self.question
+        if q is None or question_id != q["id"]:
+            raise ClassError(409, "that question is no longer asked: the page shows the new one")
+        if q["revealed"]:
+            raise ClassError(409, "the answer has been revealed: answers are closed")
+        if not isinstance(choice, int) or isinstance(choice, bool) or \
+                not 0 <= choice < len(q["choices"]):
+            raise ClassError(422, "pick one of the choices")
+        self.answers[client] = choice
+        self._bump()
+
+    def reveal(self) -> None:
+        if self.question is None:
+            raise ClassError(409, "there is no question to reveal")
+        self.question["revealed"] = True
+        self._bump()
+
+    def clear_question(self) -> None:
+        self.question = None
+        self.answers = {}
+        self._bump()
+
+    def submit(self, client: str, run_id: str, name: str) -> None:
+        if len(self.submissions) >= MAX_SUBMISSIONS:
+            raise ClassError(429, f"this class has {MAX_SUBMISSIONS} runs sent in already")
+        if any(s["run"] == run_id for s in self.submissions):
+            return
+        self.submissions.append({"run": run_id, "link": f"/runs/{run_id}", "name": name[:100],
+                                 "by": _alias(client),
+                                 "at": time.time()})
+        self._bump()
+
+    def end(self) -> None:
+        self.ended = True
+        self._bump()
+
+    def follow(self, stream: int, following: bool) -> None:
+        before = len(self.followers)
+        if following:
+            self.followers.add(stream)
+        else:
+            self.followers.discard(stream)
+        if len(self.followers) != before:
+            # only the teacher's page shows the count: students are not sent anything
+            self.audience += 1
+            self._wake()
+
+    # ---- what a reader sees -----------------------------------------------------------------
+
+    def snapshot(self, client: str) -> dict:
+        """The state as `client` may see it: the teacher sees the answer, the tally and who
+        sent what; a student sees the question, their own answer, and the answer once it is
+        revealed."""
+        teacher = client == self.teacher
+        out = {"code": self.code, "version": self.version, "role": "teacher" if teacher else
+               "student", "view": self.view, "ended": self.ended, "question": None,
+               "link": f"/c/{self.code}"}
+        q = self.question
+        if q is not None:
+            shown = {k: q[k] for k in ("id", "prompt", "choices", "revealed")}
+            if teacher or q["revealed"]:
+                shown["answer"] = q["answer"]
+                tally = [0] * len(q["choices"])
+                for choice in self.answers.values():
+                    tally[choice] += 1
+                shown["tally"] = tally
+            shown["mine"] = self.answers.get(client)
+            out["question"] = shown
+        if teacher:
+            out["followers"] = len(self.followers)
+            out["submissions"] = list(self.submissions)
+        return out
+
+    async def changed(self, client: str, after: int, timeout: float) -> bool:
+        """Wait until `client`'s mark is past `after` (True) or `timeout` passes (False)."""
+        while self.mark(client) <= after and not self.ended:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                return False
+        return True
+
+
+def _alias(client: str) -> str:
+    """A short stable name for a student (their cookie is a secret: never show it)."""
+    return "student-" + hashlib.sha256(client.encode()).hexdigest()[:4]
+
+
+class Classroom:
+    """Every open class session of this server, bounded in number and idle time."""
+
+    def __init__(self, max_sessions: int = 50, idle_hours: float = 12) -> None:
+        self.max_sessions = max_sessions
+        self.idle_seconds = idle_hours * 3600
+        self.sessions: dict[str, ClassSession] = {}
+        self._streams = 0
+
+    def start(self, teacher: str) -> ClassSession:
+        self._expire()
+        mine = [s for s in self.sessions.values() if s.teacher == teacher and not s.ended]
+        if mine:
+            return mine[0]  # one class per teacher's browser: starting again returns it
+        if len(self.sessions) >= self.max_sessions:
+            raise ClassError(429, f"this server has {self.max_sessions} class sessions open; "
+                                  "end one (or wait for idle ones to expire) and try again")
+        code = self._new_code()
+        session = self.sessions[code] = ClassSession(code=code, teacher=teacher)
+        return session
+
+    def get(self, code: str) -> ClassSession:
+        code = code.upper()
+        session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
+        if session is None:
+            raise ClassError(404, f"there is no class {code[:12]!r} here: check the code, or "
+                                  "ask the teacher for the link")
+        return session
+
+    def teaching(self, code: str, client: str) -> ClassSession:
+        session = self.get(code)
+        if session.teacher != client:
+            raise ClassError(403, "only the teacher who started this class can do that")
+        if session.ended:
+            raise ClassError(409, "this class has ended")
+        return session
+
+    def end(self, session: ClassSession) -> None:
+        session.end()
+        self.sessions.pop(session.code, None)
+
+    def new_stream(self) -> int:
+        self._streams += 1
+        return self._streams
+
+    def _new_code(self) -> str:
+        while True:
+            code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+            if code not in self.sessions:
+                return code
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for s in list(self.sessions.values()):
+            if now - s.touched > self.idle_seconds and not s.followers:
+                self.end(s)

@@ -1,0 +1,161 @@
+"""Class sessions (classroom.py): a teacher starts one and shows; students follow its events.
+
+    POST   /api/classes                      start (the teacher; the token off loopback)
+    GET    /api/classes/{code}               the state, as this browser may see it
+    GET    /api/classes/{code}/events        the same, pushed (server-sent events, resumable)
+    PUT    /api/classes/{code}/view          the teacher shows a page: {path, query}
+    POST   /api/classes/{code}/question      the teacher asks: {prompt, choices, answer}
+    POST   /api/classes/{code}/reveal        the teacher reveals the answer
+    DELETE /api/classes/{code}/question      the teacher puts the question away
+    POST   /api/classes/{code}/answer        a student answers: {question, choice}
+    POST   /api/classes/{code}/runs          a student sends one of their runs: {run}
+    DELETE /api/classes/{code}               the teacher ends the class
+
+The routes are `async def`: the state lives on the event loop (see classroom.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..auth import check_teacher
+from ..classroom import ClassError
+from ..clients import client_key
+
+router = APIRouter(tags=["classes"])
+
+PING_SECONDS = 15  # a comment line now and then: proxies and phones keep the stream open
+RETRY_MS = 1000  # how soon a browser reconnects after losing the stream
+
+
+def _classroom(request: Request):
+    return request.app.state.classroom
+
+
+async def _body(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise ClassError(422, "send a JSON object")
+    return body
+
+
+@router.post("/api/classes", status_code=201)
+async def start_class(request: Request) -> dict:
+    """Start a class (or get the one this browser already teaches): its code and link."""
+    check_teacher(request)
+    client = client_key(request)
+    if not client.startswith("cookie:"):
+        raise ClassError(400, "open a page of this server first: the class is tied to your "
+                              "browser's session cookie")
+    session = _classroom(request).start(client)
+    return session.snapshot(client)
+
+
+@router.get("/api/classes/{code}")
+async def class_state(request: Request, code: str) -> dict:
+    return _classroom(request).get(code).snapshot(client_key(request))
+
+
+@router.get("/api/classes/{code}/events")
+async def class_events(request: Request, code: str, following: bool = True):
+    """The state whenever it changes. The event id is the state's version: a reconnecting
+    browser sends the last one it saw (Last-Event-ID) and gets the state at once if newer."""
+    classroom = _classroom(request)
+    session = classroom.get(code)
+    client = client_key(request)
+    last = request.headers.get("last-event-id", "")
+    seen = int(last) if last.isdigit() else -1
+    stream = classroom.new_stream()
+    student = client != session.teacher
+
+    async def events():
+        nonlocal seen
+        if student:
+            session.follow(stream, following)
+        try:
+            while not session.ended:
+                if session.mark(client) > seen:
+                    seen = session.mark(client)
+                    yield ServerSentEvent(data=json.dumps(session.snapshot(client)), id=str(seen),
+                                          retry=RETRY_MS)
+                await session.changed(client, seen, PING_SECONDS)
+            yield ServerSentEvent(data=json.dumps(session.snapshot(client)),
+                                  id=str(session.mark(client)), event="ended")
+        finally:
+            session.follow(stream, False)
+
+    return EventSourceResponse(events(), ping=PING_SECONDS, send_timeout=10,
+                               headers={"Cache-Control": "no-store"})
+
+
+@router.put("/api/classes/{code}/view")
+async def show_view(request: Request, code: str) -> dict:
+    session = _classroom(request).teaching(code, client_key(request))
+    body = await _body(request)
+    session.show(body.get("path"), body.get("query", ""))
+    return {"version": session.version}
+
+
+@router.post("/api/classes/{code}/question")
+async def ask(request: Request, code: str) -> dict:
+    session = _classroom(request).teaching(code, client_key(request))
+    body = await _body(request)
+    question = session.ask(body.get("prompt"), body.get("choices"), body.get("answer"))
+    return {"id": question["id"], "version": session.version}
+
+
+@router.post("/api/classes/{code}/reveal")
+async def reveal(request: Request, code: str) -> dict:
+    session = _classroom(request).teaching(code, client_key(request))
+    session.reveal()
+    return {"version": session.version}
+
+
+@router.delete("/api/classes/{code}/question")
+async def put_question_away(request: Request, code: str) -> dict:
+    session = _classroom(request).teaching(code, client_key(request))
+    session.clear_question()
+    return {"version": session.version}
+
+
+@router.post("/api/classes/{code}/answer")
+async def answer(request: Request, code: str) -> dict:
+    session = _classroom(request).get(code)
+    body = await _body(request)
+    session.answer(client_key(request), body.get("question"), body.get("choice"))
+    return {"version": session.version}
+
+
+@router.post("/api/classes/{code}/runs")
+async def send_run(request: Request, code: str) -> dict:
+    """A student sends one of their stored runs to the teacher's list."""
+    session = _classroom(request).get(code)
+    body = await _body(request)
+    run_id = body.get("run")
+    store = request.app.state.store
+    doc = await asyncio.to_thread(store.get, run_id) if isinstance(run_id, str) and \
+        len(run_id) <= 64 else None
+    if doc is None:
+        raise ClassError(404, "no such run here: run your code first, then send it")
+    session.submit(client_key(request), run_id, str(doc.get("script", {}).get("name", "")))
+    return {"version": session.version}
+
+
+@router.delete("/api/classes/{code}")
+async def end_class(request: Request, code: str) -> dict:
+    classroom = _classroom(request)
+    session = classroom.teaching(code, client_key(request))
+    classroom.end(session)
+    return {"ended": True}
+
+
+async def class_error(request: Request, exc: ClassError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=exc.status)

@@ -1,0 +1,280 @@
+// A class session on every page (app/web/classroom.py). The teacher's pages send the view they
+// show (its path and query: every view lives in the URL, permalink.js) whenever it changes;
+// students' pages get the class's state pushed (server-sent events) and open the same view,
+// unless the student chose to explore on their own. The browser's EventSource reconnects by
+// itself and sends the last state's id, so a student who lost the network catches up.
+//
+// This tab's part in a class is kept in sessionStorage: {code, role, following}.
+
+import { fill, h } from "./dom.js";
+import { questionsFor } from "./questions.js";
+
+const KEY = "autograd-lab-class";
+const TOKEN_KEY = "autograd-lab-token";
+// the pages a class can be shown (classroom.py checks the same)
+const SHOWABLE = /^\/$|^\/scenarios\/[a-z][a-z0-9_]*$|^\/runs\/[A-Za-z0-9_-]+$/;
+
+const bar = document.getElementById("class-bar");
+const startButton = document.getElementById("class-start");
+let mine = read();
+let source = null; // the EventSource
+let state = null; // the last state the server sent
+let shown = null; // {doc, event} of the trace on this page (trace_page.js says)
+let publishTimer = null;
+let leaving = false; // this page is being left: its stream's end means nothing
+window.addEventListener("pagehide", () => { leaving = true; });
+
+function storage() {
+  try {
+    return window.sessionStorage;
+  } catch {
+    return null;
+  }
+}
+
+function read() {
+  try {
+    return JSON.parse(storage()?.getItem(KEY) || "null");
+  } catch {
+    return null;
+  }
+}
+
+function save(value) {
+  mine = value;
+  const s = storage();
+  if (!s) return;
+  if (value) s.setItem(KEY, JSON.stringify(value));
+  else s.removeItem(KEY);
+}
+
+async function call(method, path, body, token = "") {
+  const headers = { "Content-Type": "application/json", Accept: "application/json" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  let data = null;
+  try {
+    data = await response.json();
+  } catch { /* not JSON */ }
+  return { ok: response.ok, status: response.status, data };
+}
+
+function say(message, level = "error") {
+  bar.hidden = false;
+  fill(bar, h(`p.class-message.class-${level}`, {}, message));
+}
+
+// ---- the teacher ----------------------------------------------------------------------------
+
+async function startClass() {
+  let token = "";
+  try { token = window.localStorage.getItem(TOKEN_KEY) || ""; } catch { /* no storage */ }
+  let answer = await call("POST", "/api/classes", {}, token);
+  if (answer.status === 401) {
+    token = (window.prompt("Starting a class needs this server's token (the one it was started with):") || "").trim();
+    if (!token) return;
+    answer = await call("POST", "/api/classes", {}, token);
+    if (answer.ok) {
+      try { window.localStorage.setItem(TOKEN_KEY, token); } catch { /* no storage */ }
+    }
+  }
+  if (!answer.ok) {
+    say(`Could not start a class: ${(answer.data && answer.data.detail) || `HTTP ${answer.status}`}`);
+    return;
+  }
+  save({ code: answer.data.code, role: "teacher", following: true });
+  connect();
+  publish();
+}
+
+function publish() {
+  if (!mine || mine.role !== "teacher" || !SHOWABLE.test(location.pathname)) return;
+  clearTimeout(publishTimer);
+  publishTimer = setTimeout(async () => {
+    const answer = await call("PUT", `/api/classes/${mine.code}/view`,
+      { path: location.pathname, query: location.search.replace(/^\?/, "") });
+    if (!answer.ok && (answer.status === 404 || answer.status === 403 || answer.status === 409)) leave("The class has ended.");
+  }, 40);
+}
+
+async function ask(question) {
+  const answer = await call("POST", `/api/classes/${mine.code}/question`,
+    { prompt: question.prompt, choices: question.choices, answer: question.answer });
+  if (!answer.ok) say(`Could not ask: ${(answer.data && answer.data.detail) || answer.status}`);
+}
+
+// ---- students -------------------------------------------------------------------------------
+
+function follow(view) {
+  if (!view || !mine || mine.role !== "student" || !mine.following) return;
+  const target = view.path + (view.query ? `?${view.query}` : "");
+  if (location.pathname !== view.path) {
+    location.assign(target);
+  } else if (location.search.replace(/^\?/, "") !== view.query) {
+    // the same page: change its address and let it redraw from there, as Back would
+    history.replaceState(null, "", target);
+    window.dispatchEvent(new PopStateEvent("popstate"));
+  }
+}
+
+function setFollowing(on) {
+  save({ ...mine, following: on });
+  connect(); // the server counts the students who follow
+  if (on && state) follow(state.view);
+}
+
+async function answerQuestion(choice) {
+  const answer = await call("POST", `/api/classes/${mine.code}/answer`, { question: state.question.id, choice });
+  if (!answer.ok) say(`Your answer was not taken: ${(answer.data && answer.data.detail) || answer.status}`);
+}
+
+async function sendRun(runId) {
+  const answer = await call("POST", `/api/classes/${mine.code}/runs`, { run: runId });
+  const button = document.getElementById("class-send-run");
+  if (button) button.textContent = answer.ok ? "Sent to the teacher ✓" : `Not sent: ${(answer.data && answer.data.detail) || answer.status}`;
+}
+
+// ---- both -----------------------------------------------------------------------------------
+
+function connect() {
+  if (source) source.close();
+  if (!mine) return;
+  const following = mine.role === "student" && mine.following ? 1 : 0;
+  source = new EventSource(`/api/classes/${encodeURIComponent(mine.code)}/events?following=${following}`);
+  source.onmessage = (e) => receive(JSON.parse(e.data));
+  source.addEventListener("ended", () => leave("The class has ended."));
+  source.onerror = () => {
+    bar.classList.add("class-offline"); // the browser reconnects by itself...
+    if (source.readyState === EventSource.CLOSED && !leaving) setTimeout(recheck, 1000); // ...unless refused
+  };
+  source.onopen = () => bar.classList.remove("class-offline");
+}
+
+/** The stream was refused (not just cut): is the class gone, or was the server away? */
+async function recheck() {
+  if (!mine || leaving) return;
+  let answer;
+  try {
+    answer = await call("GET", `/api/classes/${encodeURIComponent(mine.code)}`);
+  } catch {
+    setTimeout(recheck, 2000); // no network yet
+    return;
+  }
+  if (answer.status === 404) leave("The class is not on this server any more.");
+  else connect();
+}
+
+function leave(message) {
+  if (source) source.close();
+  source = null;
+  state = null;
+  save(null);
+  document.body.classList.remove("class-predicting");
+  say(message, "info");
+  if (startButton) startButton.hidden = false;
+}
+
+function receive(next) {
+  state = next;
+  if (mine && next.role !== mine.role) save({ ...mine, role: next.role });
+  bar.classList.remove("class-offline");
+  render();
+  if (mine.role === "student") follow(next.view);
+}
+
+function render() {
+  if (!mine || !state) return;
+  bar.hidden = false;
+  if (startButton) startButton.hidden = true;
+  const link = `${location.origin}/c/${state.code}`;
+  const q = state.question;
+  // students predict before they see: the gradient views stay hidden until the reveal
+  document.body.classList.toggle("class-predicting", Boolean(mine.role === "student" && q && !q.revealed));
+  const head = mine.role === "teacher" ? [
+    h("strong", {}, `Class ${state.code}`),
+    h("span", {}, " · students open "), h("a.class-link", { href: link }, link),
+    h("span.class-followers#class-followers", {}, ` · ${state.followers} following`),
+    askButtons(),
+    h("button.link#class-end", { type: "button", onclick: endClass }, "End class"),
+  ] : [
+    h("strong", {}, `Class ${state.code}`),
+    mine.following ?
+      [h("span.class-following", {}, " · following the teacher "),
+        h("button#class-unfollow", { type: "button", onclick: () => setFollowing(false) }, "Stop following")] :
+      [h("span.class-following", {}, " · exploring on your own "),
+        h("button#class-follow", { type: "button", onclick: () => setFollowing(true) }, "Follow again")],
+    sendButton(),
+  ];
+  fill(bar, h("div.class-head", {}, head), q ? questionView(q) : null,
+    mine.role === "teacher" && state.submissions.length ? submissionsView(state.submissions) : null);
+}
+
+function askButtons() {
+  const questions = shown ? questionsFor(shown.doc, shown.event) : [];
+  if (!questions.length) return null;
+  return h("span.class-ask", {}, " · ask the class: ",
+    questions.map((question) => h("button", { type: "button", dataset: { ask: question.key },
+      onclick: () => ask(question) }, { uses: "uses?", grads: "which get .grad?", first: "first node?" }[question.key])));
+}
+
+function sendButton() {
+  const match = location.pathname.match(/^\/runs\/([A-Za-z0-9_-]+)$/);
+  if (!match) return null;
+  return h("button#class-send-run", { type: "button", onclick: () => sendRun(match[1]) }, "Send this run to the teacher");
+}
+
+function questionView(q) {
+  const teacher = mine.role === "teacher";
+  const total = q.tally ? q.tally.reduce((a, b) => a + b, 0) : 0;
+  const choices = q.choices.map((text, i) => {
+    const right = q.answer === i && (q.revealed || teacher);
+    if (teacher) {
+      const count = q.tally[i];
+      const bar = h("span.tally-bar");
+      bar.style.width = `${total ? (100 * count) / total : 0}%`; // CSSOM: no inline style attribute (CSP)
+      return h(`li.tally-row${right ? ".is-answer" : ""}`, { dataset: { choice: i } },
+        h("span.tally-choice", {}, text), h("span.tally-track", {}, bar),
+        h("span.tally-count", {}, String(count)));
+    }
+    return h(`li${right ? ".is-answer" : ""}`, {},
+      h("button", { type: "button", "aria-pressed": q.mine === i ? "true" : "false", disabled: q.revealed,
+        dataset: { choice: i }, onclick: () => answerQuestion(i) }, text));
+  });
+  return h("section.class-question", { "aria-label": "Question" },
+    h("p.class-prompt", {}, q.prompt),
+    h("ol.class-choices", {}, choices),
+    teacher ? h("p", {}, `${total} answered `,
+      q.revealed ? h("button#class-clear", { type: "button", onclick: () => call("DELETE", `/api/classes/${mine.code}/question`) }, "Put it away") :
+        h("button#class-reveal", { type: "button", onclick: () => call("POST", `/api/classes/${mine.code}/reveal`) }, "Reveal")) :
+      h("p.hint", {}, q.revealed ? `The answer: ${q.choices[q.answer]}. The gradient views are back.` :
+        q.mine === null || q.mine === undefined ? "Pick your answer: the gradient views stay hidden until the teacher reveals." :
+          "Your answer is in. Wait for the reveal (you may still change it)."));
+}
+
+function submissionsView(list) {
+  return h("details.class-runs", { open: true }, h("summary", {}, `Runs sent in (${list.length})`),
+    h("ul", {}, list.map((s) => h("li", {}, h("a", { href: s.link }, `${s.name || s.run}`), ` by ${s.by}`))));
+}
+
+async function endClass() {
+  await call("DELETE", `/api/classes/${mine.code}`);
+  leave("The class has ended.");
+}
+
+// ---- wiring ---------------------------------------------------------------------------------
+
+if (startButton) startButton.addEventListener("click", startClass);
+// the page changed its address (permalink.js): the teacher's class sees it
+window.addEventListener("view-changed", publish);
+// a trace page says which run and event it shows: the teacher may ask about it
+window.addEventListener("trace-shown", (e) => {
+  shown = e.detail;
+  render();
+});
+// the join page (/c/CODE) says which class this tab joins
+const joining = document.getElementById("class-join");
+if (joining) save({ code: joining.dataset.code, role: mine && mine.code === joining.dataset.code ? mine.role : "student", following: true });
+if (mine) {
+  connect();
+  publish();
+}

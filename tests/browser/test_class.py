@@ -1,0 +1,177 @@
+"""A class session in two real Chromium contexts, a teacher and students, against a real
+server: the students follow what the teacher shows, may stop following and come back, catch up
+by themselves after their network drops, and predict before the gradient views are revealed.
+
+Students reach the server through tests/proxy.py's relay, so a test can cut their network
+without touching the teacher's."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from tests.proxy import Relay
+
+from .conftest import Watched, api_trace
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def room(browser, server, request):
+    """(teacher, relay, new_student): the teacher's page, the students' relay, and a function
+    that opens another student's browser on it."""
+    name = request.node.name.replace("test_", "", 1)
+    contexts, watched = [], []
+
+    def page(base: str, who: str, viewport=(1400, 900)) -> Watched:
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        contexts.append(context)
+        p = context.new_page()
+        p.set_default_timeout(60_000)
+        w = Watched(p, base, f"{name}-{who}")
+        watched.append(w)
+        return w
+
+    with Relay(urlparse(server).port) as relay:
+        student_base = f"http://127.0.0.1:{relay.port}"
+        count = iter(range(1, 100))
+        yield page(server, "teacher"), relay, lambda: page(student_base, f"student{next(count)}",
+                                                            (1000, 900))
+    for context in contexts:
+        context.close()
+    for w in watched:
+        assert not w.foreign, f"requests to other hosts: {w.foreign}"
+        # a cut network makes the student's reconnecting stream log an error: that is the test
+        errors = [e for e in w.errors if "events" not in e and "ERR_" not in e]
+        assert not errors, f"console errors: {errors}"
+
+
+def start_class(teacher: Watched, scenario: str) -> str:
+    page = teacher.page
+    page.goto(f"{teacher.base}/scenarios/{scenario}")
+    page.wait_for_selector("#graph svg g.node")
+    page.click("#class-start")
+    page.wait_for_selector(".class-link")
+    link = page.text_content(".class-link")
+    code = re.fullmatch(r"http://[^/]+/c/([A-Z0-9]{6})", link).group(1)
+    return code
+
+
+def join(student: Watched, code: str, scenario: str) -> None:
+    student.page.goto(f"{student.base}/c/{code}")
+    student.page.wait_for_url(re.compile(rf".*/scenarios/{scenario}(\?.*)?$"))
+    student.page.wait_for_selector("#graph svg g.node")
+
+
+def followers(teacher: Watched, n: int) -> None:
+    teacher.page.wait_for_function("() => (document.querySelector('#class-followers') || {})"
+                                   f".textContent === ' · {n} following'")
+
+
+def selected(w: Watched) -> str | None:
+    return w.page.evaluate("() => { const g = document.querySelector("
+                           "'#graph svg g.node.is-selected'); return g ? g.id : null; }")
+
+
+def wait_selected(w: Watched, node_id: str) -> None:
+    w.page.wait_for_function(
+        f"() => {{ const g = document.querySelector('#graph svg g.node.is-selected');"
+        f" return g && g.id === '{node_id}'; }}")
+
+
+def test_students_follow_the_teacher_and_catch_up_after_the_network_drops(room):
+    teacher, relay, new_student = room
+    code = start_class(teacher, "reused_layer")
+    student = new_student()
+    join(student, code, "reused_layer")
+    followers(teacher, 1)
+
+    # a scenario change: the student's page opens the next lesson
+    teacher.page.click("nav.neighbours >> text=next →")
+    teacher.page.wait_for_url(re.compile(r".*/scenarios/stop_gradient(\?.*)?$"))
+    student.page.wait_for_url(re.compile(r".*/scenarios/stop_gradient(\?.*)?$"))
+    student.page.wait_for_selector("#graph svg g.node")
+
+    # a variant change: same page, redrawn in place
+    student.page.evaluate("() => { window.sameDocument = true; }")
+    teacher.page.click("label.variant-choice:has(input[value=detach])")
+    student.page.wait_for_url(re.compile(r".*variant=detach.*"))
+    student.page.wait_for_selector("label.variant-choice input[value=detach]:checked",
+                                   state="attached")
+    assert student.page.evaluate("() => window.sameDocument === true")  # no reload
+
+    # a node selection
+    teacher.page.wait_for_selector("#progress", state="hidden")
+    student.page.wait_for_selector("#progress", state="hidden")
+    teacher.page.click("#graph svg g.node >> nth=1")
+    picked = selected(teacher)
+    wait_selected(student, picked)
+    student.shot("following")
+
+    # stop following: the teacher's next pick does not move the student, who is not counted
+    student.page.click("#class-unfollow")
+    followers(teacher, 0)
+    teacher.page.click("#graph svg g.node >> nth=2")
+    second = selected(teacher)
+    assert second != picked
+    student.page.wait_for_timeout(1500)
+    assert selected(student) == picked
+    # follow again: the student jumps to what the teacher shows now
+    student.page.click("#class-follow")
+    wait_selected(student, second)
+    followers(teacher, 1)
+
+    # the student's network drops while the teacher moves on; it comes back, the page catches up
+    relay.cut()
+    teacher.page.click("#graph svg g.node >> nth=3")
+    third = selected(teacher)
+    student.page.wait_for_timeout(1500)
+    assert selected(student) == second
+    before = relay.connections
+    relay.restore()
+    wait_selected(student, third)
+    assert relay.connections > before  # it came back through the network, by itself
+    assert student.page.evaluate("() => window.sameDocument === true")  # no reload
+    teacher.shot("teacher")
+
+
+def test_predict_then_reveal(room, server):
+    teacher, _relay, new_student = room
+    code = start_class(teacher, "reused_layer")
+    students = [new_student(), new_student()]
+    for s in students:
+        join(s, code, "reused_layer")
+    followers(teacher, 2)
+    # ask how often the busiest parameter is used: the Trace's own count is the answer
+    teacher.page.click("[data-ask=uses]")
+    trace = api_trace(teacher, "reused_layer")
+    ev = next(e for e in trace["events"] if e["kind"] == "backward")
+    uses = max(len(c) for c in ev["contributions"].values())
+    assert uses == 3  # k = 3: the middle layer is used three times
+    for s in students:
+        s.page.wait_for_selector(".class-question button")
+        # the gradient views are hidden until the reveal
+        assert s.page.locator(".col-panel").is_hidden()
+        assert "class-predicting" in s.page.evaluate("() => document.body.className")
+    students[0].page.click(f".class-question button[data-choice='{uses}']")  # right
+    students[1].page.click(".class-question button[data-choice='1']")  # wrong
+    teacher.page.wait_for_function(
+        "() => document.querySelector('.class-question > p:last-child').textContent"
+        ".startsWith('2 answered')")
+    tally = teacher.page.eval_on_selector_all(".tally-count", "els => els.map(e => +e.textContent)")
+    assert tally[uses] == 1 and tally[1] == 1 and sum(tally) == 2
+    assert "is-answer" in teacher.page.get_attribute(f".tally-row[data-choice='{uses}']", "class")
+    teacher.shot("tally")
+    teacher.page.click("#class-reveal")
+    for s in students:
+        s.page.wait_for_selector(".col-panel", state="visible")
+        s.page.wait_for_selector(".class-choices li.is-answer")
+        assert s.page.text_content(".class-choices li.is-answer").strip().startswith(str(uses))
+    students[0].shot("revealed")
+    # the server agrees: a program reading the class sees the same tally
+    state = httpx.get(f"{server}/api/classes/{code}", timeout=10).json()
+    assert state["role"] == "student" and state["question"]["tally"] == tally

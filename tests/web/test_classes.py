@@ -1,0 +1,207 @@
+"""Class sessions through the API: who may change a class, what a student can and cannot see,
+and every bad input refused with a sentence (the browser tests drive the pages)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from app.web.app import create_app
+from tests.server import serve
+
+from .conftest import LOCAL
+
+QUESTION = {"prompt": "How many uses?", "choices": ["1", "2", "3"], "answer": 2}
+
+
+@pytest.fixture(scope="module")
+def app(settings):
+    return create_app(settings(max_classes=3))
+
+
+def browser(app, client=LOCAL) -> TestClient:
+    """A browser of its own: it loads a page first, which gives it its session cookie."""
+    c = TestClient(app, client=client)
+    c.get("/c/AAAAAA")  # any page sets the cookie; this one is a 404 page
+    assert c.cookies.get("autograd_lab_client")
+    return c
+
+
+@pytest.fixture
+def room(app):
+    teacher, student = browser(app), browser(app)
+    started = teacher.post("/api/classes", json={})
+    assert started.status_code == 201, started.text
+    code = started.json()["code"]
+    yield teacher, student, code
+    teacher.delete(f"/api/classes/{code}")
+
+
+def test_only_the_teacher_changes_the_class(room):
+    teacher, student, code = room
+    assert student.put(f"/api/classes/{code}/view", json={"path": "/"}).status_code == 403
+    assert student.post(f"/api/classes/{code}/question", json=QUESTION).status_code == 403
+    assert student.post(f"/api/classes/{code}/reveal", json={}).status_code == 403
+    assert student.delete(f"/api/classes/{code}").status_code == 403
+    shown = teacher.put(f"/api/classes/{code}/view",
+                        json={"path": "/scenarios/reused_layer", "query": "k=2&node=n3"})
+    assert shown.status_code == 200
+    seen = student.get(f"/api/classes/{code}").json()
+    assert seen["role"] == "student" and seen["view"] == {
+        "path": "/scenarios/reused_layer", "query": "k=2&node=n3"}
+    # starting again from the same browser gives the same class, not a second one
+    assert teacher.post("/api/classes", json={}).json()["code"] == code
+
+
+@pytest.mark.parametrize("view", [
+    {"path": "https://elsewhere.example/"}, {"path": "//elsewhere.example/x"},
+    {"path": "javascript:alert(1)"}, {"path": "/runs/../../etc/passwd"},
+    {"path": "/scenarios/x", "query": "a=<script>"}, {"path": "/", "query": "a=1\r\nSet-Cookie: x"},
+    {"path": "/", "query": "a=" + "1" * 3000}, {"path": 7}, {"path": "/docs"}, {},
+])
+def test_a_view_must_be_one_of_this_apps_pages(room, view):
+    teacher, student, code = room
+    before = student.get(f"/api/classes/{code}").json()
+    answer = teacher.put(f"/api/classes/{code}/view", json=view)
+    assert answer.status_code == 422 and answer.json()["detail"]
+    assert student.get(f"/api/classes/{code}").json()["version"] == before["version"]
+
+
+@pytest.mark.parametrize("question", [
+    {**QUESTION, "choices": ["only one"]}, {**QUESTION, "choices": [str(i) for i in range(13)]},
+    {**QUESTION, "answer": 3}, {**QUESTION, "answer": True}, {**QUESTION, "answer": "2"},
+    {**QUESTION, "prompt": "x" * 301}, {**QUESTION, "choices": ["a", ""]},
+    {**QUESTION, "choices": "abc"},
+])
+def test_a_bad_question_is_refused(room, question):
+    teacher, _, code = room
+    answer = teacher.post(f"/api/classes/{code}/question", json=question)
+    assert answer.status_code == 422 and answer.json()["detail"]
+
+
+def test_students_see_the_answer_only_after_the_reveal(room):
+    teacher, student, code = room
+    qid = teacher.post(f"/api/classes/{code}/question", json=QUESTION).json()["id"]
+    q = student.get(f"/api/classes/{code}").json()["question"]
+    assert q["choices"] == QUESTION["choices"]
+    assert "answer" not in q and "tally" not in q  # nothing to copy from the network tab
+    assert "followers" not in student.get(f"/api/classes/{code}").json()
+    assert student.post(f"/api/classes/{code}/answer",
+                        json={"question": "stale", "choice": 1}).status_code == 409
+    assert student.post(f"/api/classes/{code}/answer",
+                        json={"question": qid, "choice": 5}).status_code == 422
+    assert student.post(f"/api/classes/{code}/answer",
+                        json={"question": qid, "choice": 1}).status_code == 200
+    assert student.get(f"/api/classes/{code}").json()["question"]["mine"] == 1
+    assert teacher.get(f"/api/classes/{code}").json()["question"]["tally"] == [0, 1, 0]
+    assert teacher.post(f"/api/classes/{code}/reveal", json={}).status_code == 200
+    q = student.get(f"/api/classes/{code}").json()["question"]
+    assert q["answer"] == 2 and q["tally"] == [0, 1, 0] and q["revealed"]
+    # answers are closed once the answer is out
+    assert student.post(f"/api/classes/{code}/answer",
+                        json={"question": qid, "choice": 2}).status_code == 409
+
+
+def test_a_student_sends_only_runs_that_exist(room):
+    _, student, code = room
+    answer = student.post(f"/api/classes/{code}/runs", json={"run": "no-such-run"})
+    assert answer.status_code == 404 and "run your code first" in answer.json()["detail"]
+    assert student.post(f"/api/classes/{code}/runs", json=["x"]).status_code == 422
+
+
+def test_unknown_classes_and_who_may_start_one(app, settings):
+    c = browser(app)
+    assert c.get("/api/classes/ZZZZZZ").status_code == 404
+    page = c.get("/c/nonsense-code")
+    assert page.status_code == 404 and "No such class" in page.text
+    # a visitor from another machine, on a server without a token, may not start a class
+    remote = browser(app, client=("10.0.0.7", 4000))
+    refused = remote.post("/api/classes", json={})
+    assert refused.status_code == 403 and "--token" in refused.json()["detail"]
+    # with a token, it is needed (anyone may still follow)
+    with_token = create_app(settings(token="s3cret"))
+    t = browser(with_token)
+    assert t.post("/api/classes", json={}).status_code == 401
+    started = t.post("/api/classes", json={}, headers={"Authorization": "Bearer s3cret"})
+    assert started.status_code == 201
+    assert browser(with_token, client=("10.0.0.7", 4000)).get(
+        f"/api/classes/{started.json()['code']}").status_code == 200
+
+
+def test_the_number_of_classes_is_bounded(app):
+    teachers = [browser(app) for _ in range(4)]
+    codes = []
+    for t in teachers[:3]:
+        answer = t.post("/api/classes", json={})
+        assert answer.status_code == 201
+        codes.append(answer.json()["code"])
+    refused = teachers[3].post("/api/classes", json={})
+    assert refused.status_code == 429 and "end one" in refused.json()["detail"]
+    for t, code in zip(teachers[:3], codes, strict=True):
+        assert t.delete(f"/api/classes/{code}").status_code == 200
+
+
+# ---- the event stream, against a real server ----------------------------------------------
+
+def events(base: str, code: str, cookies: dict, last: str | None, want: int, out: list,
+           timeout: float = 10) -> None:
+    """Read `want` state events from the stream (or until `timeout`) into `out`."""
+    headers = {"Last-Event-ID": last} if last else {}
+    try:
+        with httpx.stream("GET", f"{base}/api/classes/{code}/events", headers=headers,
+                          cookies=cookies, timeout=timeout) as r:
+            event: dict = {}
+            for line in r.iter_lines():
+                if line.startswith("id:"):
+                    event["id"] = line[3:].strip()
+                elif line.startswith("data:"):
+                    event["data"] = json.loads(line[5:])
+                elif line == "" and "data" in event:
+                    out.append(event)
+                    event = {}
+                    if len(out) >= want:
+                        return
+    except httpx.ReadTimeout:
+        return
+
+
+def test_a_reconnecting_student_gets_what_it_missed_at_once(tmp_path):
+    with serve(tmp_path, name="classes-sse", POOL_SIZE="0", SELFTEST="false",
+               WARM_LESSONS="false") as base:
+        teacher = httpx.Client(base_url=base, timeout=10)
+        teacher.get("/")  # its session cookie
+        code = teacher.post("/api/classes", json={}).json()["code"]
+        teacher.put(f"/api/classes/{code}/view", json={"path": "/scenarios/reused_layer"})
+        student = httpx.Client(base_url=base, timeout=10)
+        student.get("/")
+        cookies = dict(student.cookies)
+        first: list = []
+        events(base, code, cookies, None, 1, first)
+        seen = first[0]
+        assert seen["data"]["view"]["path"] == "/scenarios/reused_layer"
+        # while the student is away, the teacher moves on twice
+        teacher.put(f"/api/classes/{code}/view", json={"path": "/scenarios/stop_gradient"})
+        teacher.put(f"/api/classes/{code}/view",
+                    json={"path": "/scenarios/stop_gradient", "query": "variant=detach"})
+        back: list = []
+        started = time.monotonic()
+        events(base, code, cookies, seen["id"], 1, back)
+        assert time.monotonic() - started < 5
+        assert int(back[0]["id"]) > int(seen["id"])
+        assert back[0]["data"]["view"] == {"path": "/scenarios/stop_gradient",
+                                           "query": "variant=detach"}
+        # up to date: nothing is sent until the next change, and then that change at once
+        later: list = []
+        reader = threading.Thread(target=events, args=(base, code, cookies, back[0]["id"], 1,
+                                                       later, 8))
+        reader.start()
+        time.sleep(1.5)
+        assert later == []
+        teacher.put(f"/api/classes/{code}/view", json={"path": "/"})
+        reader.join(10)
+        assert later and later[0]["data"]["view"]["path"] == "/"
