@@ -7,6 +7,12 @@ and the answer. Optional module-level literals say what the page may vary:
     VARIANTS = {"detach": "F.linear with detached weight", ...}   # --variant NAME
     OPTIONS = {"k": {"default": 3, "choices": [0, 1, 2, 3], "help": "..."}}   # --k VALUE
 
+A paragraph may end with a `Show:` line naming what presenter mode highlights while that
+paragraph is on screen (see `narration_steps`), and a scenario may ask the class its own
+question:
+
+    CLASS_QUESTION = {"prompt": "...", "choices": ["1", "2", "3"], "answer": 2}
+
 The runner passes the choice as command-line arguments, so `python scenarios/NAME.py
 --variant detach` shows the same thing as the page. Reading uses `ast`: no scenario code runs
 in the process that lists them.
@@ -23,15 +29,19 @@ from typing_extensions import TypedDict
 
 from .resources import resource_dir
 
-__all__ = ["Scenario", "ScenarioSummary", "load_catalog", "scenario_args", "OptionError",
-           "UnknownVariant", "ScenarioError", "RESERVED_QUERY_NAMES"]
+__all__ = ["Scenario", "ScenarioSummary", "Step", "ClassQuestion", "load_catalog",
+           "narration_steps", "scenario_args", "OptionError", "UnknownVariant", "ScenarioError",
+           "RESERVED_QUERY_NAMES"]
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 # The page's own query parameters (static/js/permalink.js reads and writes them, and the API
 # takes the first three): a scenario option may not be called any of these, since every other
 # query parameter is an option (`?k=2`).
-RESERVED_QUERY_NAMES = ("variant", "device", "event", "node", "param", "line", "step", "cell")
+RESERVED_QUERY_NAMES = ("variant", "device", "event", "node", "param", "line", "step", "cell",
+                        "present", "say")
+SHOW_KINDS = ("param", "node", "line")
+_SHOW = re.compile(r"^[ \t]*Show:[ \t]*(.*)$", re.MULTILINE)
 
 
 class ScenarioError(ValueError):
@@ -58,6 +68,59 @@ class ScenarioSummary(TypedDict):
     default_variant: str | None
 
 
+class Step(TypedDict):
+    """One paragraph of the narration, as presenter mode shows it, and what it points at:
+    `show` items are {"param": NAME}, {"node": OP NAME (the first node of that name)} or
+    {"line": NUMBER or a piece of the line's text}."""
+    text: str
+    show: list[dict]
+
+
+class ClassQuestion(TypedDict):
+    prompt: str
+    choices: list[str]
+    answer: int
+
+
+def narration_steps(text: str, where: str = "the docstring") -> tuple[str, list[Step]]:
+    """(the narration without its Show lines, its paragraphs as steps).
+
+        What to look at: the parameter `middle_linear.weight` has one edge per use.
+        Show: param middle_linear.weight; line model(x, args.k)
+
+    Kinds: `param NAME`, `node OPNAME` (e.g. MseLossBackward0), `line N` or `line TEXT` (the
+    first source line containing TEXT: it survives edits above it)."""
+    steps: list[Step] = []
+    for para in re.split(r"\n\s*\n", text.strip()):
+        show: list[dict] = []
+        for match in _SHOW.finditer(para):
+            for item in filter(None, (part.strip() for part in match.group(1).split(";"))):
+                kind, _, value = item.partition(" ")
+                value = value.strip()
+                if kind not in SHOW_KINDS or not value:
+                    raise ScenarioError(f"{where}: `Show: {item}` is not one of "
+                                        f"{', '.join(k + ' ...' for k in SHOW_KINDS)}")
+                show.append({kind: int(value) if kind == "line" and value.isdigit() else value})
+        words = " ".join(_SHOW.sub("", para).split())
+        if words:
+            steps.append({"text": words, "show": show})
+    return "\n\n".join(s["text"] for s in steps), steps
+
+
+def _class_question(value: object, where: str) -> ClassQuestion | None:
+    if value is None:
+        return None
+    ok = isinstance(value, dict) and isinstance(value.get("prompt"), str) and \
+        isinstance(value.get("choices"), list) and 2 <= len(value["choices"]) <= 12 and \
+        all(isinstance(c, str) and c for c in value["choices"]) and \
+        isinstance(value.get("answer"), int) and 0 <= value["answer"] < len(value["choices"])
+    if not ok:
+        raise ScenarioError(f"{where}: CLASS_QUESTION must be {{\"prompt\": str, \"choices\": "
+                            "[2 to 12 strings], \"answer\": index of the right choice}")
+    return {"prompt": value["prompt"], "choices": list(value["choices"]),
+            "answer": value["answer"]}
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -68,6 +131,8 @@ class Scenario:
     narration: str
     variants: dict[str, str] = field(default_factory=dict)
     options: dict[str, dict] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    class_question: ClassQuestion | None = None
 
     @property
     def default_variant(self) -> str | None:
@@ -81,7 +146,7 @@ class Scenario:
 
 def _paragraph(doc: str, label: str) -> str:
     for para in re.split(r"\n\s*\n", doc):
-        text = " ".join(para.split())
+        text = " ".join(_SHOW.sub("", para).split())
         if text.startswith(label + ":"):
             return text[len(label) + 1:].strip()
     return ""
@@ -94,7 +159,7 @@ def parse_scenario(path: Path) -> Scenario:
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
                 and isinstance(stmt.targets[0], ast.Name) \
-                and stmt.targets[0].id in ("VARIANTS", "OPTIONS"):
+                and stmt.targets[0].id in ("VARIANTS", "OPTIONS", "CLASS_QUESTION"):
             literals[stmt.targets[0].id] = ast.literal_eval(stmt.value)
     reserved = sorted(set(literals.get("OPTIONS", {})) & set(RESERVED_QUERY_NAMES))
     if reserved:
@@ -102,11 +167,13 @@ def parse_scenario(path: Path) -> Scenario:
                             f"of one of the page's own query parameters "
                             f"({', '.join(RESERVED_QUERY_NAMES)}); rename it")
     title, _, rest = doc.partition("\n")
+    narration, steps = narration_steps(rest, f"{path.name}'s docstring")
     return Scenario(
         name=path.stem, path=path, title=title.strip() or path.stem.replace("_", " "),
         question=_paragraph(doc, "Question"), answer=_paragraph(doc, "Answer"),
-        narration=rest.strip(), variants=dict(literals.get("VARIANTS", {})),
-        options=dict(literals.get("OPTIONS", {})))
+        narration=narration, variants=dict(literals.get("VARIANTS", {})),
+        options=dict(literals.get("OPTIONS", {})), steps=steps,
+        class_question=_class_question(literals.get("CLASS_QUESTION"), path.name))
 
 
 def load_catalog(folder: Path | None = None) -> dict[str, Scenario]:

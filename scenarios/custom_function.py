@@ -11,11 +11,13 @@ is recorded, so the node is a black box to autograd. When the backward pass reac
 engine calls the class's `backward` with the output's gradient and passes the returned
 gradients along those edges. gradcheck compares that backward with finite differences: it
 passes.
+Show: line NumpyConv2dFunction.apply(
 
 What to look at: the custom node (its own colour) with three incoming edges, from the
 AccumulateGrad nodes of `image`, `filter` and `bias`. Its details show the source of `backward`
 and the gradcheck result; the step control shows the engine reaching it once the loss's own
 nodes (mean, pow, sub) have run, and only then the three AccumulateGrad nodes.
+Show: node NumpyConv2dFunctionBackward
 """
 
 import numpy as np

@@ -10,11 +10,13 @@ the indices in one vectorised step; for the index argument, which is not differe
 None. The heat map of the weight's gradient then shows zero columns everywhere except the
 chosen ones, which hold the true gradient. gradcheck compares the backward with finite
 differences and fails, as it should: this backward is deliberately not the true gradient.
+Show: line grad_weight = (grad_output.T @ x) * mask
 
 What to look at: the MaskedLinearBackward node (kind custom) sits where an AddmmBackward0 would
 be, with edges from the weight and the bias only: not from x (it requires no grad) and not from
 the column indices. Click `weight` for the heat map; the node's details show its backward's
 source and the gradcheck result.
+Show: node MaskedLinearBackward; line MaskedLinear.apply(
 
 The version often copied from forums has three slips, all avoided here: it returns a gradient
 for the index argument (autograd throws it away after it was computed for nothing, and when the

@@ -6,10 +6,12 @@ the dynamic network in PyTorch's tutorial). Does its weight get updated once per
 Answer: no. `backward()` only computes gradients: every use of the layer sends its own
 gradient term to the weight's AccumulateGrad node, and `.grad` is their sum. The optimizer step
 then moves the weight once, by `lr` times that summed gradient.
+Show: node MseLossBackward0
 
 What to look at: the parameter `middle_linear.weight` has one incoming edge per use. Click it
 to see one bar per use and their sum drawn against `.grad`. Try k = 0: the layer is never
 used, so its weight gets no gradient at all.
+Show: param middle_linear.weight; line self.middle_linear(h)
 """
 
 import argparse
@@ -19,6 +21,10 @@ from torch import nn
 
 OPTIONS = {"k": {"default": 3, "choices": [0, 1, 2, 3],
                  "help": "how many times the middle layer is applied"}}
+# asked of a class before the graph is explained (presenter mode, classroom.js)
+CLASS_QUESTION = {"prompt": "With k = 3, how many times does the optimizer step move "
+                            "middle_linear.weight?",
+                  "choices": ["0", "1", "3", "4"], "answer": 1}
 
 
 class DynamicNet(nn.Module):

@@ -10,6 +10,7 @@ the second use in the graph, so the gradient still reaches the first use through
 edges into the weights' AccumulateGrad nodes are gone. `torch.no_grad()` is not a way to do it:
 nothing computed inside it is recorded, so the second output has no `grad_fn` and `backward()`
 fails; the first use receives nothing at all.
+Show: line self.linear.requires_grad_(False)
 
 What to look at: in `both_uses` (no stopping, for comparison) `linear.weight` has two incoming
 edges and `.grad` is their sum. In `requires_grad` and `detach` it has one: from the first use,
@@ -17,6 +18,7 @@ whose gradient has come back through the second use's AddmmBackward0 node. That 
 saves the weight's values (it needs them to send the gradient back to h), but has no edge into
 the weight: the drawing marks that cut with a dashed edge. In `no_grad` the graph stops at
 the loss: the backward error and the diagnostic say why.
+Show: param linear.weight
 """
 
 import argparse

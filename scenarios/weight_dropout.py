@@ -9,12 +9,14 @@ values with no link to the graph, so the dropped copy has no `grad_fn` and the b
 never reaches `weight_hh_l0_raw`: its `.grad` stays None. Drop out `raw_w` itself and the
 gradient flows back through the dropout mask: zero exactly where a weight was dropped, and the
 surviving entries scaled by 1/(1-p), just as dropout scaled them on the way forward.
+Show: line F.dropout(raw_w.data
 
 What to look at: in the `data` variant, `rnn.weight_hh_l0_raw` and `head.weight_raw` are not
 in the graph at all, and the diagnostic names the line that read `.data`. In the `fixed` variant
 each raw weight has an AccumulateGrad node fed by the dropout's node (on the CPU a MulBackward0:
 dropout multiplies by a random 0/1 mask scaled by 1/(1-p), and saves it); open the raw weight's
 gradient heat map and its zeros are the dropped positions.
+Show: param rnn.weight_hh_l0_raw; line F.dropout(raw_w.data
 
 By hand: the `by_hand` variant does the same thing to a plain Linear without a wrapper. Delete
 its `weight` and `bias` parameters, assign dropped-out tensors in their place, and the layer's

@@ -62,3 +62,29 @@ def test_the_reserved_names_are_the_page_s_own_query_parameters():
         assert listed, name
         keys |= set(re.findall(r'"(\w+)"', listed.group(1)))
     assert keys == set(RESERVED_QUERY_NAMES)
+
+
+def test_show_lines_become_steps_and_leave_the_text(tmp_path):
+    path = tmp_path / "lesson.py"
+    path.write_text('"""Title\n\nQuestion: why?\nShow: param w; line 3\n\nMore `code`.\n'
+                    'Show: node MulBackward0; line y = w * 2\n"""\n'
+                    'CLASS_QUESTION = {"prompt": "How many?", "choices": ["1", "2"], "answer": 1}\n')
+    sc = parse_scenario(path)
+    assert sc.question == "why?"
+    assert "Show" not in sc.narration
+    assert [s["show"] for s in sc.steps] == [
+        [{"param": "w"}, {"line": 3}], [{"node": "MulBackward0"}, {"line": "y = w * 2"}]]
+    assert sc.class_question == {"prompt": "How many?", "choices": ["1", "2"], "answer": 1}
+
+
+@pytest.mark.parametrize("source", [
+    '"""T\n\nText.\nShow: colour red\n"""\n',
+    '"""T\n\nText.\nShow: param\n"""\n',
+    '"""T"""\nCLASS_QUESTION = {"prompt": "p", "choices": ["only"], "answer": 0}\n',
+    '"""T"""\nCLASS_QUESTION = {"prompt": "p", "choices": ["a", "b"], "answer": 2}\n',
+])
+def test_a_bad_show_line_or_class_question_is_refused_with_the_file_named(tmp_path, source):
+    path = tmp_path / "lesson.py"
+    path.write_text(source)
+    with pytest.raises(ScenarioError, match="lesson.py"):
+        parse_scenario(path)

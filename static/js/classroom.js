@@ -210,11 +210,14 @@ function render() {
 }
 
 function askButtons() {
-  const questions = shown ? questionsFor(shown.doc, shown.event) : [];
+  // the lesson's own question (CLASS_QUESTION in its source), then those made from the run
+  const questions = shown ? [...(shown.lesson ? [{ key: "lesson", ...shown.lesson }] : []),
+    ...questionsFor(shown.doc, shown.event)] : [];
   if (!questions.length) return null;
+  const labels = { lesson: "the lesson's question", uses: "uses?", grads: "how many get .grad?", first: "first node?" };
   return h("span.class-ask", {}, " · ask the class: ",
     questions.map((question) => h("button", { type: "button", dataset: { ask: question.key },
-      onclick: () => ask(question) }, { uses: "uses?", grads: "which get .grad?", first: "first node?" }[question.key])));
+      onclick: () => ask(question) }, labels[question.key])));
 }
 
 function sendButton() {

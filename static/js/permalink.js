@@ -3,7 +3,7 @@
 // heat-map entry). Option names are used as they are (?k=2), like the API and the CLI. A stored
 // run of your own code has no run settings (it is what ran): its URL holds the view only.
 
-const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell"];
+const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell", "present", "say"];
 const RUN_KEYS = ["variant", "device"];
 
 /** Read {run, view} from the current URL, given the subject (api.js: its options, default
@@ -28,6 +28,9 @@ export function readUrl(subject, search = location.search) {
     line: int("line"),
     step: int("step"),
     cell: cell && /^\d+(,\d+)*$/.test(cell) ? cell.split(",").map(Number) : null,
+    // presenter mode (trace_page.js) and the narration step it shows, counted from 1
+    present: q.get("present") === "1" ? true : null,
+    say: int("say"),
   };
   return { run, view };
 }
@@ -41,8 +44,8 @@ export function viewUrl(subject, run, view) {
   }
   for (const key of VIEW_KEYS) {
     const value = view[key];
-    if (value === null || value === undefined) continue;
-    q.set(key, Array.isArray(value) ? value.join(",") : String(value));
+    if (value === null || value === undefined || value === false) continue;
+    q.set(key, Array.isArray(value) ? value.join(",") : value === true ? "1" : String(value));
   }
   // commas are fine in a query and keep "cell=2,3" readable when the link is pasted somewhere
   const query = q.toString().replace(/%2C/gi, ",");

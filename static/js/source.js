@@ -69,6 +69,19 @@ export class SourceView {
     return li ? li.querySelector("code").textContent : "";
   }
 
+  /** The line a narration's `Show: line TEXT` means: the first line containing TEXT that
+   * made nodes in the graph, else the first one outside the Show lines themselves. */
+  find(piece) {
+    let fallback = null;
+    for (const [n, li] of this.lines) {
+      const text = li.querySelector("code").textContent;
+      if (!text.includes(piece) || /^\s*Show:/.test(text)) continue;
+      if (li.classList.contains("has-nodes")) return n;
+      fallback = fallback ?? n;
+    }
+    return fallback;
+  }
+
   /** Highlight one line (or none) and scroll the listing, not the page, to it. */
   select(line) {
     for (const [n, li] of this.lines) li.classList.toggle("line-selected", n === line);

@@ -15,6 +15,7 @@ import { lineView, nodeView } from "./panel.js";
 import { paramList } from "./params.js";
 import { readUrl, viewUrl, writeUrl } from "./permalink.js";
 import { Progress } from "./progress.js";
+import { renderPresenter, stepView } from "./presenter.js";
 import { renderReplayStatus, replayState } from "./replay.js";
 import { SourceView } from "./source.js";
 import { explain, renderEventNotice, runReport, setStatus } from "./status.js";
@@ -31,6 +32,8 @@ let shown = null; // the backward event whose graph is drawn
 let hinted = null; // a node pointed at from the accumulation chart
 let pending = null; // AbortController of the run being fetched
 let laidOut = false; // the graph area was sized to the first screen
+const steps = page.steps || []; // the narration's paragraphs, for presenter mode
+let wasPresenting = false;
 
 const status = $("status");
 const progress = new Progress($("progress"), $("progress-text"));
@@ -78,6 +81,36 @@ function selectParam(name) {
 
 function selectLine(line) {
   update({ line, node: null, param: null, cell: null });
+}
+
+// ---- presenter mode -----------------------------------------------------------------------
+
+function present(on) {
+  if (on && steps.length) {
+    view = { ...view, present: true };
+    say(view.say || 1); // the step's own highlights come with it
+  } else {
+    update({ present: on ? true : null, say: null });
+  }
+}
+
+function say(n) {
+  if (n < 1 || n > steps.length) return;
+  const changes = stepView(steps, n, { doc, shown, findLine: (text) => source.find(text) });
+  update(changes, { reveal: changes.node });
+}
+
+/** → and ← in presenter mode: the narration's steps, then the backward replay. */
+function presentKey(forward) {
+  if (view.step !== null) {
+    if (!forward && view.step === 0) update({ step: null }); // back out of the replay to the text
+    else setStep(view.step + (forward ? 1 : -1));
+  } else if (forward) {
+    if (view.say && view.say < steps.length) say(view.say + 1);
+    else setStep(1);
+  } else if (view.say && view.say > 1) {
+    say(view.say - 1);
+  }
 }
 
 function setStep(step) {
@@ -228,13 +261,20 @@ function render() {
   renderEventNotice($("event-notice"), ev, { onLine: selectLine });
   renderPanel(ev, node, diagnostics, replay);
   renderReplayStatus($("replay-status"), ev, replay, new Map((shown ? shown.graph.nodes : []).map((n) => [n.id, n])));
+  renderPresenter($("presenter"), steps, view, replay && { step: view.step, total: shown ? shown.order.length : 0 });
+  $("present-toggle").setAttribute("aria-pressed", view.present ? "true" : "false");
+  if (Boolean(view.present) !== wasPresenting) {
+    // the layout changed under the graph: give it the new room once the page has reflowed
+    wasPresenting = Boolean(view.present);
+    requestAnimationFrame(() => { graph.resized(); graph.initialView(); });
+  }
   for (const id of ["replay-first", "replay-prev", "replay-next", "replay-last", "replay-stop"]) {
     $(id).disabled = !(ev && ev.kind === "backward");
   }
   $("replay-stop").disabled = view.step === null;
   updateExports(subject, run, shown ? shown.index : null, Boolean(doc));
   // classroom.js asks the class about what is shown
-  window.dispatchEvent(new CustomEvent("trace-shown", { detail: { doc, event: ev } }));
+  window.dispatchEvent(new CustomEvent("trace-shown", { detail: { doc, event: ev, lesson: page.class_question || null } }));
   const url = viewUrl(subject, run, view);
   if (doc) writeUrl(url);
   $("permalink").value = location.origin + url;
@@ -289,6 +329,23 @@ function pickDiagnostic(d) {
 
 // ---- keyboard and buttons -----------------------------------------------------------------
 
+// presenter mode takes the arrows and Esc before the page's own keys (keys.js)
+window.addEventListener("keydown", (e) => {
+  if (e.altKey || e.ctrlKey || e.metaKey || e.target.closest("input, select, textarea, [contenteditable]")) return;
+  if ((e.key === "p" || e.key === "P") && shown) {
+    e.preventDefault();
+    present(!view.present);
+    return;
+  }
+  if (!view.present || !shown) return;
+  const action = { ArrowRight: () => presentKey(true), ArrowLeft: () => presentKey(false),
+    Escape: () => present(false) }[e.key];
+  if (!action) return;
+  e.preventDefault();
+  e.stopImmediatePropagation();
+  action();
+}, true);
+
 installKeys({
   replaying: () => view.step !== null,
   step: () => view.step ?? 0,
@@ -309,6 +366,10 @@ $("replay-stop").addEventListener("click", () => setStep(null));
 $("zoom-in").addEventListener("click", () => graph.zoomIn());
 $("zoom-out").addEventListener("click", () => graph.zoomOut());
 $("zoom-fit").addEventListener("click", () => graph.fit());
+$("present-toggle").addEventListener("click", () => present(!view.present));
+$("presenter-next").addEventListener("click", () => presentKey(true));
+$("presenter-prev").addEventListener("click", () => presentKey(false));
+$("presenter-exit").addEventListener("click", () => present(false));
 $("permalink-copy").addEventListener("click", async () => {
   const input = $("permalink");
   try {

@@ -112,6 +112,24 @@ def test_students_follow_the_teacher_and_catch_up_after_the_network_drops(room):
     wait_selected(student, picked)
     student.shot("following")
 
+    # a presenter step: the student's page shows the same paragraph, and what it points at
+    teacher.page.click("#present-toggle")  # (the keyboard's focus is on a variant button)
+    teacher.page.keyboard.press("ArrowRight")
+    student.page.wait_for_url(re.compile(r".*present=1.*say=2.*"))
+    student.page.wait_for_selector("#presenter", state="visible")
+    student.page.wait_for_function(
+        "() => document.querySelector('.presenter-where').textContent.startsWith('Step 2 of')")
+    assert student.page.text_content(".presenter-text") == teacher.page.text_content(
+        ".presenter-text")
+    # the step's Show: line is selected on both (stop_gradient's answer points at a line)
+    student.page.wait_for_selector("#source li.line-selected", state="attached")
+    assert student.page.text_content("#source li.line-selected") == teacher.page.text_content(
+        "#source li.line-selected")
+    student.shot("presenter")
+    teacher.page.keyboard.press("Escape")
+    student.page.wait_for_selector("#presenter", state="hidden")
+    picked = selected(teacher)
+
     # stop following: the teacher's next pick does not move the student, who is not counted
     student.page.click("#class-unfollow")
     followers(teacher, 0)

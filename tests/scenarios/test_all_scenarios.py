@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -126,3 +127,36 @@ def test_first_variant_is_the_default(traced, name):
     assert default["stdout"] == first["stdout"]
     assert [e["graph"]["nodes"] for e in backward_events(default)] == \
         [e["graph"]["nodes"] for e in backward_events(first)]
+
+
+SEED_LESSONS = ("reused_layer", "weight_dropout", "stop_gradient", "masked_gradient",
+                "custom_function")
+
+
+@pytest.mark.parametrize("name", SEED_LESSONS)
+def test_presenter_steps_point_at_what_the_lesson_records(traced, name):
+    """Each seed lesson's `Show:` lines name a parameter the run has, a node some backward graph
+    of the default variant contains, and a source line that exists: presenter mode highlights
+    them, so a renamed layer or an edited line must fail here, not silently on the projector."""
+    scenario = CATALOG[name]
+    shows = [item for step in scenario.steps for item in step["show"]]
+    assert shows, f"{name} points presenter mode at nothing"
+    doc = traced(name)
+    names = {n["name"] for ev in backward_events(doc) for n in ev["graph"]["nodes"]}
+    source = scenario.path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    docstring_end = ast.parse(source).body[0].end_lineno
+    for item in shows:
+        if "param" in item:
+            assert item["param"] in doc["params"], item
+        elif "node" in item:
+            assert item["node"] in names, (item, sorted(names))
+        elif isinstance(item["line"], int):
+            assert 1 <= item["line"] <= len(lines), item
+        else:
+            # the page takes the first line with the text outside the Show lines (source.js)
+            found = [i for i, text in enumerate(lines, 1)
+                     if item["line"] in text and not text.lstrip().startswith("Show:")]
+            assert found and found[0] > docstring_end, item
+    # the Show lines are not part of what the page and the index card say
+    assert "Show:" not in scenario.narration and "Show:" not in scenario.question

@@ -64,3 +64,17 @@ def test_the_step_moves_the_weight_once_by_lr_times_the_summed_gradient(traced, 
     assert torch.allclose(moved, -lr * grad, atol=1e-6)
     if k > 1:  # once by the sum, not once per use
         assert not torch.allclose(moved, -lr * k * grad, atol=1e-6)
+
+
+def test_the_lessons_class_question_has_the_answer_the_run_shows(traced):
+    """CLASS_QUESTION's answer is what the run records: with k = 3 the optimizer moves the
+    weight in exactly one step, although the weight was used three times."""
+    from app.catalog import load_catalog
+    from tests.conftest import SCENARIOS
+
+    q = load_catalog(SCENARIOS)["reused_layer"].class_question
+    doc = traced("reused_layer", "--k", "3")
+    moved = [e for e in step_events(doc)
+             if not torch.equal(values(e["params"]["middle_linear.weight"]["before"]),
+                                values(e["params"]["middle_linear.weight"]["after"]))]
+    assert int(q["choices"][q["answer"]]) == len(moved) == 1

@@ -36,7 +36,8 @@ def scenario_page(request: Request, scenario: ScenarioDep, catalog: CatalogDep):
     neighbours = {"previous": catalog[names[at - 1]].summary() if at > 0 else None,
                   "next": catalog[names[at + 1]].summary() if at + 1 < len(names) else None}
     return _page(request, "scenario.html", scenario=scenario.summary(),
-                 narration=scenario.narration,
+                 narration=scenario.narration, steps=scenario.steps,
+                 class_question=scenario.class_question,
                  source=scenario.path.read_text(encoding="utf-8"), **neighbours)
 
 
