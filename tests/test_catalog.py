@@ -68,7 +68,8 @@ def test_show_lines_become_steps_and_leave_the_text(tmp_path):
     path = tmp_path / "lesson.py"
     path.write_text('"""Title\n\nQuestion: why?\nShow: param w; line 3\n\nMore `code`.\n'
                     'Show: node MulBackward0; line y = w * 2\n"""\n'
-                    'CLASS_QUESTION = {"prompt": "How many?", "choices": ["1", "2"], "answer": 1}\n')
+                    'CLASS_QUESTION = {"prompt": "How many?", "choices": ["1", "2"], '
+                    '"answer": 1}\n')
     sc = parse_scenario(path)
     assert sc.question == "why?"
     assert "Show" not in sc.narration

@@ -25,7 +25,8 @@ def test_arrows_walk_the_lesson_then_the_replay(watched):
         assert page.is_hidden(hidden), hidden
     assert page.text_content(".presenter-text").startswith("Question:")
     assert "Step 1 of 3" in page.text_content(".presenter-where")
-    font = page.eval_on_selector(".presenter-text p", "p => parseFloat(getComputedStyle(p).fontSize)")
+    font = page.eval_on_selector(".presenter-text p",
+                                 "p => parseFloat(getComputedStyle(p).fontSize)")
     assert font >= 28  # readable from the back of a room
     watched.shot("step1")
 
