@@ -1,18 +1,25 @@
-"""A room at once, against real servers on loopback: 3 people paste a script that never ends and
-27 a small one, at the same moment, while the teacher opens a lesson. Prints, for each server,
-how many runs were answered or refused, the p50/p95/max time to the answer of the normal
-runs, and how long the lesson took during it; and the ratios between the two servers.
+"""A room at once, against real servers on loopback. Three measurements:
 
-    .venv/bin/python bench/classroom.py [--against REV] [--limit 20]
+1. burst: 30 students press Run on a small script at the same moment: how many runs were
+   answered or refused, and p50/p95/max seconds to the answer;
+2. loops: 3 of them paste a script that never ends and 27 a small one, while the teacher opens
+   a lesson: the same figures for the small runs, and how long the lesson took;
+3. follow: 100 students follow a class while the teacher changes the view every 2 s for 60 s:
+   delivery latency p50/p95/p99 (from the teacher's change to each student's event), errors
+   (streams that failed or missed a change), and the server process's memory.
+
+    .venv/bin/python bench/classroom.py [--against REV] [--limit 20] [--follow-seconds 60]
 
 `--against REV` also measures the server of another revision (exported with `git archive`,
-started the same way), the "previous design" this one is compared with. Bounded: 30 requests,
-each with a timeout, sent only to 127.0.0.1. Not part of the test suite.
+started the same way), the "previous design" this one is compared with (a revision without
+class sessions skips the follow part). Bounded: every request has a timeout and goes only to
+127.0.0.1. Not part of the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import subprocess
 import sys
@@ -45,6 +52,115 @@ def _archive(rev: str, into: Path) -> Path:
     with tarfile.open(tar) as t:
         t.extractall(folder, filter="data")
     return folder
+
+
+def _quantiles(values: list[float]) -> dict:
+    values = sorted(values)
+    if len(values) < 2:
+        nan = float("nan")
+        return {"p50": values[0] if values else nan, "p95": nan, "p99": nan,
+                "max": values[-1] if values else nan}
+    q = statistics.quantiles(values, n=100)
+    return {"p50": statistics.median(values), "p95": q[94], "p99": q[98], "max": values[-1]}
+
+
+def _burst(base: str, limit: float, count: int = 30) -> dict:
+    """`count` students post the same small script at the same moment."""
+    results: list[tuple[int, float]] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(count)
+
+    def student(i: int) -> None:
+        with httpx.Client(cookies={"autograd_lab_client": f"burst-{i:02d}-" + "x" * 16},
+                          timeout=limit * 4 + 120) as c:
+            barrier.wait()
+            t0 = time.monotonic()
+            try:
+                code = c.post(base + "/api/runs", json={"source": SMALL}).status_code
+            except httpx.HTTPError:
+                code = 0
+            with lock:
+                results.append((code, time.monotonic() - t0))
+
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(limit * 6 + 180)
+    answered = [s for code, s in results if code == 200]
+    return {"answered": len(answered), "refused": count - len(answered), **_quantiles(answered)}
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def _follow(base: str, pid: int, followers: int, seconds: float, every: float) -> dict:
+    """`followers` event streams on one class; the teacher changes the view every `every` s."""
+    teacher = httpx.AsyncClient(base_url=base, timeout=10)
+    await teacher.get("/")  # the teacher's session cookie
+    started = await teacher.post("/api/classes", json={})
+    if started.status_code != 201:
+        await teacher.aclose()
+        return {"skipped": f"no class sessions ({started.status_code})"}
+    code = started.json()["code"]
+    sent: dict[int, float] = {}  # version -> when the teacher's change was sent
+    got: list[list[tuple[int, float]]] = [[] for _ in range(followers)]
+    errors = 0
+    connected = asyncio.Event()
+    open_streams = 0
+    limits = httpx.Limits(max_connections=followers + 10, max_keepalive_connections=0)
+    students = httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(10, read=30),
+                                 limits=limits)
+
+    async def student(i: int) -> None:
+        nonlocal errors, open_streams
+        try:
+            async with students.stream("GET", f"/api/classes/{code}/events") as r:
+                open_streams += 1
+                if open_streams == followers:
+                    connected.set()
+                async for line in r.aiter_lines():
+                    if line.startswith("id:"):
+                        got[i].append((int(line[3:].strip()), time.monotonic()))
+        except (httpx.HTTPError, ValueError):
+            errors += 1
+
+    rss_before = _rss_mb(pid)
+    tasks = [asyncio.create_task(student(i)) for i in range(followers)]
+    try:
+        await asyncio.wait_for(connected.wait(), 30)
+    except TimeoutError:
+        pass
+    await asyncio.sleep(1)
+    rss_peak = rss_before
+    for n in range(int(seconds / every)):
+        t0 = time.monotonic()
+        answer = await teacher.put(f"/api/classes/{code}/view",
+                                   json={"path": "/scenarios/reused_layer", "query": f"node=n{n}"})
+        sent[answer.json()["version"]] = t0
+        await asyncio.sleep(every)
+        rss_peak = max(rss_peak, _rss_mb(pid))
+    await asyncio.sleep(1)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await teacher.delete(f"/api/classes/{code}")
+    await teacher.aclose()
+    await students.aclose()
+    latencies, missed = [], 0
+    for events in got:
+        seen = dict(events)
+        for version, t0 in sent.items():
+            if version in seen:
+                latencies.append(seen[version] - t0)
+            else:
+                missed += 1
+    return {"followers": followers, "changes": len(sent), "errors": errors, "missed": missed,
+            **_quantiles(latencies), "rss_before": rss_before, "rss_peak": rss_peak}
 
 
 def _room(base: str, limit: float) -> dict:
@@ -89,37 +205,72 @@ def _room(base: str, limit: float) -> dict:
             "lesson": lesson.get("seconds", float("nan")), "lesson_code": lesson.get("code")}
 
 
-def _measure(name: str, tree: Path, limit: float) -> dict:
+def _measure(name: str, tree: Path, limit: float, follow_seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as store:
         # the same settings for both, where both have them; an older server ignores the rest
-        with serve(Path(store), name=f"bench-{name}", start_timeout=120, cwd=tree,
-                   TRACE_TIMEOUT=str(limit), UPLOAD_TIMEOUT=str(limit)) as base:
-            time.sleep(15)  # the pools (and, here, the lessons) are ready before the room comes
-            return _room(base, limit)
+        info: dict = {}
+        # QUEUE_SIZE: a burst of 30 fits the line of a server of either design
+        with serve(Path(store), name=f"bench-{name}", start_timeout=120, cwd=tree, info=info,
+                   TRACE_TIMEOUT=str(limit), UPLOAD_TIMEOUT=str(limit),
+                   QUEUE_SIZE="64") as base:
+            time.sleep(20)  # the pools (and the lessons, and a fork server) are ready first
+            burst = _burst(base, limit)
+            time.sleep(5)
+            room = _room(base, limit)
+            time.sleep(5)
+            follow = asyncio.run(_follow(base, info["pid"], 100, follow_seconds, 2.0)) \
+                if follow_seconds > 0 else {"skipped": "--follow-seconds 0"}
+            return {"burst": burst, "room": room, "follow": follow}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", help="also measure the server of this revision")
     parser.add_argument("--limit", type=float, default=20.0, help="upload wall-clock limit, s")
+    parser.add_argument("--follow-seconds", type=float, default=60.0,
+                        help="how long the teacher changes the view (0: skip)")
     args = parser.parse_args()
-    rows = {"this": _measure("this", ROOT, args.limit)}
+    rows = {"this": _measure("this", ROOT, args.limit, args.follow_seconds)}
     with tempfile.TemporaryDirectory() as tmp:
         if args.against:
             rows[args.against] = _measure("previous", _archive(args.against, Path(tmp)),
-                                          args.limit)
+                                          args.limit, args.follow_seconds)
+    print("\n30 students press Run on a small script at the same moment (2-core machine, "
+          "loopback)\n")
+    print("| server | answered | refused | p50 s | p95 s | max s |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        b = r["burst"]
+        print(f"| {name} | {b['answered']} | {b['refused']} | {b['p50']:.1f} | {b['p95']:.1f} "
+              f"| {b['max']:.1f} |")
     print(f"\n3 looping scripts + 27 small ones at once, wall-clock limit {args.limit:g} s, "
-          f"and a lesson opened during it (2-core machine, loopback)\n")
+          f"and a lesson opened during it\n")
     print("| server | answered | refused | normal p50 s | normal p95 s | normal max s | "
           "lesson s |")
     print("|---|---|---|---|---|---|---|")
     for name, r in rows.items():
-        print(f"| {name} | {r['answered']} | {r['refused']} | {r['p50']:.1f} | {r['p95']:.1f} "
-              f"| {r['max']:.1f} | {r['lesson']:.2f} |")
+        m = r["room"]
+        print(f"| {name} | {m['answered']} | {m['refused']} | {m['p50']:.1f} | {m['p95']:.1f} "
+              f"| {m['max']:.1f} | {m['lesson']:.2f} |")
+    print(f"\n100 students follow a class; the teacher changes the view every 2 s for "
+          f"{args.follow_seconds:g} s\n")
+    print("| server | changes | delivered p50 ms | p95 ms | p99 ms | max ms | errors | missed "
+          "| server RSS MB before → peak |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        f = r["follow"]
+        if "skipped" in f:
+            print(f"| {name} | {f['skipped']} |  |  |  |  |  |  |  |")
+            continue
+        print(f"| {name} | {f['changes']} | {f['p50'] * 1000:.0f} | {f['p95'] * 1000:.0f} | "
+              f"{f['p99'] * 1000:.0f} | {f['max'] * 1000:.0f} | {f['errors']} | {f['missed']} "
+              f"| {f['rss_before']:.0f} → {f['rss_peak']:.0f} |")
     if args.against:
         this, old = rows["this"], rows[args.against]
-        print(f"\nratios this / {args.against}: normal p95 {this['p95'] / old['p95']:.2f}, "
-              f"lesson {this['lesson'] / old['lesson']:.2f}")
+        print(f"\nratios this / {args.against}: burst p95 "
+              f"{this['burst']['p95'] / old['burst']['p95']:.2f}, room normal p95 "
+              f"{this['room']['p95'] / old['room']['p95']:.2f}, lesson "
+              f"{this['room']['lesson'] / old['room']['lesson']:.2f}")
     return 0
 
 

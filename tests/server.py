@@ -36,10 +36,11 @@ def free_port() -> int:
 @contextmanager
 def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
           wrap: Callable[[list[str]], list[str]] | None = None, cwd: Path = ROOT,
-          **settings: str) -> Iterator[str]:
+          info: dict | None = None, **settings: str) -> Iterator[str]:
     """Yield the base URL of a running server; stop it (and its workers) afterwards. `wrap`
     turns the command into another (tests/unprivileged.py: the server as another user); `cwd`
-    is the source tree to serve (bench/classroom.py: another revision's)."""
+    is the source tree to serve (bench/classroom.py: another revision's); `info` gets the
+    server's "pid" (bench/classroom.py reads its memory)."""
     port = free_port()
     log = ARTIFACTS / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,8 @@ def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
         proc = subprocess.Popen(wrap(cmd) if wrap else cmd, cwd=cwd, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
+    if info is not None:
+        info["pid"] = proc.pid
     try:
         deadline = time.monotonic() + start_timeout
         while True:

@@ -30,6 +30,7 @@ from . import sandbox
 from .protocol import RESULT_FILE, Job, app_root, parse_ready, worker_env
 from .sandbox import identity, namespaces
 from .sandbox.cgroups import RunCgroups
+from .zygote import Zygote, ZygoteUnavailable
 
 __all__ = ["GRACE", "MAX_LOG", "START_TIMEOUT", "Child", "Outcome"]
 
@@ -38,6 +39,8 @@ STOP_GRACE = 1.0     # the same when a person stops the run: they are waiting
 MAX_LOG = 16 * 1024  # bytes kept of the worker's raw output (its tail)
 START_TIMEOUT = 120.0  # importing torch takes seconds; on a loaded machine, more
 WORKER = "app.runner.worker"
+# the programs the fork server runs in its children (forkserver.PROGRAMS)
+FORKABLE = {WORKER: "worker", "app.runner.selftest_worker": "selftest"}
 
 
 @dataclass
@@ -114,7 +117,8 @@ class _Drain(threading.Thread):
 class Child:
     """A worker process in its own run folder, under the sandbox `policy` allows here."""
 
-    def __init__(self, policy: sandbox.Policy, program: str = WORKER) -> None:
+    def __init__(self, policy: sandbox.Policy, program: str = WORKER,
+                 zygote: Zygote | None = None) -> None:
         self.policy = policy
         self.layers = sandbox.effective(policy)
         self.run_dir = Path(tempfile.mkdtemp(prefix="autograd-lab-run-"))
@@ -124,6 +128,8 @@ class Child:
         self.worker_pid: int | None = None
         self.started = time.monotonic()
         self._program = program
+        self._zygote = zygote
+        self.forked = False  # started by the fork server rather than exec'd
         self._drain: _Drain | None = None
         self._used = False
         self._dir_fd = -1  # the run folder as the worker sees it (its private tmpfs)
@@ -132,8 +138,11 @@ class Child:
         self._kill_lock = threading.Lock()
 
     @classmethod
-    def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER) -> Child:
-        child = cls(policy or sandbox.Policy(), program)
+    def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER,
+              zygote: Zygote | None = None) -> Child:
+        """Start a worker: forked from `zygote` when it is ready (and the program is one it
+        serves), exec'd afresh otherwise."""
+        child = cls(policy or sandbox.Policy(), program, zygote)
         try:
             child._start()
         except BaseException:
@@ -170,6 +179,8 @@ class Child:
         # /dev/shm may be written only where it is the run's own (a mount namespace)
         worker_opts = {"landlock": self.layers["landlock"], "limits": limits,
                        "shm": self.layers["namespaces"]}
+        if self._fork(plan, worker_opts):
+            return
         python = sys.executable
         cmd = [python, "-S", "-m", "app.runner.sandbox.enter", json.dumps(plan), "--",
                python, "-m", self._program, "--serve", str(self.run_dir),
@@ -184,6 +195,23 @@ class Child:
         self._drain = _Drain(self.proc.stdout)
         self._drain.start()
 
+    def _fork(self, plan: dict, worker_opts: dict) -> bool:
+        """Ask the fork server for this worker; False when it cannot (then exec afresh)."""
+        program = FORKABLE.get(self._program)
+        if self._zygote is None or program is None or not self._zygote.usable() or \
+                (self.layers["namespaces"] and namespaces.in_user_namespace()):
+            return False  # (its children make namespaces as root: no user namespace path)
+        request = {"plan": plan, "sandbox": worker_opts, "program": program,
+                   "namespaces": self.layers["namespaces"]}
+        try:
+            self.proc = self._zygote.spawn(request)
+        except ZygoteUnavailable:
+            return False
+        self.forked = True
+        self._drain = _Drain(self.proc.stdout)
+        self._drain.start()
+        return True
+
     # -- waiting ---------------------------------------------------------------------------
 
     def wait_ready(self, timeout: float, cancel: threading.Event | None = None) -> bool:
@@ -195,6 +223,7 @@ class Child:
                 if self.worker_pid is None:
                     self.worker_pid = self._find_worker_pid()
                     self._drain.status["session"] = self.proc.pid
+                    self._drain.status["forked"] = self.forked  # from the fork server?
                     self._drain.status["worker_pid"] = self.worker_pid  # as the server sees it
                     if self.cgroups is not None and self.cgroups.folders:
                         self._drain.status["cgroup"] = self.cgroups.folders[0].name

@@ -25,6 +25,7 @@ import time
 from . import sandbox
 from .child import START_TIMEOUT, Child
 from .sandbox import cgroups, identity
+from .zygote import Zygote
 
 __all__ = ["Pool"]
 
@@ -33,12 +34,13 @@ log = logging.getLogger("autograd_lab.runner.pool")
 
 class Pool:
     def __init__(self, size: int = 2, policy: sandbox.Policy | None = None,
-                 start_timeout: float = START_TIMEOUT) -> None:
+                 start_timeout: float = START_TIMEOUT, zygote: Zygote | None = None) -> None:
         if size < 1:
             raise ValueError("a pool needs at least one worker")
         self.size = size
         self.policy = policy or sandbox.Policy()
         self.start_timeout = start_timeout
+        self.zygote = zygote  # when ready, workers are forked from it (zygote.py)
         self._ready: queue.Queue[Child] = queue.Queue()
         self._room = threading.Semaphore(size)  # one permit per worker not yet started
         self._stopped = threading.Event()
@@ -99,7 +101,7 @@ class Pool:
             if self._stopped.is_set():
                 return
             try:
-                child = Child.spawn(self.policy)
+                child = Child.spawn(self.policy, zygote=self.zygote)
             except Exception as exc:  # noqa: BLE001 - report, wait, try again
                 child, reason = None, f"could not start a worker: {exc}"
             else:

@@ -24,6 +24,7 @@ from .child import START_TIMEOUT, Child
 from .explain import to_document
 from .pool import Pool
 from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
+from .zygote import Zygote
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -45,12 +46,14 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                      device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, max_events: int = 10,
                      policy: sandbox.Policy | None = None, pool: Pool | None = None,
                      wait: float = 5.0,
-                     started: Callable[[Child], None] | None = None) -> Trace:
+                     started: Callable[[Child], None] | None = None,
+                     zygote: Zygote | None = None) -> Trace:
     """Trace a script given as a path or as source text; always returns a Trace document.
 
     With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
-    used if one is ready within `wait` seconds. `started(child)` is told the worker before the
-    job goes to it: `child.stop()` from another thread ends the run."""
+    used if one is ready within `wait` seconds; a fresh one is forked from `zygote` when it is
+    ready, exec'd otherwise. `started(child)` is told the worker before the job goes to it:
+    `child.stop()` from another thread ends the run."""
     if (script is None) == (source is None):
         raise ValueError("give either a script path or its source")
     if script is not None:
@@ -62,7 +65,8 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
     if pool is not None and policy is None and pool.running:
         child = pool.acquire(timeout=wait)
     if child is None:
-        child = Child.spawn(policy or (pool.policy if pool is not None else sandbox.Policy()))
+        child = Child.spawn(policy or (pool.policy if pool is not None else sandbox.Policy()),
+                            zygote=zygote)
     if started is not None:
         started(child)
     return trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,

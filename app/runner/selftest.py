@@ -24,6 +24,9 @@ from .child import MAX_LOG, Child
 from .protocol import ALLOWED_ENV, Job
 from .sandbox import identity, namespaces
 from .sandboxed_trace import trace_in
+from .zygote import Zygote
+
+ZYGOTE_WAIT = 180.0  # the fork server imports torch first
 
 __all__ = ["SelfTest", "run_selftest"]
 
@@ -31,8 +34,12 @@ log = logging.getLogger("autograd_lab.runner.selftest")
 PROBE = "app.runner.selftest_worker"
 
 
+# the fork server the probes are forked from, when the server has one (run_selftest)
+_zygote: Zygote | None = None
+
+
 def _probe(policy: sandbox.Policy, job: dict, timeout: float = 20.0, **kw):
-    child = Child.spawn(policy, program=PROBE)
+    child = Child.spawn(policy, program=PROBE, zygote=_zygote)
     uid = child.uid
     outcome = child.execute(Job(extra=job), {}, timeout, start_timeout=30.0, **kw)
     left = identity.processes_of(uid) if uid is not None else []
@@ -131,7 +138,8 @@ print(open('/etc/passwd').read())
 
 def _worker(ctx: dict) -> dict:
     """The real worker (torch, tracer) end to end: it traces, and its sandbox is closed."""
-    doc = trace_in(Child.spawn(sandbox.Policy()), source=_HOSTILE_TRACE, name="selftest.py",
+    doc = trace_in(Child.spawn(sandbox.Policy(), zygote=_zygote), source=_HOSTILE_TRACE,
+                   name="selftest.py",
                  timeout=30)
     err = doc.get("error") or {}
     landlock_on = sandbox.effective(sandbox.Policy())["landlock"]
@@ -158,8 +166,13 @@ _LAYERS = {"landlock": _layer_landlock, "namespaces": _layer_namespaces, "uid": 
            "supervisor": _supervisor}
 
 
-def run_selftest() -> dict:
-    """Try every available layer; returns the report."""
+def run_selftest(zygote: Zygote | None = None) -> dict:
+    """Try every available layer; returns the report. With a `zygote`, the probes are forked
+    from it, as the runs will be (it is waited for until it is ready or has failed)."""
+    global _zygote
+    if zygote is not None:
+        zygote.ready.wait(ZYGOTE_WAIT)
+    _zygote = zygote if zygote is not None and zygote.usable() else None
     started = time.monotonic()
     avail = sandbox.availability()
     outside = tempfile.mkdtemp(prefix="autograd-lab-selftest-")  # root's, 0700 -> 0755
@@ -195,6 +208,8 @@ def run_selftest() -> dict:
         info["checks"] = checks
         if name == "exec":
             info["holds"] = True
+            if zygote is not None:
+                info["detail"] = zygote.describe()
         elif not info["available"]:
             info["holds"] = None
         else:
@@ -226,10 +241,11 @@ class SelfTest:
     """One server's self-test: started once, in the background, its report kept.
 
     `report` is None until it is done; one given to the constructor counts as done (a report
-    from an earlier run, or one a test states)."""
+    from an earlier run, or one a test states). With a `zygote`, the probes go through it."""
 
-    def __init__(self, report: dict | None = None) -> None:
+    def __init__(self, report: dict | None = None, zygote: Zygote | None = None) -> None:
         self._report = report
+        self.zygote = zygote
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -242,7 +258,7 @@ class SelfTest:
         return self
 
     def _run(self) -> None:
-        report = run_selftest()  # logs each layer that is missing or did not hold
+        report = run_selftest(self.zygote)  # logs each layer that is missing or did not hold
         with self._lock:
             self._report = report
 

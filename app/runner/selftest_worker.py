@@ -142,7 +142,11 @@ def main() -> int:
     parser.add_argument("--serve", required=True)
     parser.add_argument("--sandbox", default="{}")
     args = parser.parse_args()
-    run_dir, opts = Path(args.serve), json.loads(args.sandbox)
+    return serve(Path(args.serve), json.loads(args.sandbox))
+
+
+def serve(run_dir: Path, opts: dict) -> int:
+    """Confine, READY, one job of checks, the report (also called in a fork server's child)."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))  # the wall clock: stop at once
     status = {"pid": os.getpid(), "uid": os.getuid()}

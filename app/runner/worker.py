@@ -100,8 +100,9 @@ def _normal_thread_stacks() -> None:
         pass  # not glibc: its own default applies
 
 
-def _prepare() -> None:
-    """Everything the script may use is loaded before the doors close."""
+def prepare() -> None:
+    """Everything the script may use is loaded before the doors close (a fork server calls
+    this once, before it forks any run)."""
     _normal_thread_stacks()
     for var in THREAD_VARS:
         os.environ.setdefault(var, "1")
@@ -136,13 +137,16 @@ def _warm_up(torch) -> None:
         opt.zero_grad()
 
 
-def serve(run_dir: Path, sandbox: dict) -> int:
+def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
+    """One run: import (unless a fork server did: `prepared`), confine, READY, the job."""
     main_pid = os.getpid()
+    signal.signal(signal.SIGTERM, _on_term)
     # a crash in native code (a segfault through ctypes) still names the script's line
     faulthandler.enable(all_threads=False)
     # a write past the file-size limit fails with EFBIG instead of killing the worker
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    _prepare()
+    if not prepared:
+        prepare()
     from app.trace.recorder import RecordingLimits
     from app.trace.tracer import trace_script
 

@@ -54,7 +54,8 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.settings = settings
     app.state.scenarios_dir = scenarios_dir or resource_dir("scenarios")
     app.state.traces = TraceService(settings)
-    app.state.selftest = SelfTest()  # started with the server (lifespan), not with the app
+    # started with the server (lifespan), not with the app; its probes fork as runs do
+    app.state.selftest = SelfTest(zygote=app.state.traces.zygote)
     app.state.classroom = Classroom(settings.max_classes)
     app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
                                settings.store_max_bytes, settings.store_max_run_bytes)

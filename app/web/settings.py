@@ -24,6 +24,7 @@
 | run_memory_mb    | AUTOGRAD_LAB_RUN_MEMORY_MB    | 3072      | memory of a whole run (6)     |
 | allowed_hosts    | AUTOGRAD_LAB_ALLOWED_HOSTS    | (none)    | other names it answers to (4) |
 | max_classes      | AUTOGRAD_LAB_MAX_CLASSES      | 50        | class sessions open at once   |
+| forkserver       | AUTOGRAD_LAB_FORKSERVER       | true      | fork workers from a warm one (10) |
 
 (1) When set, every upload needs it, on loopback too; bound to another address, uploads are
     refused without one (auth.py).
@@ -41,6 +42,9 @@
 (8) Per person: the session cookie the pages set, else the client's address. Past both, 429.
 (9) Lessons (built-in scenarios) have workers, a queue and a cache of their own: they never
     wait behind uploaded code, and uploads run at a lower CPU priority.
+(10) A fork server imports torch once, and each run's worker is forked from it and then
+    confined (app/runner/forkserver.py): a worker starts in ~0.1 s instead of ~3 s of CPU.
+    Needs root; elsewhere, or switched off, every run starts a fresh worker.
 With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
 Booleans are written 1/true/yes/on or 0/false/no/off.
 """
@@ -94,6 +98,7 @@ class Settings:
     allowed_hosts: str = ""
     run_memory_mb: int = 3072
     max_classes: int = 50
+    forkserver: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

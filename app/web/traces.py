@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from app.catalog import Scenario, scenario_args
 from app.format import Trace
 from app.render import RenderError, event_graph, render_graph
-from app.runner import Policy, Pool, ResourceLimits, probe_devices, trace_in_sandbox
+from app.runner import (
+    Policy,
+    Pool,
+    ResourceLimits,
+    Zygote,
+    probe_devices,
+    trace_in_sandbox,
+    zygote_supported,
+)
 
 from .gate import Gate, Stopped
 from .jobs import Job, JobBook
@@ -62,10 +70,11 @@ class Lane:
     pool_size: int
     timeout: float
     pool: Pool | None = None
+    zygote: Zygote | None = None
 
     def start(self) -> None:
         if self.pool_size and self.pool is None:
-            self.pool = Pool(self.pool_size, policy=self.policy).start()
+            self.pool = Pool(self.pool_size, policy=self.policy, zygote=self.zygote).start()
 
     def stop(self) -> None:
         if self.pool is not None:
@@ -76,7 +85,8 @@ class Lane:
             started: Callable | None = None) -> Trace:
         doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
                                timeout=self.timeout, pool=self.pool,
-                               policy=None if self.pool else self.policy, started=started)
+                               policy=None if self.pool else self.policy, started=started,
+                               zygote=self.zygote)
         if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
             raise DeviceError(doc["error"]["message"])
         return doc
@@ -105,12 +115,22 @@ class TraceService:
         # a few waiting, the rest told to come back (Busy), whoever asks for how many drawings
         self.render_gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
+        # one fork server for every lane: workers start in a tenth of a second (zygote.py)
+        self.zygote: Zygote | None = None
+        if settings.forkserver:
+            supported, why = zygote_supported()
+            if supported:
+                self.zygote = self.lessons.zygote = self.uploads.zygote = Zygote()
+            else:
+                log.warning("no fork server: %s", why)
         self.torch_version = _torch_version()
         self.warmed = threading.Event()
 
     def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None) -> None:
         """Start the pools of ready workers (pool_size 0: each run starts a fresh worker) and,
         with `catalog`, trace every lesson in the background."""
+        if self.zygote is not None:
+            self.zygote.start()  # ready in a few seconds; until then workers are exec'd
         self.lessons.start()
         self.uploads.start()
         if catalog is not None and self.settings.warm_lessons:
@@ -122,6 +142,8 @@ class TraceService:
     def stop(self) -> None:
         self.lessons.stop()
         self.uploads.stop()
+        if self.zygote is not None:
+            self.zygote.stop()
 
     def _warm(self, catalog: Callable[[], dict[str, Scenario]]) -> None:
         """Every lesson's every variant at its default options, on the CPU, into the cache."""

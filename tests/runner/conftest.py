@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runner import Policy, Pool, ResourceLimits
+from app.runner import Policy, Pool, ResourceLimits, Zygote, zygote_supported
 from app.runner.sandbox import availability, identity
 
 TEST_LIMITS = ResourceLimits(memory_mb=512, file_size_mb=16, open_files=256, processes=32)
@@ -31,10 +31,23 @@ def needs(*layers: str):
                               "; ".join(missing))
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with Pool(size=2, policy=Policy(limits=TEST_LIMITS)) as p:
-        yield p
+@pytest.fixture(scope="module", params=["forked", "exec"])
+def pool(request):
+    """Workers forked from a fork server (what a server as root uses) and freshly exec'd ones
+    (everywhere else): every hostile script must meet the same sandbox either way."""
+    zygote = None
+    if request.param == "forked":
+        supported, why = zygote_supported()
+        if not supported:
+            pytest.skip(why)
+        zygote = Zygote().start(wait=True)
+        assert zygote.usable(), zygote.failed
+    try:
+        with Pool(size=2, policy=Policy(limits=TEST_LIMITS), zygote=zygote) as p:
+            yield p
+    finally:
+        if zygote is not None:
+            zygote.stop()
 
 
 @pytest.fixture(scope="module")

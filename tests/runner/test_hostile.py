@@ -166,6 +166,8 @@ def test_hostile_script(case: Case, pool, outside, listener):
     assert after["error"] is None, after["error"]
     assert set(after["params"]) == {"weight", "bias"}
     assert leftovers(after) == []
+    # the run met the sandbox the fixture meant: forked from the fork server, or exec'd
+    assert after["sandbox"].get("forked") is (pool.zygote is not None)
 
 
 def test_nan_gradients_are_reported_not_fatal(pool):

@@ -6,14 +6,29 @@ from __future__ import annotations
 
 import pytest
 
-from app.runner import sandbox
+from app.runner import Zygote, sandbox, zygote_supported
 from app.runner.sandbox import identity
 from app.runner.selftest import run_selftest
 
 
-@pytest.fixture(scope="module")
-def report():
-    return run_selftest()
+@pytest.fixture(scope="module", params=["exec", "forked"])
+def report(request):
+    """The self-test with fresh workers, and with workers forked from a fork server (what a
+    root server uses): every layer must hold either way."""
+    if request.param == "exec":
+        return run_selftest()
+    supported, why = zygote_supported()
+    if not supported:
+        pytest.skip(why)
+    zygote = Zygote().start(wait=True)
+    try:
+        assert zygote.usable(), zygote.failed
+        found = run_selftest(zygote)
+        assert "fork server" in found["layers"]["exec"]["detail"]
+        assert zygote.served >= 7  # every probe of a layer was forked from it
+        return found
+    finally:
+        zygote.stop()
 
 
 def test_report_names_every_layer(report):

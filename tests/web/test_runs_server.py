@@ -90,3 +90,29 @@ def test_healthz_shows_the_sandbox_self_test(base):
     assert {"landlock", "namespaces", "rlimits", "supervisor"} <= set(sandbox["layers"])
     assert sandbox["summary"]
     assert sandbox["ok"] == (not sandbox["missing"] and not sandbox["failing"])
+
+
+def test_a_root_server_forks_its_workers_from_the_fork_server(base):
+    """Once the fork server is up (the self-test waits for it and says so), runs are forked
+    from it, confined as an exec'd worker is: their own PID namespace (the worker is PID 1)
+    and a uid of their own."""
+    from app.runner import zygote_supported
+
+    supported, why = zygote_supported()
+    if not supported:
+        pytest.skip(why)
+    deadline = time.monotonic() + 180
+    while True:
+        sandbox = httpx.get(base + "/healthz", timeout=5).json()["sandbox"]
+        if sandbox["state"] == "done" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert "fork server" in sandbox["layers"]["exec"]["detail"], sandbox["layers"]["exec"]
+    forked = []
+    for _ in range(3):  # the pool's first worker may have been exec'd before it was up
+        doc = run(base).json()
+        assert doc["error"] is None
+        forked.append(doc["sandbox"]["forked"])
+    assert forked[-1] is True, forked
+    box = doc["sandbox"]
+    assert box["pid"] == 1 and box["uid"] >= 3_000_000 and box["landlock"]["enforced"]

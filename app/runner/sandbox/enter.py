@@ -91,6 +91,13 @@ def enter(plan: dict) -> None:
     join_cgroups(plan.get("cgroups", []))
     if plan.get("nice"):
         os.nice(plan["nice"])  # only ever lower: the run cannot take it back
+    confine(plan)
+
+
+def confine(plan: dict) -> None:
+    """Everything after the cgroups: the mounts (only in a mount namespace of the run's own),
+    the early limits, the run's uid for good, no_new_privs. The fork server's children call
+    this too, after their own cgroups and namespaces (app/runner/forkserver.py)."""
     limits = ResourceLimits.from_json(plan["limits"])
     uid = plan.get("uid")
     wants_mounts = plan.get("expose") or plan.get("private_shm") or plan.get("private_folder")
