@@ -277,6 +277,11 @@ window.addEventListener("trace-shown", (e) => {
 // the join page (/c/CODE) says which class this tab joins
 const joining = document.getElementById("class-join");
 if (joining) save({ code: joining.dataset.code, role: mine && mine.code === joining.dataset.code ? mine.role : "student", following: true });
+// a student who went to write their own code is exploring on their own: following would take
+// them away from it (the draft is kept, but not their train of thought)
+if (mine && mine.role === "student" && mine.following && !joining && !SHOWABLE.test(location.pathname)) {
+  save({ ...mine, following: false });
+}
 if (mine) {
   connect();
   publish();
