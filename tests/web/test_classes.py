@@ -205,3 +205,20 @@ def test_a_reconnecting_student_gets_what_it_missed_at_once(tmp_path):
         teacher.put(f"/api/classes/{code}/view", json={"path": "/"})
         reader.join(10)
         assert later and later[0]["data"]["view"]["path"] == "/"
+
+
+def test_a_student_sends_a_run_and_the_teacher_sees_it_without_the_students_cookie(room):
+    teacher, student, code = room
+    ran = student.post("/api/runs", json={"source": "import torch\nw = torch.ones(2, "
+                                                    "requires_grad=True)\n(w * 3).sum()"
+                                                    ".backward()\n", "name": "mine.py"})
+    assert ran.status_code == 200, ran.text
+    run_id = ran.json()["run"]["id"]
+    assert student.post(f"/api/classes/{code}/runs", json={"run": run_id}).status_code == 200
+    assert student.post(f"/api/classes/{code}/runs", json={"run": run_id}).status_code == 200
+    sent = teacher.get(f"/api/classes/{code}").json()["submissions"]
+    assert [(s["run"], s["name"], s["link"]) for s in sent] == [
+        (run_id, "mine.py", f"/runs/{run_id}")]  # sent twice, listed once
+    cookie = student.cookies.get("autograd_lab_client")
+    assert cookie not in json.dumps(sent) and sent[0]["by"].startswith("student-")
+    assert "submissions" not in student.get(f"/api/classes/{code}").json()
