@@ -1,32 +1,44 @@
-"""The fork server: `python -m app.runner.forkserver SOCKET`. Started once by the server.
+"""The fork server: `python -m app.runner.forkserver --fd N`. Started once by the server.
 
 A worker spends about 4 s of CPU importing torch and warming it up; thirty students pressing
 Run at once on two cores then wait a minute. This process does that once, and never runs user
-code: it waits on a Unix socket (in a folder only the server's user can enter) and, for each
-request, forks a child that confines itself exactly as a freshly exec'd worker is confined
-(`sandbox/enter.py` for the exec'd path):
+code: it waits on one end of a socket pair whose other end only the server holds (it has no
+name anywhere: no run can connect to it, whatever uid it has) and, for each request, forks a
+child that confines itself exactly as a freshly exec'd worker is confined (`sandbox/enter.py`
+for the exec'd path):
 
     child of the fork server                         (the same layer, fresh-exec path)
     ------------------------------------------------  -----------------------------------------
     stdin/stdout from the supervisor (SCM_RIGHTS);    Popen pipes
     every other descriptor closed; own session        start_new_session
-    joins the run's cgroups, lowers its priority      launcher: join_cgroups, nice
     unshare(net, pid, ipc, mount); mounts private;    `unshare --net --pid --ipc --mount
     forks again: the worker is PID 1 of its PID          --mount-proc --fork --kill-child`
-    namespace, with its own /proc, killed if its
-    parent dies; the parent passes its status on
+    namespace, with its own /proc; the parent
+    (outside the run's cgroup) passes its status on
+    the worker joins the run's cgroups, lowers its    launcher: join_cgroups, nice
+    priority
     expose, private /dev/shm and folder, rlimits,     launcher: enter.confine
-    the run's uid for good, no_new_privs
-    the worker's environment, fresh random seeds      execve with worker_env
+    the run's uid for good, no_new_privs; killed
+    when its parent dies (set again after the uid
+    switch, which clears it)
+    the worker's environment, sys.path[0] and cwd     execve with worker_env, in the run folder
+    the run folder, fresh random seeds (Python,
+    numpy, torch: a fork shares the parent's)
     Landlock, READY, the job                          the worker's serve()
 
 The fork server itself is unconfined (it must create namespaces and switch uids), so it takes
-nothing from anyone but the server: the socket's folder is the server user's, mode 0700, and a
-request is a plan the supervisor built (`child.py`). It forks only while it has one thread
-(checked at start: torch's thread pools are not created with one thread each), so a child never
-inherits a lock held by a thread that does not exist in it. When the supervisor's connection
-ends, the run is killed. A request's reply is the pid of the child; its exit status follows
-when the child ends, as `unshare --fork` reports it (128+N for a signal).
+nothing from anyone but the server: a request is a plan the supervisor built (`child.py`) with
+three descriptors: the run's own socket (for the reply), its stdin and its stdout. It forks
+only while it has one thread (checked at start: torch's thread pools are not created with one
+thread each), so a child never inherits a lock held by a thread that does not exist in it. The
+reply on the run's socket is the child's pid; its exit status follows when the child ends, as
+`unshare --fork` reports it (128+N for a signal). When the supervisor closes a run's socket,
+the run is killed; when the server's end of the pair closes (the server died), every run is
+killed and the fork server exits.
+
+What a fork shares and an exec would not: the fork server's memory layout (library addresses,
+the stack canary) is the same in every run. Nothing in a run parses another run's data, and
+the supervisor is a separate, exec'd process.
 
 Only used where the server is root (namespaces without a user namespace); elsewhere every run
 starts a fresh worker, as the self-test and the page say.
@@ -57,6 +69,7 @@ _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 1
 _PR_SET_PDEATHSIG = 1
 MAX_REQUEST = 256 * 1024
 PROGRAMS = ("worker", "selftest")
+_START_DIR = os.getcwd()  # sys.path[0] of `python -m` (the server starts this in "/")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -85,9 +98,6 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
         signal.set_wakeup_fd(-1)
         os.setsid()
         plan = request["plan"]
-        enter.join_cgroups(plan.get("cgroups", []))
-        if plan.get("nice"):
-            os.nice(plan["nice"])
         if request.get("namespaces"):
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID),
                    "unshare")
@@ -97,11 +107,17 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
             worker = os.fork()
             if worker:
                 _pass_status_on(worker)
-            _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
             _check(_libc.mount(b"proc", b"/proc", b"proc",
                                ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None),
                    "mounting /proc")
+        # the worker (not its waiting parent) is the run: counted, limited and killed with it
+        enter.join_cgroups(plan.get("cgroups", []))
+        if plan.get("nice"):
+            os.nice(plan["nice"])
         enter.confine(plan)
+        if request.get("namespaces"):
+            # the uid switch cleared it: the worker ends with the parent that waits for it
+            _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
         _fresh_process_state(plan)
         run_dir = Path(plan["run_dir"])
         if request["program"] == "selftest":
@@ -111,6 +127,7 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
         else:
             from . import worker
 
+            worker.fresh_seeds()
             code = worker.serve(run_dir, request["sandbox"], prepared=True)
         sys.stdout.flush()
         os._exit(code or 0)
@@ -138,68 +155,75 @@ def _pass_status_on(worker: int) -> None:
 
 
 def _fresh_process_state(plan: dict) -> None:
-    """What an exec would have given the worker: its own environment, its folder as the
-    current directory and temp dir, and random seeds of its own (a fork shares the parent's)."""
+    """What an exec in the run folder would have given the worker: its own environment, the
+    folder as the current directory, first import path and temp dir (a fork keeps the fork
+    server's), and random seeds of its own for Python (numpy's and torch's: worker.py)."""
     os.environ.clear()
     os.environ.update(plan["env"])
     os.chdir(plan["run_dir"])
+    if sys.path and sys.path[0] == _START_DIR:
+        sys.path[0] = plan["run_dir"]
     tempfile.tempdir = None
     random.seed()
-    try:
-        import numpy
-
-        numpy.random.seed()
-    except ImportError:
-        pass
 
 
 # ---- the server loop -------------------------------------------------------------------------
 
 class ForkServer:
-    def __init__(self, path: str) -> None:
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.listener.bind(path)
-        os.chmod(path, 0o600)
-        self.listener.listen(128)
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control  # the server's requests; its end closing means the server died
         self.selector = selectors.DefaultSelector()
-        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.control, selectors.EVENT_READ, "request")
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the loop through the pipe
         self.selector.register(self.wake_r, selectors.EVENT_READ, "children")
-        self.runs: dict[int, socket.socket] = {}  # child pid -> its supervisor's connection
+        self.runs: dict[int, socket.socket] = {}  # child pid -> the run's socket
+        self.running = True
 
     def serve_forever(self) -> None:
-        while True:
+        while self.running:
             for key, _ in self.selector.select():
-                if key.data == "accept":
-                    self._accept()
-                elif key.data == "children":
-                    self._reap()
-                else:
-                    self._hang_up(key.fileobj, key.data)
+                try:
+                    if key.data == "request":
+                        self._request()
+                    elif key.data == "children":
+                        self._reap()
+                    else:
+                        self._hang_up(key.data)
+                except Exception as exc:  # noqa: BLE001 - one bad moment must not end every run
+                    print(f"autograd-lab fork server: {exc!r}", file=sys.stderr, flush=True)
+        self._end_all()
 
-    def _accept(self) -> None:
+    def _request(self) -> None:
         try:
-            conn, _ = self.listener.accept()
+            data, fds, _, _ = socket.recv_fds(self.control, MAX_REQUEST, 3)
         except OSError:
+            data, fds = b"", []
+        if not data and not fds:
+            self.running = False  # the server's end is closed: nobody will ask or listen
             return
+        conn = socket.socket(fileno=fds[0]) if fds else None
         try:
-            data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 2)
             request = json.loads(data)
-            if len(fds) != 2 or request.get("program") not in PROGRAMS:
-                raise ValueError("a request is a plan, a program and two descriptors")
-        except (OSError, ValueError) as exc:
-            self._reply(conn, {"error": str(exc)})
-            conn.close()
+            if len(fds) != 3 or not isinstance(request, dict) or \
+                    request.get("program") not in PROGRAMS:
+                raise ValueError("a request is a plan, a program and three descriptors")
+        except ValueError as exc:
+            if conn is not None:
+                self._reply(conn, {"error": str(exc)})
+                conn.close()
+            for fd in fds[1:]:
+                os.close(fd)
             return
         pid = os.fork()
         if pid == 0:
-            _child(request, fds[0], fds[1])
-        for fd in fds:
-            os.close(fd)
+            self.runs.clear()  # the child keeps nothing of the other runs
+            _child(request, fds[1], fds[2])
+        os.close(fds[1])
+        os.close(fds[2])
         self.runs[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ, pid)
         self._reply(conn, {"pid": pid})
@@ -223,16 +247,23 @@ class ForkServer:
                 self.selector.unregister(conn)
                 conn.close()
 
-    def _hang_up(self, conn: socket.socket, pid: int) -> None:
-        """The supervisor closed its connection (or sent something it should not): the run
-        ends now, whatever it was doing."""
+    def _hang_up(self, pid: int) -> None:
+        """The supervisor closed the run's socket (or sent something it should not): the run
+        ends now, whatever it was doing. Only a child not yet reaped is signalled: its pid
+        (and process group) cannot have been reused."""
+        conn = self.runs.pop(pid, None)
+        if conn is None:
+            return
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.selector.unregister(conn)
         conn.close()
-        self.runs.pop(pid, None)  # reaped later, with no one to tell
+
+    def _end_all(self) -> None:
+        for pid in list(self.runs):
+            self._hang_up(pid)
 
     @staticmethod
     def _reply(conn: socket.socket, message: dict) -> None:
@@ -242,18 +273,24 @@ class ForkServer:
             pass
 
 
-def _raise_stack_and_reexec(argv: list[str]) -> None:
+def _raise_stack_and_reexec(argv: list[str], keep: int) -> None:
     """The worker's main thread needs the launcher's large stack (enter.raise_stack_limit), and
     a stack limit takes effect for the main thread at exec: set it, then exec this again."""
     soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
     if soft == resource.RLIM_INFINITY or soft >= enter.STACK_BYTES:
         return
     enter.raise_stack_limit()
+    os.set_inheritable(keep, True)
     os.execv(sys.executable, [sys.executable, "-m", "app.runner.forkserver", *argv])
 
 
 def main(argv: list[str]) -> int:
-    _raise_stack_and_reexec(argv)
+    if len(argv) != 2 or argv[0] != "--fd" or not argv[1].isdigit():
+        print("usage: python -m app.runner.forkserver --fd N (started by the server)",
+              file=sys.stderr)
+        return 2
+    fd = int(argv[1])
+    _raise_stack_and_reexec(argv, fd)
     from . import (
         selftest_worker,  # noqa: F401 - the self-test's probes fork from here too
         worker,
@@ -266,9 +303,9 @@ def main(argv: list[str]) -> int:
               "would copy their locks but not them, so this server does not fork",
               file=sys.stderr, flush=True)
         return 70
-    server = ForkServer(argv[0])
+    server = ForkServer(socket.socket(fileno=fd))
     print(ready_line({"pid": os.getpid(), "threads": threads}), flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "running", False))
     server.serve_forever()
     return 0
 

@@ -125,6 +125,19 @@ def prepare() -> None:
     _warm_up(torch)
 
 
+def fresh_seeds() -> None:
+    """Random seeds of the run's own, as a freshly started interpreter has: a fork server's
+    children would otherwise all draw the same numbers (forkserver.py calls this)."""
+    import random
+
+    import numpy
+    import torch
+
+    random.seed()
+    numpy.random.seed()
+    torch.seed()
+
+
 def _warm_up(torch) -> None:
     """One optimizer step of each common kind on a throwaway parameter: the first step imports
     torch._dynamo, sympy and ~800 other modules (about 2 s), which would otherwise land in the

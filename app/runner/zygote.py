@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -78,31 +76,32 @@ class ForkedProcess:
 
 
 class Zygote:
-    """One fork server process, owned by the server."""
+    """One fork server process, owned by the server. It is reached through one end of a socket
+    pair that only the server holds: it has no name a run could connect to."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
-        self.folder: Path | None = None
+        self.control: socket.socket | None = None
         self.ready = threading.Event()
         self.failed = ""  # why it is not running, when it is not
         self.served = 0
         self._tail = bytearray()
-
-    @property
-    def path(self) -> str:
-        return str(self.folder / "socket")
+        self._send_lock = threading.Lock()  # one request at a time on the control socket
 
     def usable(self) -> bool:
         return self.ready.is_set() and self.proc is not None and self.proc.poll() is None
 
     def start(self, wait: bool = False) -> Zygote:
         """Start the fork server; it is ready once it has imported torch (a few seconds)."""
-        self.folder = Path(tempfile.mkdtemp(prefix="autograd-lab-forkserver-"))  # mode 0700
-        env = worker_env(self.folder)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.runner.forkserver", self.path], cwd=self.folder,
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True)
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "app.runner.forkserver", "--fd", str(theirs.fileno())],
+                cwd="/", env=worker_env(Path("/nonexistent")), pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        finally:
+            theirs.close()
         threading.Thread(target=self._read, daemon=True,
                          name="autograd-lab-forkserver-output").start()
         if wait:
@@ -132,35 +131,36 @@ class Zygote:
             raise ZygoteUnavailable(self.failed or "the fork server is not ready")
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            conn.settimeout(REPLY_TIMEOUT)
-            conn.connect(self.path)
-            socket.send_fds(conn, [json.dumps(request).encode()], [stdin_r, out_w])
-            reply = json.loads(conn.recv(4096) or b"{}")
+            mine.settimeout(REPLY_TIMEOUT)
+            with self._send_lock:
+                socket.send_fds(self.control, [json.dumps(request).encode()],
+                                [theirs.fileno(), stdin_r, out_w])
+            reply = json.loads(mine.recv(4096) or b"{}")
         except (OSError, ValueError) as exc:
-            conn.close()
-            for fd in (stdin_r, stdin_w, out_r, out_w):
+            mine.close()
+            for fd in (stdin_w, out_r):
                 os.close(fd)
             raise ZygoteUnavailable(f"the fork server did not answer: {exc}") from exc
         finally:
-            for fd in (stdin_r, out_w):  # the child's ends: it has them now
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            theirs.close()  # the fork server has its own copies of these three now
+            for fd in (stdin_r, out_w):
+                os.close(fd)
         if not isinstance(reply.get("pid"), int):
-            conn.close()
+            mine.close()
             os.close(stdin_w)
             os.close(out_r)
             raise ZygoteUnavailable(f"the fork server refused: {reply.get('error')}")
-        conn.settimeout(None)
+        mine.settimeout(None)
         self.served += 1
-        return ForkedProcess(reply["pid"], conn, os.fdopen(stdin_w, "wb"),
+        return ForkedProcess(reply["pid"], mine, os.fdopen(stdin_w, "wb"),
                              os.fdopen(out_r, "rb"))
 
     def stop(self) -> None:
         self.failed = self.failed or "stopped"
+        if self.control is not None:
+            self.control.close()  # the fork server kills what runs and ends
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -168,8 +168,6 @@ class Zygote:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
 
     def describe(self) -> str:
         if self.usable():

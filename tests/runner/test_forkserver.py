@@ -1,0 +1,140 @@
+"""The fork server (app/runner/forkserver.py): its children are as fresh as an exec'd worker
+(random seeds, environment, descriptors), no run can reach it, and it does not outlive the
+server that started it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.runner import Policy, Zygote, zygote_supported
+from app.runner.child import Child
+from app.runner.sandboxed_trace import trace_in
+
+pytestmark = pytest.mark.skipif(not zygote_supported()[0], reason=zygote_supported()[1])
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    z = Zygote().start(wait=True)
+    assert z.usable(), z.failed
+    yield z
+    z.stop()
+
+
+def forked_run(zygote: Zygote, source: str, policy: Policy | None = None,
+               timeout: float = 20) -> dict:
+    child = Child.spawn(policy or Policy(), zygote=zygote)
+    assert child.forked
+    return trace_in(child, source=source, name="probe.py", timeout=timeout)
+
+
+def test_each_run_draws_its_own_random_numbers(zygote):
+    source = ("import random, numpy, torch\n"
+              "print(random.random(), numpy.random.rand(), torch.rand(1).item(), "
+              "torch.initial_seed())\n")
+    outputs = [forked_run(zygote, source)["stdout"] for _ in range(3)]
+    columns = list(zip(*(line.split() for line in outputs), strict=True))
+    for values in columns:  # Python's, numpy's, torch's numbers and torch's seed
+        assert len(set(values)) == 3, columns
+
+
+def test_a_forked_worker_holds_no_descriptor_of_the_fork_server(zygote):
+    source = "import os\nprint(sorted(int(n) for n in os.listdir('/proc/self/fd')))\n"
+    doc = forked_run(zygote, source)
+    # stdin, stdout, stderr, and the descriptor listdir itself opened
+    # (no backward: the run's error is NoGraph, and its output is all this asks for)
+    assert doc["error"]["type"] == "NoGraph" and len(eval(doc["stdout"])) <= 4, doc["stdout"]
+
+
+ROOT_RUN_REACHES_FOR_THE_FORK_SERVER = r"""
+import ctypes, os, socket
+found = []
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        if int(pid) != os.getpid() and \
+                b'app.runner.forkserver' in open(f'/proc/{pid}/cmdline', 'rb').read():
+            found.append(int(pid))
+    except OSError:
+        pass
+print('fork server pids seen:', found)
+for pid in found:  # a socket named on its command line?
+    for arg in open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0'):
+        if arg.startswith(b'/') and os.path.exists(arg):
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                s.connect(arg)
+                socket.send_fds(s, [b'{}'], [0, 1, 1])
+                print('REACHED the fork server at', arg)
+            except OSError:
+                pass
+libc = ctypes.CDLL(None, use_errno=True)
+got = []
+for pid in found:
+    for fd in range(3, 64):
+        try:  # open its descriptors through /proc
+            got.append(os.open(f'/proc/{pid}/fd/{fd}', os.O_RDWR))
+        except OSError:
+            pass
+    pidfd = libc.syscall(434, pid, 0)  # pidfd_open
+    if pidfd >= 0:
+        for fd in range(3, 64):
+            stolen = libc.syscall(438, pidfd, fd, 0)  # pidfd_getfd
+            if stolen >= 0:
+                got.append(stolen)
+for fd in got:
+    try:
+        s = socket.socket(fileno=fd)
+        socket.send_fds(s, [b'{}'], [0, 1, 1])
+        print('REACHED the fork server through', fd)
+    except OSError:
+        pass
+print('reached', len(got))
+"""
+
+
+def test_a_run_left_as_root_cannot_reach_the_fork_server(zygote):
+    """The fork server's only way in is a socket pair the server holds: it has no name. A run
+    that keeps root (no uid of its own, no namespaces: the weakest sandbox this code makes)
+    finds its process but gets none of its descriptors (Landlock refuses ptrace-class access
+    to processes outside the run)."""
+    policy = Policy(namespaces=False, own_uid=False)
+    doc = forked_run(zygote, ROOT_RUN_REACHES_FOR_THE_FORK_SERVER, policy)
+    assert doc["error"]["type"] == "NoGraph", doc["error"]  # it ran to the end: no backward
+    assert "fork server pids seen: [" in doc["stdout"]
+    assert "REACHED" not in doc["stdout"] and "reached 0" in doc["stdout"], doc["stdout"]
+    assert doc["sandbox"]["uid"] == 0  # it really was root
+
+
+def test_the_fork_server_ends_with_the_server_and_takes_its_runs_along():
+    """A server that dies closes its end of the socket pair: the fork server kills what runs
+    and exits, rather than live on as a root orphan."""
+    z = Zygote().start(wait=True)
+    assert z.usable(), z.failed
+    child = Child.spawn(Policy(), zygote=z)
+    assert child.wait_ready(30)
+    proc = child.proc
+    z.control.close()  # what the kernel does to a dead server's descriptors
+    try:
+        z.proc.wait(timeout=10)
+        proc.wait(timeout=10)
+    finally:
+        child.discard()
+        z.stop()
+    assert z.proc.returncode == 0
+    assert proc.returncode is not None
+
+
+def test_a_forked_run_is_faster_to_start_than_an_exec_d_one(zygote):
+    """Not a timing assertion on the machine's speed: the same small script, forked and exec'd,
+    in the same test, and the forked one must not be the slower (bench/classroom.py has the
+    figures)."""
+    source = "import torch\nw = torch.ones(2, requires_grad=True)\n(w * w).sum().backward()\n"
+    t0 = time.monotonic()
+    forked_run(zygote, source)
+    forked = time.monotonic() - t0
+    t0 = time.monotonic()
+    trace_in(Child.spawn(Policy()), source=source, name="probe.py", timeout=20)
+    fresh = time.monotonic() - t0
+    assert forked < fresh, (forked, fresh)
