@@ -30,9 +30,13 @@ MAX_QUERY = 2000
 MAX_CHOICES = 12
 MAX_TEXT = 300
 MAX_SUBMISSIONS = 200
+MAX_ANSWERS = 1000  # per question: a class, not a poll of the internet
+STREAMS_PER_CLIENT = 4  # a student's tabs in one class
+STREAMS_PER_CLASS = 500
+STREAMS_IN_ALL = 3000
 # the pages a class can be shown: the index, a scenario, a stored run
 VIEW_PATH = re.compile(r"/|/scenarios/[a-z][a-z0-9_]{0,63}|/runs/[A-Za-z0-9_-]{1,64}")
-QUERY = re.compile(r"[A-Za-z0-9_.,~%=&+-]*")
+QUERY = re.compile(r"[A-Za-z0-9_.,~%=&+*-]*")  # what URLSearchParams leaves unescaped
 
 
 class ClassError(ValueError):
@@ -48,8 +52,9 @@ def check_view(path: str, query: str) -> dict:
     if not isinstance(path, str) or not VIEW_PATH.fullmatch(path):
         raise ClassError(422, "a class can be shown the index (/), a scenario "
                               "(/scenarios/NAME) or a run (/runs/ID)")
-    query = (query or "").removeprefix("?")
-    if not isinstance(query, str) or len(query) > MAX_QUERY or not QUERY.fullmatch(query):
+    query = "" if query is None else query
+    if not isinstance(query, str) or len(query) > MAX_QUERY or \
+            not QUERY.fullmatch(query := query.removeprefix("?")):
         raise ClassError(422, f"the view's query must be a URL query of at most {MAX_QUERY} "
                               "characters")
     return {"path": path, "query": query}
@@ -72,20 +77,32 @@ class ClassSession:
     question: dict | None = None  # {id, prompt, choices, answer, revealed}
     answers: dict[str, int] = field(default_factory=dict)  # client key -> choice
     submissions: list[dict] = field(default_factory=list)
-    followers: set[int] = field(default_factory=set)  # ids of open streams of following students
-    audience: int = 0  # changes of the followers' count
+    followers: dict[str, int] = field(default_factory=dict)  # following student -> streams
+    streams: dict[str, int] = field(default_factory=dict)  # client -> open event streams
+    audience: int = 0  # changes only the teacher sees: the followers' count, the tally
     ended: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _teacher_changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    # ---- changes (each one wakes every stream) ----------------------------------------------
+    # ---- changes ------------------------------------------------------------------------------
 
     def _bump(self) -> None:
+        """A change every reader sees: every stream wakes."""
         self.version += 1
-        self._wake()
-
-    def _wake(self) -> None:
         self.touched = time.monotonic()
         woken, self._changed = self._changed, asyncio.Event()
+        woken.set()
+        self._wake_teacher()
+
+    def _bump_teacher(self) -> None:
+        """A change only the teacher sees (a count, the tally): the students' streams sleep on,
+        so a hundred students joining is not a hundred times a hundred events."""
+        self.audience += 1
+        self.touched = time.monotonic()
+        self._wake_teacher()
+
+    def _wake_teacher(self) -> None:
+        woken, self._teacher_changed = self._teacher_changed, asyncio.Event()
         woken.set()
 
     def mark(self, client: str) -> int:
@@ -113,6 +130,8 @@ class ClassSession:
         return self.question
 
     def answer(self, client: str, question_id: object, choice: object) -> None:
+        if client == self.teacher:
+            raise ClassError(409, "the teacher asks; the students answer")
         q = self.question
         if q is None or question_id != q["id"]:
             raise ClassError(409, "that question is no longer asked: the page shows the new one")
@@ -121,8 +140,10 @@ class ClassSession:
         if not isinstance(choice, int) or isinstance(choice, bool) or \
                 not 0 <= choice < len(q["choices"]):
             raise ClassError(422, "pick one of the choices")
+        if client not in self.answers and len(self.answers) >= MAX_ANSWERS:
+            raise ClassError(429, f"this question has {MAX_ANSWERS} answers already")
         self.answers[client] = choice
-        self._bump()
+        self._bump_teacher()
 
     def reveal(self) -> None:
         if self.question is None:
@@ -149,16 +170,38 @@ class ClassSession:
         self.ended = True
         self._bump()
 
-    def follow(self, stream: int, following: bool) -> None:
-        before = len(self.followers)
+    def open_stream(self, client: str, following: bool, in_all: int) -> None:
+        """Count a reader's event stream in (ClassError 429 past the caps)."""
+        if self.streams.get(client, 0) >= STREAMS_PER_CLIENT:
+            raise ClassError(429, f"this browser has {STREAMS_PER_CLIENT} pages following this "
+                                  "class already: close one")
+        if sum(self.streams.values()) >= STREAMS_PER_CLASS or in_all >= STREAMS_IN_ALL:
+            raise ClassError(429, "this class (or this server) has as many followers as it "
+                                  "can serve")
+        self.streams[client] = self.streams.get(client, 0) + 1
         if following:
-            self.followers.add(stream)
+            self._follow(client, +1)
+
+    def close_stream(self, client: str, following: bool) -> None:
+        left = self.streams.get(client, 0) - 1
+        if left > 0:
+            self.streams[client] = left
         else:
-            self.followers.discard(stream)
+            self.streams.pop(client, None)
+        if following:
+            self._follow(client, -1)
+
+    def _follow(self, client: str, step: int) -> None:
+        """Followers are people (client keys), not tabs: the count changes only when one
+        starts or stops following."""
+        before = len(self.followers)
+        count = self.followers.get(client, 0) + step
+        if count > 0:
+            self.followers[client] = count
+        else:
+            self.followers.pop(client, None)
         if len(self.followers) != before:
-            # only the teacher's page shows the count: students are not sent anything
-            self.audience += 1
-            self._wake()
+            self._bump_teacher()
 
     # ---- what a reader sees -----------------------------------------------------------------
 
@@ -188,9 +231,11 @@ class ClassSession:
 
     async def changed(self, client: str, after: int, timeout: float) -> bool:
         """Wait until `client`'s mark is past `after` (True) or `timeout` passes (False)."""
+        teacher = client == self.teacher
         while self.mark(client) <= after and not self.ended:
+            event = self._teacher_changed if teacher else self._changed
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                await asyncio.wait_for(event.wait(), timeout)
             except TimeoutError:
                 return False
         return True
@@ -198,7 +243,7 @@ class ClassSession:
 
 def _alias(client: str) -> str:
     """A short stable name for a student (their cookie is a secret: never show it)."""
-    return "student-" + hashlib.sha256(client.encode()).hexdigest()[:4]
+    return "student-" + hashlib.sha256(client.encode()).hexdigest()[:6]
 
 
 class Classroom:
@@ -208,7 +253,7 @@ class Classroom:
         self.max_sessions = max_sessions
         self.idle_seconds = idle_hours * 3600
         self.sessions: dict[str, ClassSession] = {}
-        self._streams = 0
+        self.open_streams = 0  # event streams of every class, for the server-wide cap
 
     def start(self, teacher: str) -> ClassSession:
         self._expire()
@@ -241,10 +286,6 @@ class Classroom:
     def end(self, session: ClassSession) -> None:
         session.end()
         self.sessions.pop(session.code, None)
-
-    def new_stream(self) -> int:
-        self._streams += 1
-        return self._streams
 
     def _new_code(self) -> str:
         while True:

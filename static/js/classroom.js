@@ -93,13 +93,17 @@ function publish() {
   publishTimer = setTimeout(async () => {
     const answer = await call("PUT", `/api/classes/${mine.code}/view`,
       { path: location.pathname, query: location.search.replace(/^\?/, "") });
-    if (!answer.ok && (answer.status === 404 || answer.status === 403 || answer.status === 409)) leave("The class has ended.");
+    if (answer.ok) return;
+    if (answer.status === 404 || answer.status === 403 || answer.status === 409) leave("The class has ended.");
+    else say(`The class was not shown this view: ${(answer.data && answer.data.detail) || `HTTP ${answer.status}`}`);
   }, 40);
 }
 
 async function ask(question) {
-  const answer = await call("POST", `/api/classes/${mine.code}/question`,
-    { prompt: question.prompt, choices: question.choices, answer: question.answer });
+  // the lesson's own question is asked by name: its answer is not in the page
+  const body = question.lesson ? { lesson: question.lesson } :
+    { prompt: question.prompt, choices: question.choices, answer: question.answer };
+  const answer = await call("POST", `/api/classes/${mine.code}/question`, body);
   if (!answer.ok) say(`Could not ask: ${(answer.data && answer.data.detail) || answer.status}`);
 }
 
@@ -125,7 +129,13 @@ function setFollowing(on) {
 
 async function answerQuestion(choice) {
   const answer = await call("POST", `/api/classes/${mine.code}/answer`, { question: state.question.id, choice });
-  if (!answer.ok) say(`Your answer was not taken: ${(answer.data && answer.data.detail) || answer.status}`);
+  if (!answer.ok) {
+    say(`Your answer was not taken: ${(answer.data && answer.data.detail) || answer.status}`);
+    return;
+  }
+  // only the teacher's page is sent the tally: this page marks the answer itself
+  if (state.question) state.question.mine = choice;
+  render();
 }
 
 async function sendRun(runId) {
@@ -284,5 +294,9 @@ if (mine && mine.role === "student" && mine.following && !joining && !SHOWABLE.t
 }
 if (mine) {
   connect();
-  publish();
+  // a page opened from within this app is shown to the class; one another site sent this tab
+  // to (or a typed address) is not, until the teacher changes something on it
+  let fromHere = false;
+  try { fromHere = Boolean(document.referrer) && new URL(document.referrer).origin === location.origin; } catch { /* none */ }
+  if (fromHere) publish();
 }

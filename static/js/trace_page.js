@@ -274,7 +274,8 @@ function render() {
   $("replay-stop").disabled = view.step === null;
   updateExports(subject, run, shown ? shown.index : null, Boolean(doc));
   // classroom.js asks the class about what is shown
-  window.dispatchEvent(new CustomEvent("trace-shown", { detail: { doc, event: ev, lesson: page.class_question || null } }));
+  window.dispatchEvent(new CustomEvent("trace-shown", { detail: { doc, event: ev,
+    lesson: page.class_question ? { ...page.class_question, lesson: page.scenario.name } : null } }));
   const url = viewUrl(subject, run, view);
   if (doc) writeUrl(url);
   $("permalink").value = location.origin + url;

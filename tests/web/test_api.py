@@ -263,3 +263,28 @@ def test_a_browser_gets_a_session_cookie_once_for_its_fair_share(tiny_dir, setti
         assert "SameSite=Lax" in first
         assert "set-cookie" not in c.get("/own-code").headers  # it has one now: kept
         assert c.cookies.get(COOKIE)
+
+
+def test_a_made_up_cookie_is_nobody_and_is_replaced(tiny_dir, settings):
+    """Cookies are signed by the server: an invented one does not make a new person (in the
+    run queue, in a class's tally), and a browser that sends one gets a real one."""
+    from fastapi.testclient import TestClient
+    from starlette.requests import Request
+
+    from app.web.app import create_app
+    from app.web.clients import COOKIE, client_key, new_cookie_value
+
+    def key(cookie: str) -> str:
+        scope = {"type": "http", "headers": [(b"cookie", f"{COOKIE}={cookie}".encode())],
+                 "client": ("10.1.2.3", 5000)}
+        return client_key(Request(scope))
+
+    real = new_cookie_value()
+    assert key(real).startswith("cookie:")
+    token, sig = real.split(".")
+    for forged in ("x" * 30, f"{token}.{'A' * 22}", f"{'B' * 24}.{sig}", token):
+        assert key(forged) == "address:10.1.2.3", forged
+    with TestClient(create_app(settings(), scenarios_dir=tiny_dir)) as c:
+        c.cookies.set(COOKIE, "made-up-" + "x" * 20)
+        given = c.get("/").headers.get("set-cookie", "")
+        assert given.startswith(f"{COOKIE}=") and "made-up" not in given

@@ -4,6 +4,7 @@ and every bad input refused with a sentence (the browser tests drive the pages).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -63,6 +64,7 @@ def test_only_the_teacher_changes_the_class(room):
     {"path": "javascript:alert(1)"}, {"path": "/runs/../../etc/passwd"},
     {"path": "/scenarios/x", "query": "a=<script>"}, {"path": "/", "query": "a=1\r\nSet-Cookie: x"},
     {"path": "/", "query": "a=" + "1" * 3000}, {"path": 7}, {"path": "/docs"}, {},
+    {"path": "/", "query": 5}, {"path": "/", "query": ["a=1"]},
 ])
 def test_a_view_must_be_one_of_this_apps_pages(room, view):
     teacher, student, code = room
@@ -170,6 +172,39 @@ def events(base: str, code: str, cookies: dict, last: str | None, want: int, out
         return
 
 
+def test_streams_are_capped_per_browser_and_followers_are_people(tmp_path):
+    """Four streams of one browser are its tabs; a fifth is refused (429). Two tabs of one
+    student are one follower; odd Last-Event-IDs are ignored, never a 500."""
+    with serve(tmp_path, name="classes-caps", POOL_SIZE="0", SELFTEST="false",
+               WARM_LESSONS="false") as base:
+        teacher = httpx.Client(base_url=base, timeout=10)
+        teacher.get("/")
+        code = teacher.post("/api/classes", json={}).json()["code"]
+        student = httpx.Client(base_url=base, timeout=10)
+        student.get("/")
+        url = f"{base}/api/classes/{code}/events"
+        streams = []
+        try:
+            for last in (b"", b"\xb2", b"9" * 5000, b"12"):
+                r = student.send(student.build_request(
+                    "GET", url, headers={"Last-Event-ID": last} if last else {}), stream=True)
+                assert r.status_code == 200
+                streams.append(r)
+            fifth = student.get(url)
+            assert fifth.status_code == 429 and "close one" in fifth.json()["detail"]
+            deadline = time.monotonic() + 5
+            while teacher.get(f"/api/classes/{code}").json()["followers"] != 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            for r in streams:
+                r.close()
+        deadline = time.monotonic() + 5
+        while teacher.get(f"/api/classes/{code}").json()["followers"] != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
 def test_a_reconnecting_student_gets_what_it_missed_at_once(tmp_path):
     with serve(tmp_path, name="classes-sse", POOL_SIZE="0", SELFTEST="false",
                WARM_LESSONS="false") as base:
@@ -222,3 +257,38 @@ def test_a_student_sends_a_run_and_the_teacher_sees_it_without_the_students_cook
     cookie = student.cookies.get("autograd_lab_client")
     assert cookie not in json.dumps(sent) and sent[0]["by"].startswith("student-")
     assert "submissions" not in student.get(f"/api/classes/{code}").json()
+
+
+def test_the_lessons_own_question_keeps_its_answer_on_the_server(room):
+    """A scenario's CLASS_QUESTION is asked by name; the answer is neither in the page nor in
+    what a student is sent before the reveal."""
+    from app.catalog import load_catalog
+    from tests.conftest import SCENARIOS
+
+    teacher, student, code = room
+    lesson = load_catalog(SCENARIOS)["reused_layer"].class_question
+    page = student.get("/scenarios/reused_layer").text
+    data = json.loads(re.search(r'<script type="application/json" id="page-data">(.*?)</script>',
+                                page, re.S).group(1))
+    assert data["class_question"] == {"prompt": lesson["prompt"], "choices": lesson["choices"]}
+    asked = teacher.post(f"/api/classes/{code}/question", json={"lesson": "reused_layer"})
+    assert asked.status_code == 200, asked.text
+    q = student.get(f"/api/classes/{code}").json()["question"]
+    assert (q["prompt"], q["choices"]) == (lesson["prompt"], lesson["choices"])
+    assert "answer" not in q
+    assert teacher.get(f"/api/classes/{code}").json()["question"]["answer"] == lesson["answer"]
+    missing = teacher.post(f"/api/classes/{code}/question", json={"lesson": "custom_function"})
+    assert missing.status_code == 404  # that lesson has no question of its own
+    # the teacher asks; only students answer
+    assert teacher.post(f"/api/classes/{code}/answer",
+                        json={"question": q["id"], "choice": 1}).status_code == 409
+
+
+def test_an_oversized_or_bottomless_body_is_refused_not_a_500(room):
+    teacher, student, code = room
+    big = student.post(f"/api/classes/{code}/answer", content=b"[" + b"1," * 20000 + b"1]",
+                       headers={"Content-Type": "application/json"})
+    assert big.status_code == 413 and "16384" in big.json()["detail"]
+    deep = teacher.put(f"/api/classes/{code}/view", content=b"[" * 10000,
+                       headers={"Content-Type": "application/json"})
+    assert deep.status_code == 422 and deep.json()["detail"]

@@ -20,9 +20,13 @@ SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().back
 LIMIT = 60  # the upload limit here: the loops would hold their workers that long
 
 
-def person(name: str) -> httpx.Client:
-    """A browser of its own: its session cookie is who it is, for the fair share."""
-    return httpx.Client(cookies={"autograd_lab_client": f"{name}-" + "x" * 20}, timeout=120)
+def person(base: str) -> httpx.Client:
+    """A browser of its own: the session cookie its first page gave it is who it is, for the
+    fair share (a made-up cookie would count as none: see test_a_made_up_cookie_is_nobody)."""
+    client = httpx.Client(timeout=120)
+    client.get(base + "/")
+    assert client.cookies.get("autograd_lab_client")
+    return client
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ def wait_for(predicate, timeout: float = 60) -> None:
 
 
 def test_lessons_first_fair_shares_and_stop(base):
-    alice, bob, carol = person("alice"), person("bob"), person("carol")
+    alice, bob, carol = person(base), person(base), person(base)
     loops_started = time.monotonic()
     loop_a, loop_b = start(alice, base, LOOP), start(bob, base, LOOP)
     wait_for(lambda: status(alice, base, loop_a["id"])["state"] == "running"

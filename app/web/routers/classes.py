@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -26,11 +27,14 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from ..auth import check_teacher
 from ..classroom import ClassError
 from ..clients import client_key
+from ..deps import get_catalog
 
 router = APIRouter(tags=["classes"])
 
 PING_SECONDS = 15  # a comment line now and then: proxies and phones keep the stream open
 RETRY_MS = 1000  # how soon a browser reconnects after losing the stream
+MAX_BODY = 16 * 1024  # a view, a question or an answer is a few hundred bytes
+_EVENT_ID = re.compile(r"[0-9]{1,18}")
 
 
 def _classroom(request: Request):
@@ -38,9 +42,18 @@ def _classroom(request: Request):
 
 
 async def _body(request: Request) -> dict:
+    """The request's JSON object, read no further than MAX_BODY bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise ClassError(413, f"a class request is at most {MAX_BODY} bytes")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > MAX_BODY:
+            raise ClassError(413, f"a class request is at most {MAX_BODY} bytes")
     try:
-        body = await request.json()
-    except ValueError:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
         body = None
     if not isinstance(body, dict):
         raise ClassError(422, "send a JSON object")
@@ -72,14 +85,13 @@ async def class_events(request: Request, code: str, following: bool = True):
     session = classroom.get(code)
     client = client_key(request)
     last = request.headers.get("last-event-id", "")
-    seen = int(last) if last.isdigit() else -1
-    stream = classroom.new_stream()
-    student = client != session.teacher
+    seen = int(last) if _EVENT_ID.fullmatch(last) else -1
+    following = following and client != session.teacher
+    session.open_stream(client, following, classroom.open_streams)  # 429 past the caps
+    classroom.open_streams += 1
 
     async def events():
         nonlocal seen
-        if student:
-            session.follow(stream, following)
         try:
             while not session.ended:
                 if session.mark(client) > seen:
@@ -90,7 +102,8 @@ async def class_events(request: Request, code: str, following: bool = True):
             yield ServerSentEvent(data=json.dumps(session.snapshot(client)),
                                   id=str(session.mark(client)), event="ended")
         finally:
-            session.follow(stream, False)
+            session.close_stream(client, following)
+            classroom.open_streams -= 1
 
     return EventSourceResponse(events(), ping=PING_SECONDS, send_timeout=10,
                                headers={"Cache-Control": "no-store"})
@@ -108,6 +121,13 @@ async def show_view(request: Request, code: str) -> dict:
 async def ask(request: Request, code: str) -> dict:
     session = _classroom(request).teaching(code, client_key(request))
     body = await _body(request)
+    if "lesson" in body:
+        # a scenario's own CLASS_QUESTION: its answer stays on the server until the reveal
+        scenario = get_catalog(request).get(str(body["lesson"]))
+        asked = scenario.class_question if scenario else None
+        if asked is None:
+            raise ClassError(404, f"no lesson {str(body['lesson'])[:64]!r} with a question")
+        body = asked
     question = session.ask(body.get("prompt"), body.get("choices"), body.get("answer"))
     return {"id": question["id"], "version": session.version}
 

@@ -37,7 +37,10 @@ def scenario_page(request: Request, scenario: ScenarioDep, catalog: CatalogDep):
                   "next": catalog[names[at + 1]].summary() if at + 1 < len(names) else None}
     return _page(request, "scenario.html", scenario=scenario.summary(),
                  narration=scenario.narration, steps=scenario.steps,
-                 class_question=scenario.class_question,
+                 # the page names the lesson's question; its answer stays on the server
+                 class_question={"prompt": scenario.class_question["prompt"],
+                                 "choices": scenario.class_question["choices"]}
+                 if scenario.class_question else None,
                  source=scenario.path.read_text(encoding="utf-8"), **neighbours)
 
 
