@@ -30,6 +30,24 @@ def _lines(escapes) -> str:
     return "; ".join(parts)
 
 
+def _not_drawn(line: int | None, calls: list[str]) -> str:
+    """One line's calls that compute gradients this tracer does not draw, said plainly."""
+    where = f"at line {line}" if line else "in the script"
+    names = set(calls)
+    if {"torch.func.vmap", "torch.func.grad"} <= names or {"torch.vmap", "torch.func.grad"} \
+            <= names:
+        what = "per-sample gradients via `torch.func.vmap(grad(...))`"
+    elif any(c.startswith("torch.autograd.forward_ad") for c in calls):
+        what = "forward-mode AD (`torch.autograd.forward_ad`)"
+    else:
+        what = ", ".join(f"`{c}`" for c in calls)
+    why = ("forward mode builds no backward graph" if "forward-mode" in what else
+           "torch's own backward passes are not drawn"
+           if all(c.startswith("torch.autograd.functional") for c in calls) else
+           "torch.func transforms leave no grad_fn graph to record")
+    return f"{what} {where}: computed, not drawn ({why})."
+
+
 def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torch.Tensor, str]],
              custom_results: dict[str, dict]) -> list[dict]:
     out: list[dict] = []
@@ -112,6 +130,8 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                          f"and {recorder.limits.max_step_events} optimizer steps are recorded; "
                          f"{skipped['backward']} more backward passes and {skipped['step']} more "
                          "steps ran unrecorded."))
+    for line, calls in recorder.unrecorded.items():
+        out.append(_diag("not_drawn", "info", _not_drawn(line, calls)))
     for problem in recorder.internal_errors[:5]:
         out.append(_diag("tracer_error", "warning",
                          f"autograd-lab could not record part of this run ({problem}); the "

@@ -3,12 +3,15 @@
 Intercepted: `Tensor.backward`, `torch.autograd.backward`, `torch.autograd.grad`, every
 optimizer's `step` (through torch's global step hooks), every module call (global forward
 hooks), `Function.apply`, and every torch operation (a TorchFunctionMode), with anomaly-mode
-metadata on so each node knows the script line that created it.
+metadata on so each node knows the script line that created it. Calls that compute gradients
+without a graph this tracer records (`torch.func` transforms, forward-mode AD,
+`torch.autograd.functional`) are only noted, with their line (`UNRECORDED`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from typing import Any
@@ -52,6 +55,49 @@ class _OpMode(TorchFunctionMode):
         except Exception as exc:  # noqa: BLE001 - never break the script for our bookkeeping
             self.recorder._internal_error("watching an operation", exc)
         return out
+
+
+# (module, attribute, how the note names it): computed by the script, never drawn
+UNRECORDED = [
+    ("torch.func", name, f"torch.func.{name}") for name in
+    ("grad", "grad_and_value", "vmap", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
+     "linearize")
+] + [("torch", "vmap", "torch.vmap")] + [
+    ("torch.autograd.forward_ad", name, f"torch.autograd.forward_ad.{name}")
+    for name in ("make_dual", "unpack_dual")
+] + [
+    ("torch.autograd.functional", name, f"torch.autograd.functional.{name}")
+    for name in ("jacobian", "hessian", "vjp", "jvp", "hvp", "vhp")
+]
+
+
+def _unrecorded_calls() -> list[tuple[Any, str, str]]:
+    import importlib
+
+    found = []
+    for module_name, name, call in UNRECORDED:
+        try:
+            owner = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if callable(getattr(owner, name, None)):
+            found.append((owner, name, call))
+    return found
+
+
+def _noting(recorder: Recorder, owner: Any, name: str, call: str):
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def noted(*args, **kwargs):
+        if not recorder.busy and not _called_by_torch():
+            try:
+                recorder.saw_unrecorded(call)
+            except Exception as exc:  # noqa: BLE001 - never break the script for our notes
+                recorder._internal_error("noting a call", exc)
+        return original(*args, **kwargs)
+
+    return noted
 
 
 @contextlib.contextmanager
@@ -104,6 +150,9 @@ def instrumented(recorder: Recorder):
         except Exception as exc:  # noqa: BLE001
             recorder._internal_error("copying a Function's inputs", exc)
         return out
+
+    for owner, name, call in _unrecorded_calls():
+        patch(owner, name, _noting(recorder, owner, name, call))
 
     patch(torch.Tensor, "backward", backward_method)
     patch(torch.autograd, "backward", backward_function)

@@ -63,6 +63,8 @@ class Recorder:
         self.cut_log = CutLog()
         self.inplace: list[InPlace] = []
         self.nonleaf_grad_reads: list[int] = []  # lines that read .grad of a non-leaf
+        # what the script computed that the tracer does not draw: line -> the calls made there
+        self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
         self._pending_steps: dict[int, dict] = {}
         # called once when no further backward pass will be recorded: anomaly mode (a stack
@@ -99,6 +101,15 @@ class Recorder:
         for frame in script_frames(self.script_path):
             return frame.f_lineno
         return None
+
+    def saw_unrecorded(self, call: str) -> None:
+        """The script called `call` (a torch.func transform, forward-mode AD, ...), which
+        computes without a backward graph for this tracer to record: noted, with its line."""
+        line = self.current_line()
+        calls = self.unrecorded.setdefault(line, []) if (
+            line in self.unrecorded or len(self.unrecorded) < MAX_NOTES) else None
+        if calls is not None and call not in calls:
+            calls.append(call)
 
     def backward_count(self) -> int:
         return sum(1 for e in self.events if e["kind"] == "backward")

@@ -1,0 +1,58 @@
+"""What the tracer sees but does not draw is said, with its line: torch.func transforms,
+forward-mode AD and torch.autograd.functional compute gradients without a backward graph of
+the script's for the Trace (issue 12). The script's own results are untouched."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.trace_facts import backward_events, contribution_sum, diagnostics, values
+
+SCRIPT = """\
+import torch
+from torch.func import grad, vmap
+import torch.autograd.forward_ad as fwAD
+
+torch.manual_seed(0)
+w = torch.randn(3)
+x, y = torch.randn(8, 3), torch.randn(8)
+per_sample = vmap(grad(lambda w, xi, yi: (xi @ w - yi) ** 2), in_dims=(None, 0, 0))(w, x, y)
+print(per_sample.tolist())
+with fwAD.dual_level():
+    out = fwAD.make_dual(w, torch.ones(3)).sin()
+    print(fwAD.unpack_dual(out).tangent.tolist())
+jac = torch.autograd.functional.jacobian(lambda v: v.exp(), w)
+p = torch.nn.Parameter(w.clone())
+loss = (x @ p - y).pow(2).sum()
+loss.backward()
+"""
+
+
+def test_func_transforms_and_forward_ad_are_noted_with_their_lines(trace_source):
+    doc = trace_source(SCRIPT)
+    assert doc["error"] is None, doc["error"]
+    notes = {d["message"] for d in diagnostics(doc, "not_drawn")}
+    assert any(m.startswith("per-sample gradients via `torch.func.vmap(grad(...))` at line 8")
+               for m in notes), notes
+    assert any(m.startswith("forward-mode AD (`torch.autograd.forward_ad`) at line 11")
+               for m in notes), notes
+    assert any("`torch.autograd.functional.jacobian` at line 13" in m for m in notes), notes
+    # the one backward the script made is recorded as ever, and only that one: the transforms'
+    # and jacobian's own passes are torch's
+    (ev,) = backward_events(doc)
+    assert torch.allclose(contribution_sum(ev, "p"), values(doc["params"]["p"]["grad"]),
+                          atol=1e-5)
+    # the script's numbers are torch's: per-sample gradients equal a loop of ordinary backward
+    torch.manual_seed(0)
+    w = torch.randn(3)
+    x, y = torch.randn(8, 3), torch.randn(8)
+    expected = [(2 * (x[i] @ w - y[i]) * x[i]).tolist() for i in range(8)]
+    got = eval(doc["stdout"].splitlines()[0])
+    assert torch.allclose(torch.tensor(got), torch.tensor(expected), atol=1e-5)
+    assert torch.allclose(torch.tensor(eval(doc["stdout"].splitlines()[1])), w.cos(), atol=1e-6)
+
+
+def test_a_plain_script_has_no_such_note(trace_source):
+    doc = trace_source("import torch\nw = torch.ones(2, requires_grad=True)\n"
+                       "(w * w).sum().backward()\n")
+    assert diagnostics(doc, "not_drawn") == []
