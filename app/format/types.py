@@ -20,7 +20,7 @@ __all__ = [
     "Edge", "Cut", "Graph", "Contribution", "GradChange", "EventError", "BackwardEvent",
     "StepChange", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
     "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel", "Edit", "Fix",
-    "Explanation",
+    "Explanation", "Figure",
 ]
 
 FORMAT = "autograd-lab/trace@1"
@@ -231,6 +231,16 @@ class RunLink(TypedDict):
     link: str
 
 
+class Figure(TypedDict):
+    """A matplotlib figure the script made, as a PNG (base64), and where it was shown."""
+    index: int
+    via: Literal["show", "savefig", "open at the end"]
+    line: int | None
+    width: int
+    height: int
+    png: str
+
+
 class Trace(TypedDict):
     """One run of one script: its backward passes and optimizer steps, the graphs they walked,
     and what a teacher would point at."""
@@ -249,3 +259,4 @@ class Trace(TypedDict):
     output_dropped: NotRequired[int]     # set by the runner: raw output bytes not kept
     sandbox: NotRequired[dict[str, Any]]  # set by the runner: which layers held
     run: NotRequired[RunLink]            # set by the server for a stored run
+    figures: NotRequired[list[Figure]]   # matplotlib figures, in the order they were made

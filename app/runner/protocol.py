@@ -53,6 +53,8 @@ def worker_env(run_dir: Path) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",  # figures are drawn to PNG for the page (app/trace/figures.py)
+        "MPLCONFIGDIR": str(run_dir),
         **{var: "1" for var in THREAD_VARS},
     }
     if "CUDA_VISIBLE_DEVICES" in os.environ:

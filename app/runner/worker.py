@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import importlib
+import io
 import json
 import os
 import signal
@@ -113,6 +115,8 @@ def prepare() -> None:
     import numpy  # noqa: F401
     import torch
 
+    _plotting()
+
     torch.set_num_threads(1)
     try:
         torch.set_num_interop_threads(1)
@@ -123,6 +127,34 @@ def prepare() -> None:
     from app.trace import tracer  # noqa: F401 - the tracer and everything it imports
 
     _warm_up(torch)
+
+
+def _plotting() -> None:
+    """What tutorial scripts import besides torch: matplotlib (drawing to PNG, never a
+    window), tqdm and torchviz. matplotlib gets only its own bundled fonts: the system's are
+    outside what Landlock lets the script read, and a figure drawn with one would fail."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib import font_manager
+
+        data = matplotlib.get_data_path()
+        manager = font_manager.fontManager
+        manager.ttflist = [f for f in manager.ttflist if f.fname.startswith(data)]
+        manager.afmlist = [f for f in manager.afmlist if f.fname.startswith(data)]
+        figure = plt.figure(figsize=(1, 1))  # the first drawing loads Agg and a font: now
+        plt.plot([0, 1])
+        figure.savefig(io.BytesIO(), format="png")
+        plt.close(figure)
+    except ImportError:
+        pass
+    for module in ("tqdm", "torchviz"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
 
 
 def fresh_seeds() -> None:
@@ -136,6 +168,11 @@ def fresh_seeds() -> None:
     random.seed()
     numpy.random.seed()
     torch.seed()
+    if "matplotlib" in sys.modules:  # its folders are the run's, not the fork server's
+        import matplotlib
+
+        folder = os.environ.get("MPLCONFIGDIR") or os.getcwd()
+        matplotlib.get_configdir = matplotlib.get_cachedir = lambda: folder
 
 
 def _warm_up(torch) -> None:

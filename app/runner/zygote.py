@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -82,6 +84,7 @@ class Zygote:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.control: socket.socket | None = None
+        self.home: Path | None = None
         self.ready = threading.Event()
         self.failed = ""  # why it is not running, when it is not
         self.served = 0
@@ -94,10 +97,12 @@ class Zygote:
     def start(self, wait: bool = False) -> Zygote:
         """Start the fork server; it is ready once it has imported torch (a few seconds)."""
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # its own home (matplotlib's font cache goes there): the server's user's, mode 0700
+        self.home = Path(tempfile.mkdtemp(prefix="autograd-lab-forkserver-"))
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "app.runner.forkserver", "--fd", str(theirs.fileno())],
-                cwd="/", env=worker_env(Path("/nonexistent")), pass_fds=(theirs.fileno(),),
+                cwd="/", env=worker_env(self.home), pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True)
         finally:
@@ -168,6 +173,8 @@ class Zygote:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
 
     def describe(self) -> str:
         if self.usable():

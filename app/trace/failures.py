@@ -263,8 +263,26 @@ def _custom_backward(doc: dict, node_name: str) -> tuple[str | None, int | None,
     return None, None, []
 
 
-KINDS: list[Callable] = [_graph_freed, _saved_tensor_modified, _graph_cut, _scalar_output,
-                         _leaf_inplace, _wrong_gradient_count, _invalid_gradient]
+# what the worker has for a script to import besides the standard library (the worker
+# preloads them: app/runner/worker.py, pyproject.toml)
+OFFERED = ("torch", "numpy", "scipy", "matplotlib", "tqdm", "torchviz")
+
+
+def _missing_module(doc, err, script: _Script, rec: Recorder):
+    """Not autograd's, but the first thing a pasted script hits: an import the worker lacks."""
+    m = re.match(r"No module named '([^']+)'", err["message"])
+    if err["type"] != "ModuleNotFoundError" or not m:
+        return None
+    name, line = m.group(1), err["line"]
+    return _explanation(
+        "missing_module", f"Line {line} imports `{name}`, which this server's worker does not "
+        f"have. Besides Python's standard library it offers {', '.join(OFFERED)}.", line,
+        f"remove what needs `{name}` (a plot or a progress bar can usually go), or run the "
+        "script on your own machine", [], None)
+
+
+KINDS: list[Callable] = [_missing_module, _graph_freed, _saved_tensor_modified, _graph_cut,
+                         _scalar_output, _leaf_inplace, _wrong_gradient_count, _invalid_gradient]
 
 
 def explain(doc: dict, source: str, recorder: Recorder) -> None:

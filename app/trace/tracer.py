@@ -27,6 +27,7 @@ from .custom_check import check_custom_functions
 from .devices import device_problem
 from .diagnose import diagnose
 from .failures import explain as explain_failure
+from .figures import MAX_FIGURES, FigureCapture
 from .intercept import instrumented
 from .recorder import Recorder, RecordingLimits
 from .summary import summarize
@@ -58,6 +59,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
         warnings.showwarning = _show_warning
         stack.enter_context(instrumented(recorder))
+        figures = stack.enter_context(FigureCapture(recorder.current_line))
         sys.stdout, sys.stderr = out, err
         try:
             exec_as_main(path, source, list(argv or []), module)
@@ -73,6 +75,8 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
             sys.argv[:], sys.path[:] = saved[2], saved[3]
             if saved[4] is not None:
                 sys.modules["__main__"] = saved[4]
+        with recorder.guard():
+            figures.finish()  # what is still open at the end
         custom_results: dict = {}
         if not (error and error["type"] == "Timeout"):
             try:
@@ -91,6 +95,12 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     results_by_name = {cls.__qualname__: r for cls, r in custom_results.items()}
     _attach_gradcheck(recorder.events, results_by_name)
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
+    if figures.records:
+        doc["figures"] = figures.records
+    if figures.dropped:
+        doc["diagnostics"].append(diagnostic(
+            "figures_dropped", "info", f"{figures.dropped} figure(s) were not kept: a run keeps "
+            f"at most {MAX_FIGURES}, each at most 1.5 MB as a PNG."))
     doc["stdout"], doc["stderr"] = out.getvalue(), err.getvalue()
     doc["error"] = error
     try:

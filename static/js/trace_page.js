@@ -218,9 +218,22 @@ function reportRun() {
   if (ex && ex.line && !view.line && !view.node && !view.param) {
     update({ line: ex.line, node: ex.nodes[0] || null });
   }
+  renderFigures();
   const out = $("script-output");
   out.hidden = !(doc.stdout || doc.stderr);
   $("script-stdout").textContent = (doc.stdout || "") + (doc.stderr ? `\n${doc.stderr}` : "");
+}
+
+/** The matplotlib figures a stored run made (the server serves each as a PNG). */
+function renderFigures() {
+  const figures = (page.run && doc.figures) || [];
+  $("figures").hidden = !figures.length;
+  const via = { show: "plt.show()", savefig: "savefig()", "open at the end": "still open at the end" };
+  fill($("figures-list"), figures.map((f, i) => h("figure.run-figure", {},
+    h("img", { src: `/api/runs/${encodeURIComponent(page.run.id)}/figures/${i}.png`, width: f.width,
+      height: f.height, alt: `Figure ${i + 1} of the script`, loading: "lazy" }),
+    h("figcaption", {}, `Figure ${i + 1} · ${via[f.via] || f.via}`,
+      f.line ? [" at ", h("button.link.line-link", { type: "button", onclick: () => selectLine(f.line) }, `line ${f.line}`)] : null))));
 }
 
 // ---- rendering ----------------------------------------------------------------------------

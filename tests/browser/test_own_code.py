@@ -220,3 +220,38 @@ def test_an_in_place_failure_is_explained_where_it_was_made(watched):
     page.wait_for_selector("#graph svg g.node")
     assert "/scenarios/inplace_version" in page.url
     assert "in-place change" in page.text_content("h1")
+
+
+PLOTTING = """\
+import matplotlib.pyplot as plt
+import torch
+
+w = torch.randn(4, requires_grad=True)
+loss = (w * w).sum()
+loss.backward()
+plt.bar(range(4), w.grad.tolist())
+plt.title("the gradient of each weight")
+plt.show()
+"""
+
+
+def test_a_pasted_script_that_plots_shows_its_figure_beside_the_graph(watched):
+    page = watched.page
+    page.goto(watched.base + "/own-code")
+    page.fill("#source", PLOTTING)
+    page.wait_for_selector("#device option[value=cpu]", state="attached")
+    page.click("#run")
+    page.wait_for_url("**/runs/**")
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#figures .run-figure img")
+    # the image really loaded (a PNG the browser could decode), at the size the run says
+    size = page.eval_on_selector("#figures .run-figure img",
+                                 "img => img.complete ? [img.naturalWidth, img.naturalHeight] : null")
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    figure = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()["figures"][0]
+    assert size == [figure["width"], figure["height"]]
+    assert "plt.show() at line 9" in page.text_content("#figures figcaption")
+    page.click("#figures figcaption button")  # its line, in the source
+    page.wait_for_selector("#source li.line-selected")
+    assert "plt.show()" in page.text_content("#source li.line-selected")
+    watched.shot("figure")

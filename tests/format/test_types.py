@@ -38,6 +38,7 @@ PAIRS = [
     (types.Diagnostic, DEFS["diagnostic"]),
     (types.ErrorRecord, DEFS["error"]),
     (types.Explanation, DEFS["explanation"]),
+    (types.Figure, DEFS["figure"]),
     (types.Fix, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]),
     (types.Edit, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]["properties"]["edits"][
         "items"]),

@@ -56,3 +56,21 @@ def test_a_plain_script_has_no_such_note(trace_source):
     doc = trace_source("import torch\nw = torch.ones(2, requires_grad=True)\n"
                        "(w * w).sum().backward()\n")
     assert diagnostics(doc, "not_drawn") == []
+
+
+def test_an_import_the_worker_lacks_names_the_module_and_what_it_offers(trace_source):
+    doc = trace_source("import torch\nimport wandb_that_is_not_installed as wandb\n")
+    err = doc["error"]
+    assert err["type"] == "ModuleNotFoundError" and err["line"] == 2
+    ex = err["explanation"]
+    assert ex["code"] == "missing_module" and ex["line"] == 2
+    assert "`wandb_that_is_not_installed`" in ex["what"]
+    for offered in ("torch", "numpy", "matplotlib", "tqdm", "torchviz"):
+        assert offered in ex["what"]
+    # and each module it names can really be imported here
+    import importlib
+
+    from app.trace.failures import OFFERED
+
+    for name in OFFERED:
+        importlib.import_module(name)

@@ -151,3 +151,19 @@ def test_names_that_are_not_valid_unicode_are_shown_not_a_500(base, first_run):
                   "report = json.dumps(forged)" + WRITE_AND_LEAVE)
     assert httpx.get(f"{base}/runs/{forged['run']['id']}", timeout=30).status_code == 200
     _then_all_is_well(base, first_run)
+
+
+def test_a_forged_figure_that_is_not_a_png_is_not_served(base, first_run):
+    """A report's figure is the script's to write: base64 of an HTML page passes the schema
+    (it is base64) but is never served, let alone as something a browser would run."""
+    import base64
+
+    html = base64.b64encode(b"<html><script>alert(1)</script></html>").decode()
+    doc = post(base, "import json\nforged = " + FORGERY + "\nforged['figures'] = [{'index': 0, "
+               f"'via': 'show', 'line': 1, 'width': 10, 'height': 10, 'png': '{html}'}}]\n"
+               "report = json.dumps(forged)" + WRITE_AND_LEAVE)
+    served = httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/0.png", timeout=10)
+    assert served.status_code == 422 and "not a PNG" in served.json()["detail"]
+    assert httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/1.png",
+                     timeout=10).status_code == 404
+    _then_all_is_well(base, first_run)

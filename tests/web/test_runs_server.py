@@ -116,3 +116,31 @@ def test_a_root_server_forks_its_workers_from_the_fork_server(base):
     assert forked[-1] is True, forked
     box = doc["sandbox"]
     assert box["pid"] == 1 and box["uid"] >= 3_000_000 and box["landlock"]["enforced"]
+
+
+PLOT = """\
+import matplotlib.pyplot as plt
+import torch
+
+w = torch.ones(3, requires_grad=True)
+(w * w).sum().backward()
+plt.bar(range(3), w.grad.tolist())
+plt.show()
+"""
+
+
+def test_a_scripts_figure_is_served_as_a_png(base):
+    """matplotlib is there for a pasted script, in the sandbox; its figure comes back with the
+    run and is served as an image."""
+    import io
+
+    from PIL import Image
+
+    doc = run(base, PLOT).json()
+    assert doc["error"] is None, doc["error"]
+    assert [(f["via"], f["line"]) for f in doc["figures"]] == [("show", 7)]
+    png = httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/0.png", timeout=10)
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert "sandbox" in png.headers["content-security-policy"]
+    assert Image.open(io.BytesIO(png.content)).size == (doc["figures"][0]["width"],
+                                                        doc["figures"][0]["height"])

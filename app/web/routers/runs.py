@@ -12,6 +12,8 @@ page (/own-code), so each page and its JSON twin come from one function.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import re
 import threading
@@ -232,3 +234,26 @@ def run_graph(request: Request, run_id: str, fmt: str, event: int | None = None)
     return drawing(fmt, lambda: request.app.state.traces.drawing(("run", run_id), doc, event,
                                                                  fmt))
 
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@router.get("/api/runs/{run_id}/figures/{index}.png")
+def run_figure(request: Request, run_id: str, index: int) -> Response:
+    """One matplotlib figure the script made, as the PNG it is. The worker wrote it: only a
+    real PNG is served, as an image that can run nothing."""
+    figures = stored_run(request, run_id).get("figures") or []
+    if not 0 <= index < len(figures):
+        raise HTTPException(404, f"run {run_id!r} has {len(figures)} figure(s); figures are "
+                                 "numbered from 0")
+    try:
+        data = base64.b64decode(figures[index]["png"], validate=True)
+    except (binascii.Error, KeyError, TypeError):
+        data = b""
+    if not data.startswith(PNG_SIGNATURE):
+        raise HTTPException(422, f"figure {index} of run {run_id!r} is not a PNG image, so it "
+                                 "is not served")
+    return Response(data, media_type="image/png", headers={
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+        "Cache-Control": "private, max-age=86400"})

@@ -1,0 +1,122 @@
+"""The matplotlib figures a script makes, kept for its run page: every `plt.show()`, every
+`savefig(...)` (the file is still written), and what is still open at the end.
+
+Tutorials plot their gradients; pasted as they are, their figures belong beside the graph.
+Each figure is a PNG of bounded size (at most MAX_SIDE pixels on its longer side and MAX_PNG
+bytes), with the script line that showed or saved it. Without matplotlib nothing happens.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from collections.abc import Callable
+from typing import Any
+
+from app.format import Figure as FigureRecord
+
+__all__ = ["FigureCapture", "MAX_FIGURES"]
+
+MAX_FIGURES = 20
+MAX_PNG = 1_500_000  # bytes of one PNG
+MAX_SIDE = 1600  # pixels
+DPI = 100
+
+
+class FigureCapture:
+    """`with FigureCapture(line_of) as figures: ...run...; figures.finish()`."""
+
+    def __init__(self, line_of: Callable[[], int | None]) -> None:
+        self.line_of = line_of
+        self.records: list[FigureRecord] = []
+        self._dropped: set[int] = set()  # ids of figures not kept: past MAX_FIGURES, too
+        # large, or failing to draw
+        self._before: set[int] = set()  # figure numbers that were open before the run
+        self._plt: Any = None
+        self._originals: tuple[Any, Any] | None = None
+        self._taken: dict[int, str] = {}  # id(figure) -> the digest of its last PNG kept
+
+    def __enter__(self) -> FigureCapture:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")  # no display in a worker; a script's own use() still wins
+            import matplotlib.pyplot as plt
+            from matplotlib.figure import Figure
+        except ImportError:
+            return self
+        self._plt = plt
+        self._before = set(plt.get_fignums())  # (a test traces several scripts in-process)
+        show, savefig = plt.show, Figure.savefig
+        self._originals = (show, savefig)
+        capture = self
+
+        def shown(*args, **kwargs):
+            for number in capture._numbers():
+                capture.take(plt.figure(number), "show")
+            return None  # Agg shows nothing: the page does
+
+        def saved(figure, *args, **kwargs):
+            result = savefig(figure, *args, **kwargs)
+            capture.take(figure, "savefig")
+            return result
+
+        plt.show = shown
+        Figure.savefig = saved
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._originals is not None:
+            from matplotlib.figure import Figure
+
+            self._plt.show, Figure.savefig = self._originals
+            self._originals = None
+
+    @property
+    def dropped(self) -> int:
+        return len(self._dropped)
+
+    def _numbers(self) -> list[int]:
+        return [n for n in self._plt.get_fignums() if n not in self._before]
+
+    def finish(self) -> None:
+        """Keep the figures still open that were never kept, or changed since; then close
+        the run's figures."""
+        if self._plt is None:
+            return
+        for number in self._numbers():
+            self.take(self._plt.figure(number), "open at the end", line=None)
+        for number in self._numbers():
+            self._plt.close(number)
+
+    def take(self, figure: Any, via: str, line: int | None | bool = True) -> None:
+        """Keep `figure` as it looks now, unless it was kept already and looks the same
+        (saved and then shown is one figure)."""
+        if len(self.records) >= MAX_FIGURES:
+            if id(figure) not in self._taken:
+                self._dropped.add(id(figure))
+            return
+        try:
+            width, height = figure.get_size_inches()
+            dpi = max(1.0, min(float(figure.dpi), DPI, MAX_SIDE / max(width, height, 0.01)))
+            buffer = io.BytesIO()
+            self._originals[1](figure, buffer, format="png", dpi=dpi)
+            data = buffer.getvalue()
+        except Exception:  # noqa: BLE001 - a figure that cannot be drawn is only not kept
+            self._dropped.add(id(figure))
+            return
+        digest = hashlib.sha256(data).hexdigest()
+        if self._taken.get(id(figure)) == digest:
+            return
+        if len(data) > MAX_PNG or not data.startswith(b"\x89PNG\r\n\x1a\n"):
+            self._dropped.add(id(figure))
+            return
+        self._taken[id(figure)] = digest
+        self.records.append({
+            "index": len(self.records), "via": via,
+            "line": self.line_of() if line is True else None,
+            # the PNG's own size (its IHDR chunk), not the inches times dpi rounded
+            "width": int.from_bytes(data[16:20], "big"),
+            "height": int.from_bytes(data[20:24], "big"),
+            "png": base64.b64encode(data).decode("ascii")})

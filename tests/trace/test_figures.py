@@ -1,0 +1,95 @@
+"""matplotlib figures a script makes are kept for its run page: shown, saved or still open,
+each once, with its line, as a PNG of bounded size; a script in the style of PyTorch's
+gradient-flow tutorial runs unchanged and its gradients are recorded as ever (issue 12)."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+import torch
+
+from tests.trace_facts import backward_events, contribution_sum, diagnostics, values
+
+pytest.importorskip("matplotlib")
+from PIL import Image  # noqa: E402 - matplotlib brings Pillow
+
+THREE_WAYS = """\
+import os
+import matplotlib.pyplot as plt
+
+plt.plot([1, 2, 3])
+plt.title("shown")
+plt.show()
+fig, ax = plt.subplots(figsize=(4, 2))
+ax.bar([0, 1], [3, 4])
+fig.savefig(os.path.join(os.path.dirname(__file__), "bars.png"))
+plt.show()
+plt.figure(figsize=(30, 20))
+plt.plot([0, 1])
+"""
+
+
+def image(record: dict) -> Image.Image:
+    return Image.open(io.BytesIO(base64.b64decode(record["png"])))
+
+
+def test_shown_saved_and_left_open_figures_are_each_kept_once(trace_source, tmp_path):
+    doc = trace_source(THREE_WAYS)
+    assert doc["error"] is None or doc["error"]["type"] == "NoGraph"
+    got = [(f["via"], f["line"]) for f in doc["figures"]]
+    # the bars were saved at line 9 and shown at 10 unchanged: one figure, kept where saved
+    assert got == [("show", 6), ("savefig", 9), ("open at the end", None)]
+    assert (tmp_path / "bars.png").exists()  # the script's own file is still written
+    sizes = [image(f).size for f in doc["figures"]]
+    assert sizes == [(f["width"], f["height"]) for f in doc["figures"]]
+    assert sizes[1] == (400, 200)  # 4 x 2 inches at 100 dpi
+    assert max(sizes[2]) == 1600  # a poster-sized figure is scaled to 1600 px
+
+
+def test_at_most_twenty_figures_and_the_rest_is_said(trace_source):
+    doc = trace_source("import matplotlib.pyplot as plt\nfor i in range(25):\n"
+                       "    plt.figure()\n    plt.plot([i])\n    plt.show()\n")
+    assert len(doc["figures"]) == 20
+    (note,) = diagnostics(doc, "figures_dropped")
+    assert note["message"].startswith("5 figure(s) were not kept")
+
+
+GRADIENT_FLOW = """\
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Sigmoid()) for _ in range(6)])
+means = {}
+
+
+def keep(name):
+    def hook(grad):
+        means[name] = grad.abs().mean().item()
+    return hook
+
+
+for name, p in model.named_parameters():
+    if name.endswith("weight"):
+        p.register_hook(keep(name))
+loss = model(torch.randn(16, 8)).pow(2).mean()
+loss.backward()
+plt.bar(range(len(means)), list(means.values()))
+plt.xlabel("layer")
+plt.ylabel("mean |grad|")
+plt.show()
+"""
+
+
+def test_a_gradient_flow_plot_runs_as_pasted_and_its_gradients_are_recorded(trace_source):
+    """PyTorch's "Visualizing Gradients" style: hooks on every weight, a bar chart of mean
+    |grad| against depth. The chart is kept; the recorded contributions sum to each .grad."""
+    doc = trace_source(GRADIENT_FLOW)
+    assert doc["error"] is None, doc["error"]
+    (ev,) = backward_events(doc)
+    assert [(f["via"], f["line"]) for f in doc["figures"]] == [("show", 24)]
+    for name, param in doc["params"].items():
+        assert torch.allclose(contribution_sum(ev, name), values(param["grad"]), atol=1e-6), name
