@@ -245,8 +245,9 @@ def test_a_pasted_script_that_plots_shows_its_figure_beside_the_graph(watched):
     page.wait_for_selector("#graph svg g.node")
     page.wait_for_selector("#figures .run-figure img")
     # the image really loaded (a PNG the browser could decode), at the size the run says
-    size = page.eval_on_selector("#figures .run-figure img",
-                                 "img => img.complete ? [img.naturalWidth, img.naturalHeight] : null")
+    size = page.eval_on_selector(
+        "#figures .run-figure img",
+        "img => img.complete ? [img.naturalWidth, img.naturalHeight] : null")
     run_id = page.url.split("/runs/")[1].split("?")[0]
     figure = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()["figures"][0]
     assert size == [figure["width"], figure["height"]]
