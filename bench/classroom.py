@@ -115,11 +115,24 @@ async def _follow(base: str, pid: int, followers: int, seconds: float, every: fl
     limits = httpx.Limits(max_connections=followers + 10, max_keepalive_connections=0)
     students = httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(10, read=30),
                                  limits=limits)
+    # each student's browser: the session cookie its first page gives it (the server caps the
+    # streams of one browser, and counts followers by person)
+    cookies = []
+    for _ in range(followers):
+        students.cookies.clear()  # a new browser: the server gives it a cookie of its own
+        page = await students.get("/")
+        cookies.append(page.cookies.get("autograd_lab_client", ""))
+    students.cookies.clear()
+    assert len(set(cookies)) == followers and all(cookies), "each student needs its own cookie"
 
     async def student(i: int) -> None:
         nonlocal errors, open_streams
         try:
-            async with students.stream("GET", f"/api/classes/{code}/events") as r:
+            async with students.stream("GET", f"/api/classes/{code}/events",
+                                       cookies={"autograd_lab_client": cookies[i]}) as r:
+                if r.status_code != 200:
+                    errors += 1
+                    return
                 open_streams += 1
                 if open_streams == followers:
                     connected.set()
