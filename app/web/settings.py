@@ -10,7 +10,8 @@
 | per_client_queued | AUTOGRAD_LAB_PER_CLIENT_QUEUED | 2       | ... and have waiting (8)      |
 | lesson_workers   | AUTOGRAD_LAB_LESSON_WORKERS   | 1         | workers kept for lessons (9)  |
 | warm_lessons     | AUTOGRAD_LAB_WARM_LESSONS     | true      | trace every lesson at start   |
-| max_workers      | AUTOGRAD_LAB_MAX_WORKERS      | cores     | runs at the same time         |
+| max_workers      | AUTOGRAD_LAB_MAX_WORKERS      | cores     | drawings at once; see (11)    |
+| upload_workers   | AUTOGRAD_LAB_UPLOAD_WORKERS   | auto (11) | uploads running at once       |
 | cache_size       | AUTOGRAD_LAB_CACHE_SIZE       | 64        | traces kept in memory         |
 | queue_size       | AUTOGRAD_LAB_QUEUE_SIZE       | 32        | runs that may wait (then 503) |
 | token            | AUTOGRAD_LAB_TOKEN            | (none)    | uploaded code needs it (1)    |
@@ -45,6 +46,8 @@
 (10) A fork server imports torch once, and each run's worker is forked from it and then
     confined (app/runner/forkserver.py): a worker starts in ~0.1 s instead of ~3 s of CPU.
     Needs root; elsewhere, or switched off, every run starts a fresh worker.
+(11) 0 (auto): 3 x max_workers with a fork server (a forked run costs little to start, so a
+    few endless scripts cannot hold every worker while the room waits), max_workers without.
 With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
 Booleans are written 1/true/yes/on or 0/false/no/off.
 """
@@ -85,6 +88,7 @@ class Settings:
     lesson_workers: int = 1
     warm_lessons: bool = True
     max_workers: int = max(1, os.cpu_count() or 1)
+    upload_workers: int = 0
     cache_size: int = 64
     queue_size: int = 32
     token: str = ""
@@ -111,6 +115,9 @@ class Settings:
                                 "0 or more")
         if self.lesson_workers < 1:
             raise SettingsError(f"lesson_workers must be at least 1, not {self.lesson_workers}")
+        if self.upload_workers < 0:
+            raise SettingsError(f"upload_workers must be 0 (auto) or more, not "
+                                f"{self.upload_workers}")
         if self.max_workers < 1:
             raise SettingsError(f"max_workers must be at least 1, not {self.max_workers}")
         if self.cache_size < 1:

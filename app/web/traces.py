@@ -48,6 +48,7 @@ log = logging.getLogger("autograd_lab.web")
 _PASSING = {"Timeout", "WorkerCrashed", "WorkerFailed", "SandboxFailed", "MemoryLimit",
             "TraceTooLarge", "Stopped"}
 UPLOAD_NICE = 10  # uploads yield the CPU to lessons
+UPLOADS_PER_CORE_FORKED = 3
 
 
 def _torch_version() -> str:
@@ -100,31 +101,41 @@ class TraceService:
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
+        # one fork server for every lane: workers start in a tenth of a second (zygote.py)
+        self.zygote: Zygote | None = None
+        if settings.forkserver:
+            supported, why = zygote_supported()
+            if supported:
+                self.zygote = Zygote()
+            else:
+                log.warning("no fork server: %s", why)
         # one ready worker more than may run at once: the warm-up below uses only that spare,
         # so a teacher's request finds a worker with torch loaded
         self.lessons = Lane(Gate(settings.lesson_workers, settings.queue_size),
                             Policy(limits=limits),
                             settings.lesson_workers + 1 if settings.pool_size else 0,
                             settings.trace_timeout)
-        self.uploads = Lane(Gate(settings.max_workers, settings.queue_size),
+        self.uploads = Lane(Gate(self.upload_workers(), settings.queue_size),
                             Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
                             settings.upload_timeout)
+        self.lessons.zygote = self.uploads.zygote = self.zygote
         self.jobs = JobBook(settings.per_client_running, settings.per_client_queued,
                             self.uploads.gate)
         # graphviz runs in the server's own processes: as many at once as there are cores,
         # a few waiting, the rest told to come back (Busy), whoever asks for how many drawings
         self.render_gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
-        # one fork server for every lane: workers start in a tenth of a second (zygote.py)
-        self.zygote: Zygote | None = None
-        if settings.forkserver:
-            supported, why = zygote_supported()
-            if supported:
-                self.zygote = self.lessons.zygote = self.uploads.zygote = Zygote()
-            else:
-                log.warning("no fork server: %s", why)
         self.torch_version = _torch_version()
         self.warmed = threading.Event()
+
+    def upload_workers(self) -> int:
+        """Uploads that may run at once. Forked workers cost little to start and a small run
+        little CPU, so with a fork server three per core: a few endless scripts then cannot hold
+        every worker while the rest of the room waits (bench/classroom.py). Exec'd workers each
+        spend seconds of CPU starting torch: one per core."""
+        if self.settings.upload_workers:
+            return self.settings.upload_workers
+        return self.settings.max_workers * (UPLOADS_PER_CORE_FORKED if self.zygote else 1)
 
     def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None) -> None:
         """Start the pools of ready workers (pool_size 0: each run starts a fresh worker) and,

@@ -31,7 +31,8 @@ def person(base: str) -> httpx.Client:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    with serve(tmp_path_factory.mktemp("store"), name="fair-share-server", MAX_WORKERS="2",
+    with serve(tmp_path_factory.mktemp("store"), name="fair-share-server",
+               MAX_WORKERS="2", UPLOAD_WORKERS="2",
                POOL_SIZE="2", LESSON_WORKERS="1", UPLOAD_TIMEOUT=str(LIMIT),
                WARM_LESSONS="false", PER_CLIENT_RUNNING="1", PER_CLIENT_QUEUED="1",
                SELFTEST="false", start_timeout=60) as url:

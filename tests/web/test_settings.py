@@ -35,3 +35,20 @@ def test_booleans_are_words_not_truthiness():
     with pytest.raises(SettingsError, match="AUTOGRAD_LAB_SELFTEST='maybe' is not a valid bool"):
         Settings.from_env({"AUTOGRAD_LAB_SELFTEST": "maybe"})
     assert Settings.from_env({}, token="t").token == "t"  # `serve --token` arrives this way
+
+
+def test_uploads_run_three_per_core_with_a_fork_server_one_without(monkeypatch):
+    """Forked workers are cheap to start: with a fork server, a few endless scripts cannot hold
+    every upload worker (bench/classroom.py measures the room); exec'd ones stay one per core;
+    an explicit setting wins either way."""
+    from app.web import traces
+    from app.web.traces import TraceService
+
+    monkeypatch.setattr(traces, "zygote_supported", lambda: (True, "root"))
+    assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 6
+    assert TraceService(Settings(max_workers=2, forkserver=False)).uploads.gate.workers == 2
+    assert TraceService(Settings(max_workers=2, upload_workers=3)).uploads.gate.workers == 3
+    monkeypatch.setattr(traces, "zygote_supported", lambda: (False, "not root"))
+    assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 2
+    with pytest.raises(SettingsError):
+        Settings(upload_workers=-1)
