@@ -20,6 +20,7 @@ __all__ = ["FigureCapture", "MAX_FIGURES"]
 
 MAX_FIGURES = 20
 MAX_PNG = 1_500_000  # bytes of one PNG
+MAX_TOTAL = 8_000_000  # bytes of all of them: the report (32 MiB) must hold them as base64
 MAX_SIDE = 1600  # pixels
 DPI = 100
 
@@ -32,6 +33,7 @@ class FigureCapture:
         self.records: list[FigureRecord] = []
         self._dropped: set[int] = set()  # ids of figures not kept: past MAX_FIGURES, too
         # large, or failing to draw
+        self._bytes = 0  # PNG bytes kept so far
         self._before: set[int] = set()  # figure numbers that were open before the run
         self._plt: Any = None
         self._originals: tuple[Any, Any] | None = None
@@ -97,6 +99,8 @@ class FigureCapture:
             if id(figure) not in self._taken:
                 self._dropped.add(id(figure))
             return
+        if id(figure) in self._taken and not figure.stale:
+            return  # certainly unchanged since it was kept (`stale` may be set needlessly)
         try:
             width, height = figure.get_size_inches()
             dpi = max(1.0, min(float(figure.dpi), DPI, MAX_SIDE / max(width, height, 0.01)))
@@ -109,9 +113,11 @@ class FigureCapture:
         digest = hashlib.sha256(data).hexdigest()
         if self._taken.get(id(figure)) == digest:
             return
-        if len(data) > MAX_PNG or not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        if len(data) > MAX_PNG or self._bytes + len(data) > MAX_TOTAL or \
+                not data.startswith(b"\x89PNG\r\n\x1a\n"):
             self._dropped.add(id(figure))
             return
+        self._bytes += len(data)
         self._taken[id(figure)] = digest
         self.records.append({
             "index": len(self.records), "via": via,

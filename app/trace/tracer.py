@@ -100,7 +100,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     if figures.dropped:
         doc["diagnostics"].append(diagnostic(
             "figures_dropped", "info", f"{figures.dropped} figure(s) were not kept: a run keeps "
-            f"at most {MAX_FIGURES}, each at most 1.5 MB as a PNG."))
+            f"at most {MAX_FIGURES}, each at most 1.5 MB as a PNG and 8 MB in all."))
     doc["stdout"], doc["stderr"] = out.getvalue(), err.getvalue()
     doc["error"] = error
     try:

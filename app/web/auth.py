@@ -79,14 +79,18 @@ def has_token(request: Request) -> bool:
         value.strip().encode(), token.encode())
 
 
+def _require_token(request: Request, doing: str) -> None:
+    """401 unless the request carries the token, when this server has one."""
+    if request.app.state.settings.token and not has_token(request):
+        raise HTTPException(401, f"{doing} needs the server's token: send the header "
+                                 "'Authorization: Bearer TOKEN' (the page asks for it once)",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
 def check_uploader(request: Request) -> None:
     """Raise the HTTP error that tells this caller how to be allowed to run code."""
     settings = request.app.state.settings
-    if settings.token:
-        if not has_token(request):
-            raise HTTPException(401, "running code here needs the server's token: send the "
-                                     "header 'Authorization: Bearer TOKEN' (the page asks for it"
-                                     " once)", headers={"WWW-Authenticate": "Bearer"})
+    _require_token(request, "running code here")
     refusal = _refusal(request, sandbox_status(settings, request.app.state.selftest))
     if refusal is not None:
         raise refusal
@@ -98,10 +102,7 @@ def check_teacher(request: Request) -> None:
     on the room's screens). Students who follow need nothing."""
     settings = request.app.state.settings
     if settings.token:
-        if not has_token(request):
-            raise HTTPException(401, "starting a class needs the server's token: send the "
-                                     "header 'Authorization: Bearer TOKEN' (the page asks for "
-                                     "it once)", headers={"WWW-Authenticate": "Bearer"})
+        _require_token(request, "starting a class")
         return
     if not (is_loopback(settings.host) and is_loopback(_client(request))):
         raise HTTPException(403, "this server is reachable from other hosts and has no token, "

@@ -240,7 +240,8 @@ function questionView(q) {
   const teacher = mine.role === "teacher";
   const total = q.tally ? q.tally.reduce((a, b) => a + b, 0) : 0;
   const choices = q.choices.map((text, i) => {
-    const right = q.answer === i && (q.revealed || teacher);
+    // marked only once revealed: the teacher's screen is often the projector
+    const right = q.answer === i && q.revealed;
     if (teacher) {
       const count = q.tally[i];
       const bar = h("span.tally-bar");

@@ -182,9 +182,12 @@ def test_predict_then_reveal(room, server):
         ".startsWith('2 answered')")
     tally = teacher.page.eval_on_selector_all(".tally-count", "els => els.map(e => +e.textContent)")
     assert tally[uses] == 1 and tally[1] == 1 and sum(tally) == 2
-    assert "is-answer" in teacher.page.get_attribute(f".tally-row[data-choice='{uses}']", "class")
+    # the teacher's screen may be the projector: no answer marked before the reveal
+    assert teacher.page.locator(".tally-row.is-answer").count() == 0
     teacher.shot("tally")
     teacher.page.click("#class-reveal")
+    teacher.page.wait_for_selector(".tally-row.is-answer")
+    assert "is-answer" in teacher.page.get_attribute(f".tally-row[data-choice='{uses}']", "class")
     for s in students:
         s.page.wait_for_selector(".col-panel", state="visible")
         s.page.wait_for_selector(".class-choices li.is-answer")

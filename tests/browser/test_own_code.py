@@ -46,6 +46,17 @@ def sandbox_checked(base: str) -> None:
         time.sleep(0.5)
 
 
+def paste_and_run(watched: Watched, source: str) -> None:
+    """Paste `source` on the Your-code page, run it, and wait for its run page's graph."""
+    page = watched.page
+    page.goto(watched.base + "/own-code")
+    page.fill("#source", source)
+    page.wait_for_selector("#device option[value=cpu]", state="attached")
+    page.click("#run")
+    page.wait_for_url("**/runs/**")
+    page.wait_for_selector("#graph svg g.node")
+
+
 def test_paste_run_and_see_where_the_grad_comes_from(watched):
     page = watched.page
     sandbox_checked(watched.base)
@@ -196,12 +207,7 @@ def test_an_in_place_failure_is_explained_where_it_was_made(watched):
     """The page names the in-place line (not the backward's), marks the node that needed the
     value, shows the fix, and its lesson link opens the inplace_version scenario."""
     page = watched.page
-    page.goto(watched.base + "/own-code")
-    page.fill("#source", INPLACE)
-    page.wait_for_selector("#device option[value=cpu]", state="attached")
-    page.click("#run")
-    page.wait_for_url("**/runs/**")
-    page.wait_for_selector("#graph svg g.node")
+    paste_and_run(watched, INPLACE)
     page.wait_for_selector(".explanation[data-code=saved_tensor_modified]")
     text = page.text_content("#status")
     assert "Line 5 (h.mul_(2)) changes the output of Sigmoid in place" in text, text
@@ -237,12 +243,7 @@ plt.show()
 
 def test_a_pasted_script_that_plots_shows_its_figure_beside_the_graph(watched):
     page = watched.page
-    page.goto(watched.base + "/own-code")
-    page.fill("#source", PLOTTING)
-    page.wait_for_selector("#device option[value=cpu]", state="attached")
-    page.click("#run")
-    page.wait_for_url("**/runs/**")
-    page.wait_for_selector("#graph svg g.node")
+    paste_and_run(watched, PLOTTING)
     page.wait_for_selector("#figures .run-figure img")
     # the image really loaded (a PNG the browser could decode), at the size the run says
     size = page.eval_on_selector(

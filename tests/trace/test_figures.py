@@ -93,3 +93,17 @@ def test_a_gradient_flow_plot_runs_as_pasted_and_its_gradients_are_recorded(trac
     assert [(f["via"], f["line"]) for f in doc["figures"]] == [("show", 24)]
     for name, param in doc["params"].items():
         assert torch.allclose(contribution_sum(ev, name), values(param["grad"]), atol=1e-6), name
+
+
+def test_figures_stay_within_a_total_the_report_can_carry(trace_source):
+    """Hard-to-compress figures (noise): each under the 1.5 MB cap, but together they would
+    outgrow the worker's 32 MiB report as base64; past 8 MB in all they are said, not kept."""
+    doc = trace_source("import numpy as np\nimport matplotlib.pyplot as plt\n"
+                       "rng = np.random.default_rng(0)\nfor i in range(12):\n"
+                       "    plt.figure(figsize=(6, 6))\n    plt.imshow(rng.random((600, 600, 3)))\n"
+                       "    plt.axis('off')\n    plt.show()\n")
+    kept = [len(base64.b64decode(f["png"])) for f in doc["figures"]]
+    assert kept and all(size <= 1_500_000 for size in kept)
+    assert sum(kept) <= 8_000_000
+    (note,) = diagnostics(doc, "figures_dropped")
+    assert note["message"].startswith(f"{12 - len(kept)} figure(s) were not kept")

@@ -80,13 +80,19 @@ def test_a_full_queue_is_503_with_retry_after(base):
     still_serving(base)
 
 
-def test_healthz_shows_the_sandbox_self_test(base):
-    deadline = time.monotonic() + 60
+def self_test_report(base: str, patience: float) -> dict:
+    """/healthz's sandbox once the start-up self-test is done (or `patience` s have passed)."""
+    deadline = time.monotonic() + patience
     while True:
         sandbox = httpx.get(base + "/healthz", timeout=5).json()["sandbox"]
         if sandbox["state"] == "done" or time.monotonic() > deadline:
             break
         time.sleep(0.5)
+    return sandbox
+
+
+def test_healthz_shows_the_sandbox_self_test(base):
+    sandbox = self_test_report(base, 60)
     assert sandbox["state"] == "done", sandbox
     assert {"landlock", "namespaces", "rlimits", "supervisor"} <= set(sandbox["layers"])
     assert sandbox["summary"]
@@ -102,12 +108,7 @@ def test_a_root_server_forks_its_workers_from_the_fork_server(base):
     supported, why = zygote_supported()
     if not supported:
         pytest.skip(why)
-    deadline = time.monotonic() + 180
-    while True:
-        sandbox = httpx.get(base + "/healthz", timeout=5).json()["sandbox"]
-        if sandbox["state"] == "done" or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    sandbox = self_test_report(base, 180)
     assert "fork server" in sandbox["layers"]["exec"]["detail"], sandbox["layers"]["exec"]
     forked = []
     for _ in range(3):  # the pool's first worker may have been exec'd before it was up
