@@ -20,7 +20,7 @@ __all__ = [
     "Edge", "Cut", "Graph", "Contribution", "GradChange", "EventError", "BackwardEvent",
     "StepChange", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
     "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel", "Edit", "Fix",
-    "Explanation", "Figure",
+    "Explanation", "Figure", "View", "ViewMatch", "DoubleCheck",
 ]
 
 FORMAT = "autograd-lab/trace@1"
@@ -63,9 +63,15 @@ class BackwardSource(TypedDict):
     source: str
 
 
+class DoubleCheck(TypedDict):
+    passed: NotRequired[bool | None]
+    message: NotRequired[str]
+
+
 class Gradcheck(TypedDict):
     passed: NotRequired[bool | None]
     message: NotRequired[str]
+    double: NotRequired[DoubleCheck]  # gradgradcheck, when backward cut a create_graph graph
 
 
 class Node(TypedDict):
@@ -139,6 +145,10 @@ class BackwardEvent(TypedDict):
     synthetic_reason: NotRequired[str]
     results: NotRequired[list[TensorSummary | None]]
     error: NotRequired[EventError | None]
+    create_graph: NotRequired[bool]
+    gradient_view: NotRequired[int]      # index in Trace.views: the gradients' own graph
+    no_graph: NotRequired[list[str]]     # gradients with no grad_fn despite create_graph
+    cut_by: NotRequired[list[str]]       # custom Function nodes whose backward cut it
 
 
 class StepChange(TypedDict):
@@ -241,6 +251,26 @@ class Figure(TypedDict):
     png: str
 
 
+class ViewMatch(TypedDict):
+    event: int
+    shared: int
+    nodes: int
+
+
+class View(TypedDict):
+    """A graph the script asked to see: a torchviz.make_dot call, or the graph a create_graph
+    gradient carries."""
+    index: int
+    kind: Literal["make_dot", "gradient"]
+    call: str
+    line: int | None
+    event: int | None
+    label: str
+    names: list[str]
+    graph: Graph
+    matches: NotRequired[ViewMatch]
+
+
 class Trace(TypedDict):
     """One run of one script: its backward passes and optimizer steps, the graphs they walked,
     and what a teacher would point at."""
@@ -260,3 +290,4 @@ class Trace(TypedDict):
     sandbox: NotRequired[dict[str, Any]]  # set by the runner: which layers held
     run: NotRequired[RunLink]            # set by the server for a stored run
     figures: NotRequired[list[Figure]]   # matplotlib figures, in the order they were made
+    views: NotRequired[list[View]]       # make_dot calls and create_graph gradients' graphs

@@ -25,7 +25,8 @@ __all__ = ["BackwardRecording"]
 class BackwardRecording:
     def __init__(self, *, index: int, call: str, line: int | None, outputs, script_path: str,
                  namer, storage_names: dict[int, str], guard: Callable, synthetic: bool = False,
-                 max_nodes: int = 200_000, escapes_of: Callable | None = None) -> None:
+                 max_nodes: int = 200_000, escapes_of: Callable | None = None,
+                 create_graph: bool = False) -> None:
         self.index = index
         self.call = call
         self.line = line
@@ -37,6 +38,10 @@ class BackwardRecording:
         self.contributions: dict[str, list[dict]] = {}
         self._edge_grads: dict[tuple[str, int], dict] = {}
         self._handles: list[Any] = []
+        self.create_graph = create_graph
+        # create_graph=True: custom Function nodes whose backward returned a gradient with no
+        # graph although the engine was building one (a tensor kept on ctx, not saved)
+        self.cut_by: list[str] = []
         self._tracked = {name: t for name, (t, _kind) in namer.named().items()}
         for _node, (tensor, name) in self.walk.leaves.items():
             self._tracked.setdefault(name, tensor)
@@ -68,8 +73,13 @@ class BackwardRecording:
 
     def _post(self, node_id: str):
         leaf_slots = self._leaf_slots.get(node_id, {})
+        watch_cut = self.create_graph and node_id in self.walk.customs
 
         def hook(grad_inputs, grad_outputs):
+            if watch_cut and node_id not in self.cut_by and any(
+                    g is not None and g.is_floating_point() and not g.requires_grad
+                    for g in grad_inputs):
+                self.cut_by.append(node_id)
             with self._guard():
                 for slot, g in enumerate(grad_inputs):
                     if g is None:
@@ -121,6 +131,8 @@ class BackwardRecording:
         }
         if result_summaries is not None:
             event["results"] = result_summaries
+        if self.cut_by:
+            event["cut_by"] = self.cut_by
         if error is not None:
             event["error"] = {"type": type(error).__name__, "message": clip(str(error).strip())}
         return event

@@ -19,13 +19,18 @@ __all__ = ["check_custom_functions"]
 
 
 def check_custom_functions(recorder: Recorder) -> dict[type, dict]:
+    """gradcheck for each Function; gradgradcheck too (`double`) for one whose backward
+    returned a gradient with no graph under create_graph=True: is its second derivative
+    really zero, or did its backward cut the graph?"""
     results: dict[type, dict] = {}
     for cls, args in recorder.custom_inputs().items():
         results[cls] = _check(recorder, cls, args)
+        if cls in recorder.cut_functions:
+            results[cls]["double"] = _check(recorder, cls, args, double=True)
     return results
 
 
-def _check(recorder: Recorder, cls: type, args: tuple) -> dict:
+def _check(recorder: Recorder, cls: type, args: tuple, double: bool = False) -> dict:
     inputs = tuple(
         a.detach().to(torch.float64).requires_grad_(a.requires_grad)
         if isinstance(a, torch.Tensor) and a.is_floating_point() else a
@@ -37,11 +42,14 @@ def _check(recorder: Recorder, cls: type, args: tuple) -> dict:
         with recorder.quiet(), torch.enable_grad(), contextlib.redirect_stdout(sink), \
                 contextlib.redirect_stderr(sink), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            passed = torch.autograd.gradcheck(lambda *xs: cls.apply(*xs), inputs,
-                                              eps=1e-6, atol=1e-4, raise_exception=True)
-        return {"passed": bool(passed), "message": "backward matches finite differences"}
+            check = torch.autograd.gradgradcheck if double else torch.autograd.gradcheck
+            passed = check(lambda *xs: cls.apply(*xs), inputs, eps=1e-6, atol=1e-4,
+                           raise_exception=True)
+        what = "the derivative of backward" if double else "backward"
+        return {"passed": bool(passed), "message": f"{what} matches finite differences"}
     except GradcheckError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "mismatch"
-        return {"passed": False, "message": f"backward disagrees with finite differences: {first}"}
+        first = str(exc).strip().splitlines()[0].rstrip(",:") if str(exc).strip() else "mismatch"
+        what = "the derivative of backward" if double else "backward"
+        return {"passed": False, "message": f"{what} disagrees with finite differences: {first}"}
     except Exception as exc:  # noqa: BLE001 - a Function gradcheck cannot run is reported, not fatal
         return {"passed": None, "message": f"gradcheck could not run: {type(exc).__name__}: {exc}"}

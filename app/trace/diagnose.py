@@ -34,6 +34,9 @@ def _not_drawn(line: int | None, calls: list[str]) -> str:
     """One line's calls that compute gradients this tracer does not draw, said plainly."""
     where = f"at line {line}" if line else "in the script"
     names = set(calls)
+    if names == {"torchviz.make_dot_from_trace"}:
+        return (f"`torchviz.make_dot_from_trace` {where}: not drawn (it draws a TorchScript "
+                "trace, not the autograd graph; `make_dot` on the output is drawn).")
     if {"torch.func.vmap", "torch.func.grad"} <= names or {"torch.vmap", "torch.func.grad"} \
             <= names:
         what = "per-sample gradients via `torch.func.vmap(grad(...))`"
@@ -123,6 +126,14 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
             out.append(_diag("gradcheck_passed", "info",
                              f"custom Function `{qualname}`: gradcheck passes.", nodes=nodes))
 
+    out.extend(_gradient_graphs(backward_events, custom_results))
+    for line in recorder.views.rendered[:5]:
+        where = f"at line {line}" if line else "in the script"
+        out.append(_diag(
+            "make_dot_render", "info",
+            f"The make_dot picture rendered {where} is drawn on this page (under \"Graphs the "
+            "script drew\"): the worker runs no programs, so graphviz wrote only the DOT source."))
+
     skipped: dict[str, Any] = recorder.skipped
     if skipped["backward"] or skipped["step"]:
         out.append(_diag("events_skipped", "info",
@@ -136,4 +147,47 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
         out.append(_diag("tracer_error", "warning",
                          f"autograd-lab could not record part of this run ({problem}); the "
                          "script itself ran normally."))
+    return out
+
+
+def _gradient_graphs(events: list[dict], custom_results: dict[str, dict]) -> list[dict]:
+    """create_graph=True passes whose gradients came back without a graph: a custom Function's
+    backward that cut it (gradgradcheck says whether that is wrong), or a constant gradient."""
+    out = []
+    for e in events:
+        if not e.get("create_graph"):
+            continue
+        by_id = {n["id"]: n for n in e["graph"]["nodes"]}
+        where = f"`{e.get('call') or 'backward'}` " + (
+            f"at line {e['line']}" if e.get("line") else f"(backward #{e['index']})")
+        missing = ", ".join(f"`{g}`" for g in e.get("no_graph", [])[:5])
+        cutters: dict[str, list[str]] = {}
+        for node_id in e.get("cut_by", []):
+            function = by_id.get(node_id, {}).get("function")
+            if function:
+                cutters.setdefault(function, []).append(node_id)
+        wrong = []
+        for function, nodes in cutters.items():
+            double = (custom_results.get(function) or {}).get("double") or {}
+            if double.get("passed") is True:
+                continue  # its gradient really is constant in its inputs: nothing was cut
+            check = (f" gradgradcheck agrees: {double['message']}." if double.get("passed")
+                     is False else " (gradgradcheck could not confirm it on this input.)")
+            wrong.append(function)
+            out.append(_diag(
+                "gradient_graph_cut", "warning",
+                f"{where} used create_graph=True, but the backward of custom Function "
+                f"`{function}` returned a gradient with no graph"
+                + (f" (so {missing} has no grad_fn)" if missing else "") + ": it computes with "
+                "tensors made inside forward (intermediates, or tensors kept on `ctx`), and "
+                "those carry no graph, so the gradient cannot be differentiated again. Compute "
+                "it from the inputs and outputs saved with `ctx.save_for_backward(...)`, or "
+                f"return the intermediates as extra outputs and save those.{check}",
+                nodes=nodes, event=e["index"]))
+        if missing and not wrong:
+            out.append(_diag(
+                "gradient_constant", "info",
+                f"{where} used create_graph=True, and {missing} came back with no "
+                "grad_fn: it does not depend on anything that requires grad (its derivative is "
+                "constant), so there is no graph to differentiate again.", event=e["index"]))
     return out

@@ -5,13 +5,15 @@ optimizer's `step` (through torch's global step hooks), every module call (globa
 hooks), `Function.apply`, and every torch operation (a TorchFunctionMode), with anomaly-mode
 metadata on so each node knows the script line that created it. Calls that compute gradients
 without a graph this tracer records (`torch.func` transforms, forward-mode AD,
-`torch.autograd.functional`) are only noted, with their line (`UNRECORDED`).
+`torch.autograd.functional`, torchviz's `make_dot_from_trace`) are only noted, with their line
+(`UNRECORDED`). `torchviz.make_dot` calls are recorded as views (`views.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import sys
 from typing import Any
@@ -23,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _internals as internals
 from .recorder import Recorder
+from .views import keep_picture_local
 
 __all__ = ["instrumented"]
 
@@ -68,7 +71,7 @@ UNRECORDED = [
 ] + [
     ("torch.autograd.functional", name, f"torch.autograd.functional.{name}")
     for name in ("jacobian", "hessian", "vjp", "jvp", "hvp", "vhp")
-]
+] + [("torchviz", "make_dot_from_trace", "torchviz.make_dot_from_trace")]
 
 
 def _unrecorded_calls() -> list[tuple[Any, str, str]]:
@@ -100,6 +103,42 @@ def _noting(recorder: Recorder, owner: Any, name: str, call: str):
     return noted
 
 
+def _argument(function: Any, args: tuple, kwargs: dict, name: str) -> Any:
+    """The value `name` has in this call of `function` (its default if not given); None when
+    the call does not bind (torch will say why when it runs)."""
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    bound.apply_defaults()
+    return bound.arguments.get(name)
+
+
+def _torchviz_calls(recorder: Recorder) -> list[tuple[Any, str, Any]]:
+    """(owner, name, replacement) for make_dot wherever torchviz keeps it: `from torchviz
+    import make_dot` after this point gets the recording one."""
+    try:
+        import torchviz
+        from torchviz import dot as torchviz_dot
+    except ImportError:
+        return []
+    original = torchviz_dot.make_dot
+
+    @functools.wraps(original)
+    def make_dot(var, params=None, *args, **kwargs):
+        if not recorder.busy:
+            try:
+                recorder.views.make_dot(var, params)
+            except Exception as exc:  # noqa: BLE001 - never break the script for our views
+                recorder._internal_error("recording make_dot", exc)
+        with recorder.quiet():  # torchviz's own tensor reads are not the script's
+            picture = original(var, params, *args, **kwargs)
+        return keep_picture_local(picture, recorder.views.rendered_at)
+
+    return [(owner, "make_dot", make_dot) for owner in (torchviz, torchviz_dot)
+            if getattr(owner, "make_dot", None) is original]
+
+
 @contextlib.contextmanager
 def instrumented(recorder: Recorder):
     """Everything the script does inside this block is recorded."""
@@ -119,21 +158,27 @@ def instrumented(recorder: Recorder):
             return tensor_backward(self, gradient, retain_graph, create_graph, inputs)
         return recorder.around_backward(
             "Tensor.backward", self,
-            lambda: tensor_backward(self, gradient, retain_graph, create_graph, inputs))
+            lambda: tensor_backward(self, gradient, retain_graph, create_graph, inputs),
+            create_graph=bool(create_graph))
 
     def backward_function(tensors, *args, **kwargs):
         if _called_by_torch():
             return autograd_backward(tensors, *args, **kwargs)
         return recorder.around_backward(
             "torch.autograd.backward", tensors,
-            lambda: autograd_backward(tensors, *args, **kwargs))
+            lambda: autograd_backward(tensors, *args, **kwargs),
+            create_graph=bool(_argument(autograd_backward, (tensors, *args), kwargs,
+                                        "create_graph")))
 
     def grad_function(outputs, *args, **kwargs):
         if _called_by_torch():
             return autograd_grad(outputs, *args, **kwargs)
         return recorder.around_backward(
             "torch.autograd.grad", outputs,
-            lambda: autograd_grad(outputs, *args, **kwargs), returns_grads=True)
+            lambda: autograd_grad(outputs, *args, **kwargs), returns_grads=True,
+            create_graph=bool(_argument(autograd_grad, (outputs, *args), kwargs,
+                                        "create_graph")),
+            inputs=_argument(autograd_grad, (outputs, *args), kwargs, "inputs"))
 
     backward_method.__doc__ = tensor_backward.__doc__
     backward_function.__doc__ = autograd_backward.__doc__
@@ -153,6 +198,8 @@ def instrumented(recorder: Recorder):
 
     for owner, name, call in _unrecorded_calls():
         patch(owner, name, _noting(recorder, owner, name, call))
+    for owner, name, value in _torchviz_calls(recorder):
+        patch(owner, name, value)
 
     patch(torch.Tensor, "backward", backward_method)
     patch(torch.autograd, "backward", backward_function)

@@ -21,6 +21,7 @@ from .cuts import CutLog, Escape
 from .graph import MODULE_TAG, storage_key
 from .naming import Namer, script_frames
 from .summary import summarize
+from .views import ViewLog
 
 __all__ = ["Recorder", "RecordingLimits"]
 
@@ -67,6 +68,9 @@ class Recorder:
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
         self._pending_steps: dict[int, dict] = {}
+        self.views = ViewLog(self.script_path, self.namer, self.guard, self.current_line)
+        # custom Functions whose backward returned a gradient with no graph under create_graph
+        self.cut_functions: dict[type, list[str]] = {}
         # called once when no further backward pass will be recorded: anomaly mode (a stack
         # trace for every node created, the main cost of tracing) can then be switched off
         self.when_full: Callable[[], None] | None = None
@@ -116,7 +120,8 @@ class Recorder:
 
     # -- backward --------------------------------------------------------------------------
     def around_backward(self, call: str, outputs: Any, run: Callable[[], Any], *,
-                        synthetic: bool = False, returns_grads: bool = False) -> Any:
+                        synthetic: bool = False, returns_grads: bool = False,
+                        create_graph: bool = False, inputs: Any = None) -> Any:
         if self.busy or self._backward_depth:
             return run()
         self._backward_depth += 1  # Tensor.backward calls torch.autograd.backward: one pass
@@ -125,7 +130,8 @@ class Recorder:
                 self.skipped["backward"] += 1
                 return run()
             try:
-                recording = self._start_backward(call, tensors_of(outputs), synthetic)
+                recording = self._start_backward(call, tensors_of(outputs), synthetic,
+                                                 create_graph)
             except Exception as exc:  # noqa: BLE001 - the script must run even if we cannot trace
                 self._internal_error("walking the graph", exc)
                 return run()
@@ -136,7 +142,14 @@ class Recorder:
                 raise
             finally:
                 recording.remove_hooks()
-            self.events.append(recording.finish(results=result if returns_grads else None))
+            event = recording.finish(results=result if returns_grads else None)
+            self.events.append(event)
+            if create_graph:
+                try:
+                    self._gradient_graph(event, recording, result if returns_grads else None,
+                                         inputs)
+                except Exception as exc:  # noqa: BLE001
+                    self._internal_error("walking a gradient's graph", exc)
             if self.backward_count() >= self.limits.max_backward_events and self.when_full:
                 self.when_full()
                 self.when_full = None
@@ -144,7 +157,34 @@ class Recorder:
         finally:
             self._backward_depth -= 1
 
-    def _start_backward(self, call: str, outputs: list[torch.Tensor], synthetic: bool):
+    def _gradient_graph(self, event: dict, recording, results: Any, inputs: Any) -> None:
+        """create_graph=True: the gradients carry a graph of their own. Walk it, and name the
+        gradients that came back without one (a custom backward may have cut it)."""
+        with self.guard():
+            self.namer.refresh()
+            if results is not None:  # torch.autograd.grad: the gradients it returned
+                # one per input, None for an unused one (allow_unused=True)
+                grads = list(results) if isinstance(results, (list, tuple)) else [results]
+                pairs = [(g, f"d/d {self.namer.name(x)[0]}") for g, x in zip(
+                    grads, tensors_of(inputs), strict=False) if isinstance(g, torch.Tensor)]
+            else:  # backward(): what it left in the leaves' .grad
+                pairs = [(t.grad, f"{name}.grad") for _node, (t, name)
+                         in recording.walk.leaves.items() if t.grad is not None]
+        with_graph = [(g, label) for g, label in pairs if g.grad_fn is not None]
+        without = [label for g, label in pairs if g.grad_fn is None]
+        event["create_graph"] = True
+        for node_id in recording.cut_by:
+            cls = recording.walk.customs.get(node_id)
+            if cls is not None:
+                self.cut_functions.setdefault(cls, []).append(node_id)
+        if without:
+            event["no_graph"] = without[:200]
+        view = self.views.gradients(event["index"], event.get("line"), with_graph)
+        if view is not None:
+            event["gradient_view"] = view
+
+    def _start_backward(self, call: str, outputs: list[torch.Tensor], synthetic: bool,
+                        create_graph: bool = False):
         with self.guard():
             self.namer.refresh()
             labelled = [(t, self.namer.variable_name_of(t) or "output") for t in outputs]
@@ -157,7 +197,7 @@ class Recorder:
                 index=len(self.events), call=call, line=self.current_line(), outputs=labelled,
                 script_path=self.script_path, namer=self.namer, storage_names=storage_names,
                 guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes,
-                escapes_of=self.escapes_of)
+                escapes_of=self.escapes_of, create_graph=create_graph)
 
     # -- optimizer steps -------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:

@@ -31,6 +31,7 @@ from .figures import MAX_FIGURES, FigureCapture
 from .intercept import instrumented
 from .recorder import Recorder, RecordingLimits
 from .summary import summarize
+from .views import MAX_VIEWS, VIEW_NODE_BUDGET, best_match
 
 __all__ = ["trace_script"]
 
@@ -51,6 +52,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     out, err = CappedText(), CappedText()
     error = None
     saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")
+    recursion_limit = sys.getrecursionlimit()  # a script may raise it; the caller keeps its own
     module = main_module(path)
     with contextlib.ExitStack() as stack:
         if device != "cpu":
@@ -75,6 +77,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
             sys.argv[:], sys.path[:] = saved[2], saved[3]
             if saved[4] is not None:
                 sys.modules["__main__"] = saved[4]
+            sys.setrecursionlimit(recursion_limit)
         with recorder.guard():
             figures.finish()  # what is still open at the end
         custom_results: dict = {}
@@ -95,6 +98,19 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     results_by_name = {cls.__qualname__: r for cls, r in custom_results.items()}
     _attach_gradcheck(recorder.events, results_by_name)
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
+    views = recorder.views.records
+    for view in views:
+        if view["kind"] == "make_dot":
+            match = best_match(view, recorder.events)
+            if match:
+                view["matches"] = match
+    if views:
+        doc["views"] = views
+    if recorder.views.dropped:
+        doc["diagnostics"].append(diagnostic(
+            "views_dropped", "info", f"{recorder.views.dropped} more graph(s) the script asked "
+            f"for (make_dot, create_graph=True) were not kept: a run keeps {MAX_VIEWS}, with "
+            f"{VIEW_NODE_BUDGET:,} nodes among them."))
     if figures.records:
         doc["figures"] = figures.records
     if figures.dropped:
@@ -122,8 +138,13 @@ def _backward_from_chosen_root(recorder: Recorder, namespace: dict) -> dict | No
     recorder.namer.finished_globals = namespace
     root, how = None, None
     candidate = namespace.get("OUTPUT")
+    drawn = recorder.views.last_root
     if isinstance(candidate, torch.Tensor) and candidate.grad_fn is not None:
         root, how, label = candidate, "the tensor named OUTPUT", "OUTPUT"
+    elif drawn is not None:
+        root, label, line = drawn
+        how = f"the tensor given to make_dot at line {line}" if line else \
+            "the tensor given to make_dot"
     else:
         for var, value in reversed(list(namespace.items())):
             if isinstance(value, torch.Tensor) and value.grad_fn is not None \

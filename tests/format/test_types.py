@@ -39,6 +39,9 @@ PAIRS = [
     (types.ErrorRecord, DEFS["error"]),
     (types.Explanation, DEFS["explanation"]),
     (types.Figure, DEFS["figure"]),
+    (types.View, DEFS["view"]),
+    (types.ViewMatch, DEFS["view"]["properties"]["matches"]),
+    (types.DoubleCheck, NODE["gradcheck"]["properties"]["double"]),
     (types.Fix, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]),
     (types.Edit, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]["properties"]["edits"][
         "items"]),
