@@ -98,7 +98,7 @@ def cmd_render(args) -> int:
     out = Path(args.output)
     fmt = out.suffix.lstrip(".").lower()
     try:
-        graph = event_graph(doc, args.event)
+        graph = event_graph(doc, args.event, args.view)
         data = render_graph(graph, fmt, title=doc["script"]["name"])
     except (RenderError, LookupError) as exc:
         print(f"autograd-lab: cannot draw: {exc}", file=sys.stderr)
@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_options(p)
     p.add_argument("-o", "--output", default="graph.svg", help="graph.svg, graph.png or graph.dot")
     p.add_argument("--event", type=int, help="which backward event (default: the first)")
+    p.add_argument("--view", type=int, help="draw instead a graph the script asked for: its "
+                   "make_dot calls and create_graph gradients, numbered from 0")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("scenarios", help="list the built-in scenarios")

@@ -22,8 +22,15 @@ class EventNotFound(LookupError):
     """The trace has no backward event of that index (or none at all) to draw."""
 
 
-def event_graph(doc: dict, event: int | None = None) -> dict:
-    """The graph of backward event `event` (default: the first backward event)."""
+def event_graph(doc: dict, event: int | None = None, view: int | None = None) -> dict:
+    """The graph of backward event `event` (default: the first backward event), or, with
+    `view`, of the graph the script asked to see (a make_dot call, a gradient's graph)."""
+    if view is not None:
+        views = doc.get("views") or []
+        if not 0 <= view < len(views):
+            raise EventNotFound(f"this trace has {len(views)} view(s) (make_dot calls and "
+                                "gradients' graphs); views are numbered from 0")
+        return views[view]["graph"]
     backward = [e for e in doc.get("events", []) if e.get("kind") == "backward"]
     if not backward:
         raise EventNotFound("this trace has no backward event, so there is no graph to draw")

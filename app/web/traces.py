@@ -229,16 +229,18 @@ class TraceService:
         except Stopped:
             return None
 
-    def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str) -> bytes:
-        """The graph of one event as svg, png or dot (RenderError, EventNotFound, Busy)."""
-        rkey = (key, event, fmt)
+    def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str,
+                view: int | None = None) -> bytes:
+        """The graph of one event (or one of the script's views) as svg, png or dot
+        (RenderError, EventNotFound, Busy)."""
+        rkey = (key, event, view, fmt)
         with self._lock:
             if rkey in self._renders:
                 kept = self._renders[rkey]
                 if isinstance(kept, RenderError):
                     raise kept  # a graph that cannot be drawn is not drawn again and again
                 return kept
-        graph = event_graph(doc, event)
+        graph = event_graph(doc, event, view)
         with self.render_gate.enter():
             try:
                 data = render_graph(graph, fmt)

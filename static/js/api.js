@@ -45,6 +45,7 @@ export function scenarioSubject(scenario) {
     defaultVariant: scenario.default_variant || null,
     traceUrl: (run) => `${base}/trace?${runQuery(run)}`,
     graphUrl: (run, event, fmt = "svg") => `${base}/graph.${fmt}?${runQuery(run, { event })}`,
+    viewUrl: (run, view, fmt = "svg") => `${base}/graph.${fmt}?${runQuery(run, { view })}`,
   };
 }
 
@@ -58,6 +59,7 @@ export function storedSubject(stored) {
     device: stored.device,
     traceUrl: () => base,
     graphUrl: (run, event, fmt = "svg") => `${base}/graph.${fmt}${event === null || event === undefined ? "" : `?event=${event}`}`,
+    viewUrl: (run, view, fmt = "svg") => `${base}/graph.${fmt}?view=${view}`,
   };
 }
 

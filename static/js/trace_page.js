@@ -219,6 +219,7 @@ function reportRun() {
     update({ line: ex.line, node: ex.nodes[0] || null });
   }
   renderFigures();
+  renderViews();
   const out = $("script-output");
   out.hidden = !(doc.stdout || doc.stderr);
   $("script-stdout").textContent = (doc.stdout || "") + (doc.stderr ? `\n${doc.stderr}` : "");
@@ -234,6 +235,30 @@ function renderFigures() {
       height: f.height, alt: `Figure ${i + 1} of the script`, loading: "lazy" }),
     h("figcaption", {}, `Figure ${i + 1} · ${via[f.via] || f.via}`,
       f.line ? [" at ", h("button.link.line-link", { type: "button", onclick: () => selectLine(f.line) }, `line ${f.line}`)] : null))));
+}
+
+/** The graphs the script asked to see (its make_dot calls, a create_graph gradient's graph),
+ *  drawn by the server from the same walk as the Trace's graphs. */
+function renderViews() {
+  const views = doc.views || [];
+  $("views").hidden = !views.length;
+  fill($("views-list"), views.map((v, i) => {
+    const url = subject.viewUrl(run, i);
+    const count = v.graph.nodes.filter((n) => n.kind !== "output").length;
+    const match = v.matches ? (v.matches.shared === v.matches.nodes ?
+      `all ${v.matches.nodes} of its nodes are in backward #${v.matches.event}'s graph` :
+      `${v.matches.shared} of its ${v.matches.nodes} nodes are in backward #${v.matches.event}'s graph`) :
+      v.kind === "make_dot" ? "none of its nodes is in a recorded backward pass" : null;
+    const from = v.event !== null && v.event !== undefined ?
+      h("button.link", { type: "button", onclick: () => selectEvent(v.event) }, `backward #${v.event}`) : null;
+    return h("figure.run-figure.run-view", {},
+      h("a", { href: url, target: "_blank", rel: "noopener", title: "Open the picture full size" },
+        h("img", { src: url, alt: `${v.label}: ${count} nodes`, loading: "lazy" })),
+      h("figcaption", {}, `${v.kind === "make_dot" ? v.label : `${v.label}, from `}`, from,
+        v.line ? [" at ", h("button.link.line-link", { type: "button", onclick: () => selectLine(v.line) }, `line ${v.line}`)] : null,
+        ` · ${count} node${count === 1 ? "" : "s"}`, match ? ` · ${match}` : null,
+        v.graph.truncated ? " · cut short: too large to draw whole" : null));
+  }));
 }
 
 // ---- rendering ----------------------------------------------------------------------------

@@ -238,10 +238,12 @@ loss.backward()
 plt.bar(range(4), w.grad.tolist())
 plt.title("the gradient of each weight")
 plt.show()
+from torchviz import make_dot
+make_dot(loss, params={"weights": w}).render("loss_graph", format="png")
 """
 
 
-def test_a_pasted_script_that_plots_shows_its_figure_beside_the_graph(watched):
+def test_a_pasted_script_that_plots_and_calls_make_dot_shows_both(watched):
     page = watched.page
     paste_and_run(watched, PLOTTING)
     page.wait_for_selector("#figures .run-figure img")
@@ -256,4 +258,16 @@ def test_a_pasted_script_that_plots_shows_its_figure_beside_the_graph(watched):
     page.click("#figures figcaption button")  # its line, in the source
     page.wait_for_selector("#source li.line-selected")
     assert "plt.show()" in page.text_content("#source li.line-selected")
-    watched.shot("figure")
+    # make_dot's picture, drawn by the server from the same walk, with the script's names
+    page.wait_for_function("() => { const img = document.querySelector('#views .run-view img');"
+                           " return img && img.complete && img.naturalWidth > 0; }")
+    caption = page.text_content("#views figcaption")
+    assert "make_dot(loss) at line 11" in caption
+    assert "all 3 of its nodes are in backward #0's graph" in caption
+    svg = httpx.get(f"{watched.base}/api/runs/{run_id}/graph.svg?view=0", timeout=10).text
+    assert ">weights<" in svg and ">MulBackward0<" in svg
+    page.click("#views figcaption button")
+    page.wait_for_selector("#source li.line-selected")
+    assert "make_dot" in page.text_content("#source li.line-selected")
+    page.eval_on_selector("#views", "el => el.scrollIntoView()")
+    watched.shot("figure-and-make-dot")

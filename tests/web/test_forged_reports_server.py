@@ -168,3 +168,23 @@ def test_a_forged_figure_that_is_not_a_png_is_not_served(base, first_run):
     assert httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/1.png",
                      timeout=10).status_code == 404
     _then_all_is_well(base, first_run)
+
+
+def test_a_forged_view_is_drawn_as_text_and_a_missing_one_is_a_clear_404(base, first_run):
+    """A report's make_dot views are the script's to write too: their names reach DOT (drawn
+    as text, never a link) and the page (as text); a view that is not there is a clear 404."""
+    view = {"index": 0, "kind": "make_dot", "call": "torchviz.make_dot", "line": 1,
+            "event": None, "label": "<img src=x onerror=alert(1)>", "names": ["w\\"],
+            "graph": VALID_FORGERY["events"][0]["graph"]}
+    doc = post(base, "import json\nforged = " + FORGERY + f"\nforged['views'] = [{view!r}]\n"
+               "report = json.dumps(forged)" + WRITE_AND_LEAVE)
+    run = doc["run"]["id"]
+    assert doc["views"][0]["label"] == view["label"]  # kept as the text it is
+    svg = httpx.get(f"{base}/api/runs/{run}/graph.svg?view=0", timeout=60)
+    assert svg.status_code == 200 and svg.headers["content-security-policy"].startswith(
+        "default-src 'none'")
+    assert b"href" not in svg.content and b"onclick" not in svg.content
+    assert b"URL=&quot;http://evil.example&quot;" in svg.content
+    missing = httpx.get(f"{base}/api/runs/{run}/graph.svg?view=1", timeout=10)
+    assert missing.status_code == 404 and "1 view(s)" in missing.json()["detail"]
+    _then_all_is_well(base, first_run)

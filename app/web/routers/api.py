@@ -59,11 +59,11 @@ def scenario_trace(request: Request, scenario: ScenarioDep, traces: TracesDep,
 @router.get("/api/scenarios/{name}/graph.{fmt}")
 def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, fmt: str,
                    variant: str | None = None, device: str = "cpu",
-                   event: int | None = None) -> Response:
+                   event: int | None = None, view: int | None = None) -> Response:
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before any run
     key, doc = scenario_run(request, scenario, traces, variant, device)
-    return drawing(fmt, lambda: traces.drawing(key, doc, event, fmt))
+    return drawing(fmt, lambda: traces.drawing(key, doc, event, fmt, view))
 
 
 @router.get("/api/devices")

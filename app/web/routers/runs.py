@@ -227,12 +227,14 @@ def get_run(request: Request, run_id: str) -> Response:
 
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
-def run_graph(request: Request, run_id: str, fmt: str, event: int | None = None) -> Response:
+def run_graph(request: Request, run_id: str, fmt: str, event: int | None = None,
+              view: int | None = None) -> Response:
+    """A backward event's graph; with `view`, a graph the script asked for (make_dot)."""
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before reading the store
     doc = stored_run(request, run_id)
     return drawing(fmt, lambda: request.app.state.traces.drawing(("run", run_id), doc, event,
-                                                                 fmt))
+                                                                 fmt, view))
 
 
 
