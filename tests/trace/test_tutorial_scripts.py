@@ -42,7 +42,8 @@ plt.savefig("loss.png")
 """
 
 
-def test_momentum_sgd_over_two_models(trace_source):
+def test_momentum_sgd_over_two_models(trace_source, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # savefig writes loss.png here
     doc = trace_source(MOMENTUM_OVER_TWO_MODELS)
     assert doc["error"] is None, doc["error"]
     backward, steps = backward_events(doc), step_events(doc)

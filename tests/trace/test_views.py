@@ -44,7 +44,9 @@ def view_names(view: dict) -> Counter:
     return Counter(n["name"] for n in view["graph"]["nodes"] if n["kind"] != "output")
 
 
-def test_make_dot_is_a_view_with_torchvizs_nodes_and_the_scripts_names(trace_source):
+def test_make_dot_is_a_view_with_torchvizs_nodes_and_the_scripts_names(trace_source, tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.chdir(tmp_path)  # render() writes its DOT source here
     doc = trace_source(TORCHVIZ_BODY + """
 import torch
 from torch import nn
