@@ -43,6 +43,7 @@ class TensorSummary(TypedDict):
     max: NotRequired[Number]
     mean: NotRequired[Number]
     norm: NotRequired[Number]
+    abs_mean: NotRequired[Number]  # mean |x|
     values: NotRequired[Any]  # nested lists of numbers, at most MAX_VALUES of them
 
 

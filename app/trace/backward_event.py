@@ -26,7 +26,7 @@ class BackwardRecording:
     def __init__(self, *, index: int, call: str, line: int | None, outputs, script_path: str,
                  namer, storage_names: dict[int, str], guard: Callable, synthetic: bool = False,
                  max_nodes: int = 200_000, escapes_of: Callable | None = None,
-                 create_graph: bool = False) -> None:
+                 create_graph: bool = False, budget=None) -> None:
         self.index = index
         self.call = call
         self.line = line
@@ -38,6 +38,7 @@ class BackwardRecording:
         self.contributions: dict[str, list[dict]] = {}
         self._edge_grads: dict[tuple[str, int], dict] = {}
         self._handles: list[Any] = []
+        self._budget = budget  # summary.ValueBudget: the run's numbers, shared
         self.create_graph = create_graph
         # create_graph=True: custom Function nodes whose backward returned a gradient with no
         # graph although the engine was building one (a tensor kept on ctx, not saved)
@@ -46,7 +47,8 @@ class BackwardRecording:
         for _node, (tensor, name) in self.walk.leaves.items():
             self._tracked.setdefault(name, tensor)
         with guard():
-            self._before = {name: summarize(t.grad) for name, t in self._tracked.items()}
+            self._before = {name: summarize(t.grad, budget=budget)
+                            for name, t in self._tracked.items()}
         self._leaf_slots = self._slots_into_leaves()
         self.cuts = find_cuts(self.walk, self._tracked, escapes_of)
         self._hook_all()
@@ -89,7 +91,8 @@ class BackwardRecording:
                     leaf = leaf_slots.get(slot)
                     if leaf is not None:
                         self.contributions.setdefault(leaf, []).append(
-                            {"node": node_id, "slot": slot, "grad": summarize(g)})
+                            {"node": node_id, "slot": slot,
+                             "grad": summarize(g, budget=self._budget)})
         return hook
 
     def remove_hooks(self) -> None:
@@ -101,11 +104,12 @@ class BackwardRecording:
         """The event, once the engine has run (or failed)."""
         self.remove_hooks()
         with self._guard():
-            grads = {name: {"before": self._before[name], "after": summarize(t.grad)}
+            grads = {name: {"before": self._before[name],
+                            "after": summarize(t.grad, budget=self._budget)}
                      for name, t in self._tracked.items()}
             result_summaries = None
             if results is not None:
-                result_summaries = [summarize(r) for r in results]
+                result_summaries = [summarize(r, budget=self._budget) for r in results]
         for e in self.walk.edges:
             info = self._edge_grads.get((e["target"], e["slot"]))
             if info is not None:

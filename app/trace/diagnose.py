@@ -7,10 +7,11 @@ from typing import Any
 import torch
 
 from app.format import diagnostic as _diag
+from app.format.flow import gradient_flow, steep_flow
 
 from .recorder import Recorder
 
-__all__ = ["diagnose"]
+__all__ = ["diagnose", "flow_findings"]
 
 _NO_GRAD_FN = "does not require grad and does not have a grad_fn"
 
@@ -191,3 +192,27 @@ def _gradient_graphs(events: list[dict], custom_results: dict[str, dict]) -> lis
                 "grad_fn: it does not depend on anything that requires grad (its derivative is "
                 "constant), so there is no graph to differentiate again.", event=e["index"]))
     return out
+
+
+def flow_findings(doc: dict) -> list[dict]:
+    """Vanishing or exploding gradients across depth (app/format/flow.py), said once for the
+    first pass that shows them, naming the modules with the smallest (or largest) gradients."""
+    flow = gradient_flow(doc)
+    steep = [(fe["event"], s) for i, fe in enumerate(flow["events"])
+             if (s := steep_flow(flow, i)) is not None]
+    if not steep:
+        return []
+    event, s = steep[0]
+    (first, first_norm), (last, last_norm) = s["first"], s["last"]
+    worst = s["small"] if s["kind"] == "vanishing" else s["large"]
+    params = [p for m in flow["modules"] if m["module"] in worst for p in m["params"]]
+    more = f" (and in {len(steep) - 1} more backward passes)" if len(steep) > 1 else ""
+    factor = 1 / s["ratio"] if s["kind"] == "vanishing" else s["ratio"]
+    return [_diag(
+        f"{s['kind']}_gradients", "warning",
+        f"{s['kind'].capitalize()} gradients in backward #{event}{more}: the gradient norm of "
+        f"`{first}` (the first module) is {first_norm:.2g} and of `{last}` (the last) "
+        f"{last_norm:.2g}, {factor:.2g}× {'smaller' if s['kind'] == 'vanishing' else 'larger'}"
+        f" near the input. {'Smallest' if s['kind'] == 'vanishing' else 'Largest'} at "
+        + ", ".join(f"`{m}`" for m in worst) + ". See the gradient-flow chart.",
+        params=params[:50], event=event)]

@@ -151,7 +151,11 @@ def _inherit_modules(w: Walk) -> None:
     them, and belong to the same module.
     """
     by_id = {n["id"]: n for n in w.nodes}
-    for e in reversed(w.edges):  # consumers are discovered before the nodes they consume
+    # edges are listed breadth-first from the roots, so a node's consumer has its module (its
+    # own or inherited) before the node is reached: a chain of helper nodes (the views and
+    # transposes inside F.multi_head_attention_forward, where our op mode is not called) all
+    # take the module of the op that consumed them
+    for e in w.edges:
         node, consumer = by_id[e["source"]], by_id[e["target"]]
         if (node["kind"] in ("op", "custom") and node.get("module") is None
                 and consumer.get("module") and node.get("line") == consumer.get("line")):
@@ -178,8 +182,11 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
         leaf_name, kind = name_leaf(variable)
         leaf_name = clip(leaf_name, MAX_NAME)
         w.leaves[node_id] = (variable, leaf_name)
+        # a module's parameter is named after it (`layers.0.linear1.weight`): it belongs there
+        module = leaf_name.rsplit(".", 1)[0] if kind == "parameter" and "." in leaf_name \
+            else None
         node.update(kind="param" if kind == "parameter" else "leaf", param=leaf_name,
-                    label=leaf_name, line=None, module=None, **describe(variable))
+                    label=leaf_name, line=None, module=module, **describe(variable))
         return node
     node["kind"] = "op"
     try:

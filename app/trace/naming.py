@@ -33,6 +33,8 @@ class Namer:
         self._by_id: dict[int, tuple[torch.Tensor, str, str]] = {}
         self._taken: set[str] = set()
         self._top_modules: list[weakref.ref] = []
+        # a model's parameter names start with this ("" when the script has one model)
+        self._prefixes: dict[int, str] = {}
         # once the script has finished there are no frames to look in: its globals stay
         self.finished_globals: dict | None = None
 
@@ -79,6 +81,7 @@ class Namer:
         with_params = [(n, m) for n, m in roots if any(True for _ in m.parameters())]
         for root_name, module in with_params:
             prefix = "" if len(with_params) == 1 else root_name + "."
+            self._prefixes[id(module)] = prefix
             for pname, p in module.named_parameters():
                 self._assign(p, prefix + pname, "parameter")
         for name, value in variables:
@@ -114,6 +117,11 @@ class Namer:
     def named(self) -> dict[str, tuple[torch.Tensor, str]]:
         """Every named tensor: name -> (tensor, kind)."""
         return {name: (t, kind) for t, name, kind in self._by_id.values()}
+
+    def module_prefix(self, module: nn.Module) -> str | None:
+        """What the names of `module`'s parameters start with ("" or "model."), so that the
+        module paths of its ops match them; None for a model with no parameters."""
+        return self._prefixes.get(id(module))
 
     def module_of(self, param_name: str) -> str | None:
         return param_name.rsplit(".", 1)[0] if "." in param_name else None

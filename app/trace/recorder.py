@@ -8,6 +8,7 @@ none of it is mistaken for the script's own work.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from .backward_event import BackwardRecording, tensors_of
 from .cuts import CutLog, Escape
 from .graph import MODULE_TAG, storage_key
 from .naming import Namer, script_frames
-from .summary import summarize
+from .summary import ValueBudget, summarize
 from .views import ViewLog
 
 __all__ = ["Recorder", "RecordingLimits"]
@@ -60,7 +61,9 @@ class Recorder:
         self._backward_depth = 0
         self._in_step = 0
         self._custom_forward_depth = 0
-        self._module_stack: list[tuple[nn.Module, str]] = []
+        # (module, its path, the prefix of its children's paths)
+        self._module_stack: list[tuple[nn.Module, str, str]] = []
+        self._submodule_names: dict[int, tuple[Any, dict[int, str]]] = {}
         self.cut_log = CutLog()
         self.inplace: list[InPlace] = []
         self.nonleaf_grad_reads: list[int] = []  # lines that read .grad of a non-leaf
@@ -68,6 +71,7 @@ class Recorder:
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
         self._pending_steps: dict[int, dict] = {}
+        self.values = ValueBudget()
         self.views = ViewLog(self.script_path, self.namer, self.guard, self.current_line)
         # custom Functions whose backward returned a gradient with no graph under create_graph
         self.cut_functions: dict[type, list[str]] = {}
@@ -197,7 +201,7 @@ class Recorder:
                 index=len(self.events), call=call, line=self.current_line(), outputs=labelled,
                 script_path=self.script_path, namer=self.namer, storage_names=storage_names,
                 guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes,
-                escapes_of=self.escapes_of, create_graph=create_graph)
+                escapes_of=self.escapes_of, create_graph=create_graph, budget=self.values)
 
     # -- optimizer steps -------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -215,7 +219,8 @@ class Recorder:
                 for group in optimizer.param_groups:
                     for p in group["params"]:
                         name, _kind = self.namer.name(p)
-                        params[name] = (p, summarize(p), summarize(p.grad))
+                        params[name] = (p, summarize(p, budget=self.values),
+                                        summarize(p.grad, budget=self.values))
                 self._pending_steps[id(optimizer)] = {
                     "line": self.current_line(), "params": params,
                     "lr": [g.get("lr") for g in optimizer.param_groups]}
@@ -229,7 +234,8 @@ class Recorder:
             return
         try:
             with self.guard():
-                params = {name: {"before": before, "after": summarize(p), "grad": grad}
+                params = {name: {"before": before, "after": summarize(p, budget=self.values),
+                                 "grad": grad}
                           for name, (p, before, grad) in pending["params"].items()}
             lr = [float(x) if isinstance(x, (int, float)) else None for x in pending["lr"]]
             self.events.append({"kind": "step", "index": len(self.events),
@@ -240,17 +246,34 @@ class Recorder:
 
     # -- modules ---------------------------------------------------------------------------
     def module_entered(self, module: nn.Module) -> None:
+        """Keep the path of the module now running, named as its parameters are named
+        (`layers.3.linear1`, or `model.layers.3.linear1` when the script has several models):
+        grouping the graph by module puts a parameter with the ops of its module."""
         if not self._module_stack:
             self.namer.saw_top_level_call(module)
-            self._module_stack.append((module, ""))
+            try:
+                with self.guard():
+                    self.namer.refresh()
+            except Exception as exc:  # noqa: BLE001
+                self._internal_error("naming a model", exc)
+            prefix = self.namer.module_prefix(module)
+            own = prefix.rstrip(".") if prefix else type(module).__name__
+            self._module_stack.append((module, own, prefix or ""))
             return
-        parent, parent_path = self._module_stack[-1]
-        path = None
-        for name, child in parent.named_modules():
-            if child is module and name:
-                path = f"{parent_path}.{name}" if parent_path else name
-                break
-        self._module_stack.append((module, path or type(module).__name__))
+        parent, parent_path, children_prefix = self._module_stack[-1]
+        name = self._child_names(parent).get(id(module))
+        path = children_prefix + name if name else type(module).__name__
+        self._module_stack.append((module, path, path + "."))
+
+    def _child_names(self, parent: nn.Module) -> dict[int, str]:
+        """id(submodule) -> its dotted name under `parent`; built once per module, since a
+        96-layer model enters a submodule thousands of times a forward."""
+        names = self._submodule_names.get(id(parent))
+        if names is None or names[0]() is not parent:
+            table = {id(child): name for name, child in parent.named_modules() if name}
+            names = (weakref.ref(parent), table)
+            self._submodule_names[id(parent)] = names
+        return names[1]
 
     def module_left(self, module: nn.Module) -> None:
         for i in range(len(self._module_stack) - 1, -1, -1):
@@ -261,8 +284,7 @@ class Recorder:
     def _module_path(self) -> str | None:
         if not self._module_stack:
             return None
-        module, path = self._module_stack[-1]
-        return path or type(module).__name__
+        return self._module_stack[-1][1]
 
     # -- torch operations ------------------------------------------------------------------
     def after_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:

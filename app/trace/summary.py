@@ -33,8 +33,29 @@ def _clean(values: Any) -> Any:
     return json_number(float(values))
 
 
-def summarize(t: torch.Tensor | None, with_values: bool = True) -> dict[str, Any] | None:
-    """Full summary of `t` (None stays None)."""
+class ValueBudget:
+    """The numbers a run's summaries may carry in all. A 96-layer model has a thousand
+    parameters, each summarised in every pass's contributions, grads and steps: with every
+    value kept its report passed 50 MB, more than a worker may send or a browser wants to load.
+    Past the budget a summary keeps its statistics (min, max, mean, norm) without values."""
+
+    def __init__(self, limit: int = 250_000) -> None:
+        self.left = limit
+        self.dropped = 0
+
+    def take(self, n: int) -> bool:
+        if n > MAX_VALUES:
+            return False
+        if n > self.left:
+            self.dropped += 1
+            return False
+        self.left -= n
+        return True
+
+
+def summarize(t: torch.Tensor | None, with_values: bool = True,
+              budget: ValueBudget | None = None) -> dict[str, Any] | None:
+    """Full summary of `t` (None stays None); its values only while `budget` lasts."""
     if t is None:
         return None
     out = describe(t)
@@ -55,7 +76,8 @@ def summarize(t: torch.Tensor | None, with_values: bool = True) -> dict[str, Any
             out["max"] = json_number(float(x.max()))
             out["mean"] = json_number(float(x.mean()))
             out["norm"] = json_number(float(x.norm()))
-        if with_values and n <= MAX_VALUES:
+            out["abs_mean"] = json_number(float(x.abs().mean()))
+        if with_values and n <= MAX_VALUES and (budget is None or budget.take(n)):
             # plain floats are valid JSON as they are; only NaN/inf need spelling out
             out["values"] = _clean(x.tolist()) if out.get("nonfinite") else x.tolist()
     return out

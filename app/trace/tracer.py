@@ -25,7 +25,7 @@ from .as_main import (
 )
 from .custom_check import check_custom_functions
 from .devices import device_problem
-from .diagnose import diagnose
+from .diagnose import diagnose, flow_findings
 from .failures import explain as explain_failure
 from .figures import MAX_FIGURES, FigureCapture
 from .intercept import instrumented
@@ -98,6 +98,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     results_by_name = {cls.__qualname__: r for cls, r in custom_results.items()}
     _attach_gradcheck(recorder.events, results_by_name)
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
+    doc["diagnostics"].extend(flow_findings(doc))
     views = recorder.views.records
     for view in views:
         if view["kind"] == "make_dot":
@@ -113,6 +114,11 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
             f"{VIEW_NODE_BUDGET:,} nodes among them."))
     if figures.records:
         doc["figures"] = figures.records
+    if recorder.values.dropped:
+        doc["diagnostics"].append(diagnostic(
+            "values_dropped", "info", f"{recorder.values.dropped:,} tensor summaries keep their "
+            "statistics (min, max, mean, norm) but not their values: a run keeps 250,000 "
+            "numbers in all, so that the report of a big model stays small enough to load."))
     if figures.dropped:
         doc["diagnostics"].append(diagnostic(
             "figures_dropped", "info", f"{figures.dropped} figure(s) were not kept: a run keeps "
@@ -195,7 +201,7 @@ def _params(recorder: Recorder, named: dict) -> dict:
         uses = {str(e["index"]): e["uses"].get(name, 0)
                 for e in recorder.events if e["kind"] == "backward"}
         with recorder.guard():
-            grad = summarize(t.grad)
+            grad = summarize(t.grad, budget=recorder.values)
         params[name] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
                         "device": str(t.device), "requires_grad": bool(t.requires_grad),
                         "kind": kind, "module": recorder.namer.module_of(name), "uses": uses,
