@@ -39,7 +39,9 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 # takes the first three): a scenario option may not be called any of these, since every other
 # query parameter is an option (`?k=2`).
 RESERVED_QUERY_NAMES = ("variant", "device", "event", "node", "param", "line", "step", "cell",
-                        "present", "say")
+                        "present", "say", "layout", "depth", "open",
+                        # the graph API's own (not in a page's address)
+                        "fold", "view")
 SHOW_KINDS = ("param", "node", "line")
 _SHOW = re.compile(r"^[ \t]*Show:[ \t]*(.*)$", re.MULTILINE)
 

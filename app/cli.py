@@ -91,20 +91,26 @@ def cmd_trace(args) -> int:
 
 
 def cmd_render(args) -> int:
-    from .render import RenderError, event_graph, render_graph
+    from .render import RenderError, choose_grouping, event_graph, group_graph, render_graph
 
     doc = _trace(args)
     status = _report_error(doc)
     out = Path(args.output)
     fmt = out.suffix.lstrip(".").lower()
     try:
-        graph = event_graph(doc, args.event, args.view)
+        flat = event_graph(doc, args.event, args.view)
+        grouping = choose_grouping(flat, flat=args.flat, depth=args.depth,
+                                   opened=frozenset(args.open or ()))
+        graph = group_graph(flat, grouping)
         data = render_graph(graph, fmt, title=doc["script"]["name"])
     except (RenderError, LookupError) as exc:
         print(f"autograd-lab: cannot draw: {exc}", file=sys.stderr)
         return 1
     out.write_bytes(data)
-    print(f"wrote {out} ({len(graph['nodes'])} nodes, {len(graph['edges'])} edges)")
+    how = "" if grouping.flat else (
+        f", drawn by module from {len(flat['nodes'])} nodes (depth "
+        f"{'all' if grouping.depth is None else grouping.depth}; --flat draws every node)")
+    print(f"wrote {out} ({len(graph['nodes'])} nodes, {len(graph['edges'])} edges{how})")
     return status
 
 
@@ -151,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--event", type=int, help="which backward event (default: the first)")
     p.add_argument("--view", type=int, help="draw instead a graph the script asked for: its "
                    "make_dot calls and create_graph gradients, numbered from 0")
+    p.add_argument("--flat", action="store_true", help="every node, however many (a graph of "
+                   "more than 300 is otherwise drawn by module)")
+    p.add_argument("--depth", type=int, help="draw modules this deep closed (0: every module "
+                   "open, repeated blocks still folded)")
+    p.add_argument("--open", action="append", metavar="PATH", help="a module (or fold, "
+                   "layers.0-47) to draw open; may be given several times")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("scenarios", help="list the built-in scenarios")

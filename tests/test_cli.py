@@ -97,3 +97,21 @@ def test_missing_script_is_a_clear_error():
     done = cli("trace", "no_such_file.py")
     assert done.returncode != 0
     assert "no such script 'no_such_file.py'" in done.stderr
+
+
+def test_render_draws_a_big_model_by_module_unless_asked_for_every_node(tmp_path):
+    script = tmp_path / "deep.py"
+    script.write_text("import torch\nfrom torch import nn\n"
+                      "net = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.Tanh())"
+                      " for _ in range(60)])\n"
+                      "net(torch.randn(2, 4)).sum().backward()\n")
+    out = tmp_path / "g.dot"
+    done = cli("render", str(script), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "drawn by module from" in done.stdout and "--flat" in done.stdout
+    grouped = out.read_text()
+    assert "× 60" in grouped or "× 59" in grouped  # the 60 blocks, folded
+    done = cli("render", str(script), "-o", str(out), "--flat")
+    assert done.returncode == 0, done.stderr and "by module" not in done.stdout
+    flat = out.read_text()
+    assert flat.count("AddmmBackward0 —") == 60 and "×" not in flat  # its tooltips

@@ -2,7 +2,8 @@
 
 from .dot import EventNotFound, event_graph, to_dot
 from .draw import RenderError, render, render_graph
+from .group import FLAT, Grouping, choose_grouping, group_graph, layout_document
 from .legend import KINDS
 
-__all__ = ["KINDS", "EventNotFound", "RenderError", "event_graph", "render", "render_graph",
-           "to_dot"]
+__all__ = ["FLAT", "KINDS", "EventNotFound", "Grouping", "RenderError", "choose_grouping",
+           "event_graph", "group_graph", "layout_document", "render", "render_graph", "to_dot"]

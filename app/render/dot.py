@@ -13,7 +13,9 @@ import re
 import graphviz
 from graphviz import nohtml
 
-from .legend import EDGE_COLOR, KINDS
+from .legend import EDGE_COLOR, KINDS, UNIT_KINDS
+
+_STYLES = {**KINDS, **UNIT_KINDS}
 
 __all__ = ["EventNotFound", "event_graph", "to_dot", "edge_id"]
 
@@ -68,10 +70,15 @@ def _label(node: dict) -> str:
         return f"{_text(label)}\\n{_text(_shape(node.get('shape')))}"
     if node["kind"] == "custom" and node.get("function"):
         return f"{_text(node['name'])}\\n[{_text(node['function'])}]"
+    if node["kind"] in ("module", "fold"):
+        params = node.get("param_count", len(node.get("params") or ()))
+        return (f"{_text(label)}\\n{node.get('ops', 0)} ops"
+                + (f" · {params} params" if params else ""))
     return _text(label)
 
 
-def to_dot(graph: dict, title: str | None = None) -> str:
+def to_dot(graph: dict, title: str | None = None, compact: bool = False) -> str:
+    """DOT for `graph`; `compact` leaves the tensor shapes off the edges (big graphs)."""
     dot = graphviz.Digraph("autograd", graph_attr={
         "rankdir": "TB", "fontname": "Helvetica", "bgcolor": "white", "nodesep": "0.3",
         "ranksep": "0.4", **({"label": title, "labelloc": "t"} if title else {})})
@@ -80,7 +87,7 @@ def to_dot(graph: dict, title: str | None = None) -> str:
     dot.attr("edge", fontname="Helvetica", fontsize="12", color=EDGE_COLOR,
              fontcolor=EDGE_COLOR)
     for node in graph["nodes"]:
-        style = KINDS.get(node["kind"], KINDS["op"])
+        style = _STYLES.get(node["kind"], KINDS["op"])
         tooltip = node["name"] + (f" — line {node['line']}" if node.get("line") else "")
         # nohtml (in _text): a name like "<<TABLE>...>>" (from a script's own class or variable
         # names) is text, never a graphviz HTML label that could carry a link into the page
@@ -89,8 +96,13 @@ def to_dot(graph: dict, title: str | None = None) -> str:
                  style=style["style"], fillcolor=style["fill"], fontcolor=style["text"],
                  **{"class": f"kind-{node['kind']}"})
     for edge in graph["edges"]:
+        count = edge.get("count", 1)
+        label = _shape(edge.get("shape")) if count == 1 or "shape" in edge else f"{count} edges"
+        if compact:
+            label = ""
         dot.edge(_text(edge["source"]), _text(edge["target"]), id=_text(edge_id(edge)),
-                 label=_text(_shape(edge.get("shape"))), **{"class": "grad-edge"})
+                 label=_text(label), penwidth=str(min(1 + count / 4, 4)) if count > 1 else None,
+                 **{"class": "grad-edge"})
     for cut in graph.get("cuts", ()):
         if cut.get("source") is None:
             continue

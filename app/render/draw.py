@@ -10,8 +10,13 @@ from .dot import to_dot
 
 __all__ = ["RenderError", "render", "render_graph", "MAX_DRAWN_NODES", "MAX_DRAWN_EDGES"]
 
-MAX_DRAWN_NODES = 3000
-MAX_DRAWN_EDGES = 12000  # a forged graph may list many edges between few nodes
+# the flat view of a 96-layer transformer (7,000 nodes) is drawn; far beyond that graphviz takes
+# minutes, and a grouped view says more
+MAX_DRAWN_NODES = 20_000
+MAX_DRAWN_EDGES = 60_000  # a forged graph may list many edges between few nodes
+# above this many nodes edges carry no shape label: graphviz lays each label out as a node of
+# its own, which made a 5,000-node graph take 65 s instead of 8 (bench/big_models.py)
+COMPACT_ABOVE = 1000
 FORMATS = ("svg", "png", "dot")
 # The page inserts the SVG into itself: it may not link anywhere or run anything. graphviz
 # writes <a xlink:title=...> for tooltips, which is harmless; an href never comes from our DOT.
@@ -60,15 +65,17 @@ def check_inert(svg: bytes) -> None:
 
 
 def render_graph(graph: dict, fmt: str = "svg", title: str | None = None) -> bytes:
-    """Draw a Trace graph; refuses graphs too large for a person to read (or graphviz to lay
-    out in reasonable time)."""
+    """Draw a Trace graph (flat, or grouped by app/render/group.py). A graph too big to lay
+    out in reasonable time is refused with what to draw instead: the same graph by module."""
     n = len(graph["nodes"])
     if n > MAX_DRAWN_NODES:
-        raise RenderError(f"this graph has {n} nodes; autograd-lab draws at most "
-                          f"{MAX_DRAWN_NODES}. Trace a smaller model or fewer steps, or export "
-                          "the Trace JSON to inspect it.")
+        raise RenderError(f"this graph has {n:,} nodes; autograd-lab lays out at most "
+                          f"{MAX_DRAWN_NODES:,} at once. Draw it by module instead (the page "
+                          "does by default; the API takes ?depth=N, the CLI --depth N).")
     edges = len(graph["edges"]) + len(graph.get("cuts", ()))
     if edges > MAX_DRAWN_EDGES:
-        raise RenderError(f"this graph has {edges} edges; autograd-lab draws at most "
-                          f"{MAX_DRAWN_EDGES}. Export the Trace JSON to inspect it.")
-    return render(to_dot(graph, title), fmt)
+        raise RenderError(f"this graph has {edges:,} edges; autograd-lab lays out at most "
+                          f"{MAX_DRAWN_EDGES:,} at once. Draw it by module instead, or export "
+                          "the Trace JSON to inspect it.")
+    return render(to_dot(graph, title, compact=n > COMPACT_ABOVE), fmt,
+                  timeout=60.0 if n <= COMPACT_ABOVE else 300.0)

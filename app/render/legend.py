@@ -17,6 +17,14 @@ KINDS: dict[str, dict[str, str]] = {
              "style": "filled,dashed", "text": "#000000"},
 }
 
+# what a big graph drawn by module (app/render/group.py) adds: click either to open it
+UNIT_KINDS: dict[str, dict[str, str]] = {
+    "module": {"label": "module, collapsed (click to open)", "shape": "box3d", "fill": "#E8E8E8",
+               "style": "filled,bold", "text": "#000000"},
+    "fold": {"label": "repeated blocks, folded (click to open)", "shape": "folder",
+             "fill": "#009E73", "style": "filled,bold", "text": "#000000"},
+}
+
 EDGE_COLOR = "#555555"
 
-__all__ = ["KINDS", "EDGE_COLOR"]
+__all__ = ["KINDS", "UNIT_KINDS", "EDGE_COLOR"]

@@ -12,6 +12,7 @@ from fastapi.templating import Jinja2Templates
 from app import __version__
 from app.catalog import load_catalog
 from app.render import KINDS
+from app.render.legend import UNIT_KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
 
@@ -60,7 +61,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
                                settings.store_max_bytes, settings.store_max_run_bytes)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
-    templates.env.globals.update(legend=KINDS, version=__version__)
+    templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)
     templates.env.filters.update(narration=narration_html, inline=inline_html,
                                  source_lines=source_lines)
     app.state.templates = templates

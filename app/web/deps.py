@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Request
+from fastapi import Depends, HTTPException, Path, Query, Request
 
 from app.catalog import Scenario, load_catalog
 
-from .traces import TraceService
+from .traces import Layout, TraceService
 
-__all__ = ["ScenarioDep", "TracesDep", "CatalogDep"]
+__all__ = ["ScenarioDep", "TracesDep", "CatalogDep", "LayoutDep"]
 
 
 _CATALOG_LOCK = threading.Lock()
@@ -50,3 +50,22 @@ def get_traces(request: Request) -> TraceService:
 
 ScenarioDep = Annotated[Scenario, Depends(get_scenario)]
 TracesDep = Annotated[TraceService, Depends(get_traces)]
+
+
+def get_layout(
+    layout: Annotated[str | None, Query(pattern="^(flat|modules)$",
+                                        description="flat: every node; modules (the default "
+                                        "for a big graph): drawn by module")] = None,
+    depth: Annotated[int | None, Query(ge=0, le=64, description="module depth drawn closed; "
+                                       "0: every module open, repeats still folded")] = None,
+    open_: Annotated[list[str], Query(alias="open", max_length=200,
+                                      description="module paths (or folds, `layers.0-47`) "
+                                      "to draw open")] = [],  # noqa: B006 - FastAPI copies it
+    fold: bool = True,
+) -> Layout:
+    if any(len(path) > 1000 for path in open_):
+        raise HTTPException(422, "a module path in `open` is longer than 1000 characters")
+    return Layout(flat=layout == "flat", depth=depth, opened=frozenset(open_), fold=fold)
+
+
+LayoutDep = Annotated[Layout, Depends(get_layout)]

@@ -12,7 +12,8 @@ from fastapi.responses import Response
 
 __all__ = ["MEDIA", "drawing", "document"]
 
-MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8"}
+MEDIA = {"svg": "image/svg+xml", "png": "image/png", "dot": "text/vnd.graphviz; charset=utf-8",
+         "json": "application/json"}  # json: how the drawing was grouped, and its units
 # an SVG opened on its own is a document of this origin: let it run nothing and fetch nothing
 _SVG_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -20,7 +21,8 @@ _SVG_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 def drawing(fmt: str, draw: Callable[[], bytes]) -> Response:
     """A graph as svg, png or dot; 404 for another format."""
     if fmt not in MEDIA:
-        raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png or graph.dot")
+        raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png, graph.dot "
+                                 "or graph.json")
     data = draw()
     headers = {"Content-Security-Policy": _SVG_POLICY} if fmt == "svg" else None
     return Response(data, media_type=MEDIA[fmt], headers=headers)

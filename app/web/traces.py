@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import logging
 import threading
 import time
@@ -25,7 +26,14 @@ from dataclasses import dataclass
 
 from app.catalog import Scenario, scenario_args
 from app.format import Trace
-from app.render import RenderError, event_graph, render_graph
+from app.render import (
+    RenderError,
+    choose_grouping,
+    event_graph,
+    group_graph,
+    layout_document,
+    render_graph,
+)
 from app.runner import (
     Policy,
     Pool,
@@ -58,6 +66,16 @@ def _torch_version() -> str:
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
 
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a drawing is asked for: flat, or by module (a depth, 0 for every module open; the
+    module paths opened; repeats folded). No depth: the readable grouping for its size."""
+    flat: bool = False
+    depth: int | None = None
+    opened: frozenset[str] = frozenset()
+    fold: bool = True
 
 class DeviceError(ValueError):
     """The requested device is not on this machine (422, errors.py)."""
@@ -230,10 +248,12 @@ class TraceService:
             return None
 
     def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str,
-                view: int | None = None) -> bytes:
-        """The graph of one event (or one of the script's views) as svg, png or dot
-        (RenderError, EventNotFound, Busy)."""
-        rkey = (key, event, view, fmt)
+                view: int | None = None, layout: Layout | None = None) -> bytes:
+        """The graph of one event (or one of the script's views) as svg, png, dot, or json
+        (its units and grouping), drawn as `layout` asks: by default a big graph by module
+        (RenderError, EventNotFound, Busy). Kept by (trace, event, view, layout, format)."""
+        layout = layout or Layout()
+        rkey = (key, event, view, layout, fmt)
         with self._lock:
             if rkey in self._renders:
                 kept = self._renders[rkey]
@@ -241,6 +261,14 @@ class TraceService:
                     raise kept  # a graph that cannot be drawn is not drawn again and again
                 return kept
         graph = event_graph(doc, event, view)
+        grouping = choose_grouping(graph, flat=layout.flat, depth=layout.depth,
+                                   opened=layout.opened, fold=layout.fold)
+        if fmt == "json":
+            data = json.dumps(layout_document(graph, grouping)).encode("utf-8")
+            with self._lock:
+                self._renders[rkey] = data
+            return data
+        graph = group_graph(graph, grouping)
         with self.render_gate.enter():
             try:
                 data = render_graph(graph, fmt)

@@ -36,6 +36,16 @@ export function runQuery(run, extra = {}) {
  * Where a page's Trace and drawings come from. A scenario is run with the page's settings
  * (variant, device, options); a stored run is fixed: it is what ran, and has no settings.
  */
+/** The query of one drawing: which event, and how it is grouped ({layout, depth, open}). */
+function drawingQuery(event, drawing = {}) {
+  const q = new URLSearchParams();
+  if (event !== null && event !== undefined) q.set("event", event);
+  if (drawing.layout) q.set("layout", drawing.layout);
+  if (drawing.depth !== null && drawing.depth !== undefined) q.set("depth", drawing.depth);
+  for (const path of drawing.open || []) q.append("open", path);
+  return q;
+}
+
 export function scenarioSubject(scenario) {
   const base = `/api/scenarios/${encodeURIComponent(scenario.name)}`;
   return {
@@ -44,7 +54,10 @@ export function scenarioSubject(scenario) {
     options: scenario.options || {},
     defaultVariant: scenario.default_variant || null,
     traceUrl: (run) => `${base}/trace?${runQuery(run)}`,
-    graphUrl: (run, event, fmt = "svg") => `${base}/graph.${fmt}?${runQuery(run, { event })}`,
+    graphUrl: (run, event, fmt = "svg", drawing = {}) => {
+      const q = drawingQuery(event, drawing);
+      return `${base}/graph.${fmt}?${runQuery(run)}${q.toString() ? `&${q}` : ""}`;
+    },
     viewUrl: (run, view, fmt = "svg") => `${base}/graph.${fmt}?${runQuery(run, { view })}`,
   };
 }
@@ -58,7 +71,10 @@ export function storedSubject(stored) {
     defaultVariant: null,
     device: stored.device,
     traceUrl: () => base,
-    graphUrl: (run, event, fmt = "svg") => `${base}/graph.${fmt}${event === null || event === undefined ? "" : `?event=${event}`}`,
+    graphUrl: (run, event, fmt = "svg", drawing = {}) => {
+      const q = drawingQuery(event, drawing).toString();
+      return `${base}/graph.${fmt}${q ? `?${q}` : ""}`;
+    },
     viewUrl: (run, view, fmt = "svg") => `${base}/graph.${fmt}?view=${view}`,
   };
 }
@@ -103,9 +119,16 @@ export async function fetchTrace(subject, run, { signal } = {}) {
   return checked(await request(s.traceUrl(run), { signal }));
 }
 
-export function fetchGraphSvg(subject, run, event, { signal } = {}) {
+export function fetchGraphSvg(subject, run, event, { signal, drawing = {} } = {}) {
   const s = typeof subject === "string" ? scenarioSubject({ name: subject }) : subject;
-  return request(s.graphUrl(run, event, "svg"), { signal, as: "text" });
+  return request(s.graphUrl(run, event, "svg", drawing), { signal, as: "text" });
+}
+
+/** How a drawing is grouped: {grouping: {flat, depth, opened, fold}, nodes, flat_nodes,
+ *  units: [{id, kind, path, name, ops, params, repeat}]}. */
+export function fetchGraphLayout(subject, run, event, { signal, drawing = {} } = {}) {
+  const s = typeof subject === "string" ? scenarioSubject({ name: subject }) : subject;
+  return request(s.graphUrl(run, event, "json", drawing), { signal });
 }
 
 function tokenHeaders(token) {

@@ -59,7 +59,7 @@ export class Controls {
 }
 
 /** Point the export links at the current run and event (`subject`: see api.js). */
-export function updateExports(subject, run, eventIndex, haveTrace = true) {
+export function updateExports(subject, run, eventIndex, haveTrace = true, drawing = {}) {
   const tag = [subject.name, run.variant, ...Object.entries(run.options).map(([k, v]) => `${k}${v}`),
     run.device !== "cpu" ? run.device.replace(":", "") : null].filter(Boolean).join("-");
   const set = (id, href, file) => {
@@ -76,7 +76,8 @@ export function updateExports(subject, run, eventIndex, haveTrace = true) {
   const ev = eventIndex === null ? null : eventIndex;
   const suffix = ev === null ? "" : `-event${ev}`;
   for (const fmt of ["svg", "png", "dot"]) {
-    set(`export-${fmt}`, ev === null ? null : subject.graphUrl(run, ev, fmt), `${tag}${suffix}.${fmt}`);
+    // the drawing as shown: a big graph's modules, as grouped and opened on the page
+    set(`export-${fmt}`, ev === null ? null : subject.graphUrl(run, ev, fmt, drawing), `${tag}${suffix}.${fmt}`);
   }
   set("export-json", haveTrace ? subject.traceUrl(run) : null, `${tag}.trace.json`);
 }

@@ -1,9 +1,10 @@
 // The page's state lives in its URL, so that any view can be shared, bookmarked or reloaded:
 // the run (variant, device, options) and the view (event, node, parameter, line, replay step,
-// heat-map entry). Option names are used as they are (?k=2), like the API and the CLI. A stored
+// heat-map entry, and how a big graph is grouped). Option names are used as they are (?k=2), like the API and the CLI. A stored
 // run of your own code has no run settings (it is what ran): its URL holds the view only.
 
-const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell", "present", "say"];
+const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell", "present", "say", "layout",
+  "depth", "open"];
 const RUN_KEYS = ["variant", "device"];
 
 /** Read {run, view} from the current URL, given the subject (api.js: its options, default
@@ -31,6 +32,11 @@ export function readUrl(subject, search = location.search) {
     // presenter mode (trace_page.js) and the narration step it shows, counted from 1
     present: q.get("present") === "1" ? true : null,
     say: int("say"),
+    // how a big graph is drawn (app/render/group.py): flat, or by module at a depth with some
+    // modules opened; none of these: the server picks a readable grouping
+    layout: ["flat", "modules"].includes(q.get("layout")) ? q.get("layout") : null,
+    depth: int("depth"),
+    open: q.get("open") ? q.get("open").split(",").filter(Boolean).slice(0, 200) : null,
   };
   return { run, view };
 }

@@ -4,7 +4,7 @@
 // parameter, source line, replay step, heat-map entry). Every change goes through update(),
 // which re-renders from the state, so the page and its permalink cannot disagree.
 
-import { ApiError, fetchGraphSvg, fetchTrace, scenarioSubject, storedSubject } from "./api.js";
+import { ApiError, fetchGraphLayout, fetchGraphSvg, fetchTrace, scenarioSubject, storedSubject } from "./api.js";
 import { Controls, updateExports } from "./controls.js";
 import { renderDiagnostics } from "./diagnostics.js";
 import { fill, h, fmt } from "./dom.js";
@@ -29,6 +29,11 @@ const subject = page.run ? storedSubject(page.run) : scenarioSubject(page.scenar
 let { run, view } = readUrl(subject);
 let doc = null;
 let shown = null; // the backward event whose graph is drawn
+let drawnKey = null; // which drawing of it: the event and its grouping
+let layout = null; // how a big graph is drawn (graph.json): its grouping and units
+const units = new Map(); // drawn unit id (a collapsed module, a fold) -> unit
+// above this many nodes the server draws a graph by module (app/render/group.py READABLE_NODES)
+const READABLE_NODES = 300;
 let hinted = null; // a node pointed at from the accumulation chart
 let pending = null; // AbortController of the run being fetched
 let laidOut = false; // the graph area was sized to the first screen
@@ -67,6 +72,10 @@ function nodeById(id) {
 }
 
 function selectNode(id) {
+  if (units.has(id)) {
+    openUnit(units.get(id));
+    return;
+  }
   const node = nodeById(id);
   if (!node) return;
   const param = node.param && doc.params[node.param] ? node.param : null;
@@ -81,6 +90,71 @@ function selectParam(name) {
 
 function selectLine(line) {
   update({ line, node: null, param: null, cell: null });
+}
+
+// ---- a big graph, drawn by module ----------------------------------------------------------
+
+/** The drawing the view asks for: {layout, depth, open}, sent as the graph's query. */
+function drawingOf(v) {
+  return { layout: v.layout, depth: v.depth, open: v.open };
+}
+
+/** Open a collapsed module or a fold: the rest of the drawing stays as it is. */
+function openUnit(unit) {
+  const grouping = layout ? layout.grouping : null;
+  view = {
+    ...view, layout: "modules", node: null,
+    depth: view.depth ?? (grouping && grouping.depth !== null ? grouping.depth : 0),
+    open: [...new Set([...(view.open || []), unit.path])],
+  };
+  redraw();
+}
+
+function setDrawing(changes) {
+  view = { ...view, node: null, ...changes };
+  redraw();
+}
+
+async function redraw() {
+  progress.start(view.layout === "flat" ? "Laying out every node (a big graph takes a while)" : "Drawing the modules");
+  document.body.classList.add("loading");
+  try {
+    await showGraph();
+  } catch (err) {
+    setStatus(status, explain(err), "error");
+  } finally {
+    progress.stop();
+    document.body.classList.remove("loading");
+  }
+  render();
+  graph.initialView();
+}
+
+function renderLayoutBar() {
+  const bar = $("layout-bar");
+  const total = shown ? shown.graph.nodes.length : 0;
+  const big = total > READABLE_NODES;
+  bar.hidden = !shown || (!big && !layout);
+  document.querySelectorAll(".legend-grouped").forEach((li) => { li.hidden = !(layout && !layout.grouping.flat); });
+  if (bar.hidden) return;
+  const grouped = layout && !layout.grouping.flat;
+  const depth = grouped ? layout.grouping.depth : null;
+  const parts = [];
+  if (grouped) {
+    const folds = layout.units.filter((u) => u.kind === "fold").length;
+    parts.push(h("span.layout-text", {},
+      `This graph has ${total.toLocaleString("en")} nodes: drawn by module ` +
+      `(${depth === null ? "every module open" : `depth ${depth}`}${folds ? ", repeated blocks folded" : ""}), ` +
+      `${layout.nodes.toLocaleString("en")} shown. Click a module to open it.`));
+    parts.push(h("button", { type: "button", id: "layout-flat", onclick: () => setDrawing({ layout: "flat", depth: null, open: null }) }, "Every node"));
+    if (depth !== null && depth > 1) parts.push(h("button", { type: "button", id: "layout-less", onclick: () => setDrawing({ layout: "modules", depth: depth - 1 }) }, "Fewer modules"));
+    if (depth !== null) parts.push(h("button", { type: "button", id: "layout-more", onclick: () => setDrawing({ layout: "modules", depth: depth + 1 }) }, "More modules"));
+    if ((view.open || []).length) parts.push(h("button", { type: "button", id: "layout-close", onclick: () => setDrawing({ open: null }) }, "Close what I opened"));
+  } else {
+    parts.push(h("span.layout-text", {}, `All ${total.toLocaleString("en")} nodes are drawn.`));
+    parts.push(h("button", { type: "button", id: "layout-modules", onclick: () => setDrawing({ layout: null, depth: null, open: null }) }, "Draw by module"));
+  }
+  fill(bar, parts);
 }
 
 // ---- presenter mode -----------------------------------------------------------------------
@@ -197,15 +271,30 @@ async function showGraph(signal) {
   const backward = doc.events.filter((e) => e.kind === "backward");
   const target = !ev ? null : ev.kind === "backward" ? ev :
     [...backward].reverse().find((e) => e.index < ev.index) || backward[0] || null;
-  if (target === shown && target) return;
+  const drawing = drawingOf(view);
+  const key = target ? `${target.index}|${JSON.stringify(drawing)}` : null;
+  if (target === shown && target && key === drawnKey) return;
   shown = target;
+  drawnKey = key;
+  layout = null;
+  units.clear();
   if (!target) {
     graph.clear(doc.error ? "The script stopped before it recorded a graph." :
       "This run recorded no backward pass, so there is no graph to draw.");
     return;
   }
-  const svg = await fetchGraphSvg(subject, run, target.index, { signal });
-  graph.show(svg, target, doc.diagnostics);
+  let asked = drawing;
+  if (view.layout !== "flat" && (target.graph.nodes.length > READABLE_NODES || view.depth !== null || view.open)) {
+    // ask how it will be drawn first (cheap, no layout), so the modules can be clicked open
+    layout = await fetchGraphLayout(subject, run, target.index, { signal, drawing });
+    const g = layout.grouping;
+    asked = g.flat ? { layout: "flat" } : { layout: "modules", depth: g.depth === null ? 0 : g.depth, open: g.opened };
+    for (const unit of layout.units) units.set(unit.id, unit);
+  }
+  const svg = await fetchGraphSvg(subject, run, target.index, { signal, drawing: asked });
+  // the drawn graph: the Trace's nodes that are drawn as they are, and the modules and folds
+  const drawn = units.size ? { ...target, graph: { ...target.graph, nodes: [...target.graph.nodes, ...layout.units.map((u) => ({ ...u, label: u.name, module: u.path }))] } } : target;
+  graph.show(svg, drawn, doc.diagnostics);
 }
 
 /** What the run itself says (the script failed, or never called backward), and its output. */
@@ -310,7 +399,8 @@ function render() {
     $(id).disabled = !(ev && ev.kind === "backward");
   }
   $("replay-stop").disabled = view.step === null;
-  updateExports(subject, run, shown ? shown.index : null, Boolean(doc));
+  updateExports(subject, run, shown ? shown.index : null, Boolean(doc), drawingOf(view));
+  renderLayoutBar();
   // classroom.js asks the class about what is shown
   window.dispatchEvent(new CustomEvent("trace-shown", { detail: { doc, event: ev,
     lesson: page.class_question ? { ...page.class_question, lesson: page.scenario.name } : null } }));

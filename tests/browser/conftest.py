@@ -59,10 +59,10 @@ class Watched:
         page.on("request", lambda r: urlparse(r.url).scheme in ("http", "https", "ws", "wss")
                 and urlparse(r.url).hostname != host and self.foreign.append(r.url))
 
-    def shot(self, name: str) -> Path:
+    def shot(self, name: str, full_page: bool = True) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{self.test_name}-{name}.png"
-        self.page.screenshot(path=str(path), full_page=True)
+        self.page.screenshot(path=str(path), full_page=full_page)
         return path
 
 

@@ -154,7 +154,8 @@ def test_graph_png_and_dot(client):
 
 def test_graph_errors(client):
     response = client.get("/api/scenarios/tiny/graph.gif")
-    assert response.status_code == 404 and "graph.svg, graph.png or graph.dot" in detail(response)
+    assert response.status_code == 404
+    assert "graph.svg, graph.png, graph.dot or graph.json" in detail(response)
     response = client.get("/api/scenarios/tiny/graph.svg?event=99")
     assert response.status_code == 404 and "not a backward event" in detail(response)
     response = client.get("/api/scenarios/tiny/graph.svg?event=first")
@@ -288,3 +289,16 @@ def test_a_made_up_cookie_is_nobody_and_is_replaced(tiny_dir, settings):
         c.cookies.set(COOKIE, "made-up-" + "x" * 20)
         given = c.get("/").headers.get("set-cookie", "")
         assert given.startswith(f"{COOKIE}=") and "made-up" not in given
+
+
+def test_graph_layout_errors_say_what_is_allowed(client):
+    response = client.get("/api/scenarios/tiny/graph.svg?layout=sideways")
+    assert response.status_code == 422 and "layout" in detail(response)
+    response = client.get("/api/scenarios/tiny/graph.svg?depth=-1")
+    assert response.status_code == 422 and "depth" in detail(response)
+    response = client.get("/api/scenarios/tiny/graph.json?open=" + "x" * 1001)
+    assert response.status_code == 422 and "longer than 1000" in detail(response)
+    # a small graph is drawn flat whatever the default, and says so
+    layout = client.get("/api/scenarios/tiny/graph.json").json()
+    assert layout["grouping"]["flat"] and layout["units"] == []
+    assert layout["nodes"] == layout["flat_nodes"] > 3

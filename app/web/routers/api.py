@@ -9,7 +9,7 @@ from app.catalog import RESERVED_QUERY_NAMES, ScenarioSummary
 from app.devices import parse_device
 from app.format import Trace, load_schema
 
-from ..deps import CatalogDep, ScenarioDep, TracesDep
+from ..deps import CatalogDep, LayoutDep, ScenarioDep, TracesDep
 from ..responses import MEDIA, document, drawing
 from ..sandbox_status import sandbox_status
 
@@ -58,12 +58,12 @@ def scenario_trace(request: Request, scenario: ScenarioDep, traces: TracesDep,
 
 @router.get("/api/scenarios/{name}/graph.{fmt}")
 def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, fmt: str,
-                   variant: str | None = None, device: str = "cpu",
+                   layout: LayoutDep, variant: str | None = None, device: str = "cpu",
                    event: int | None = None, view: int | None = None) -> Response:
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before any run
     key, doc = scenario_run(request, scenario, traces, variant, device)
-    return drawing(fmt, lambda: traces.drawing(key, doc, event, fmt, view))
+    return drawing(fmt, lambda: traces.drawing(key, doc, event, fmt, view, layout))
 
 
 @router.get("/api/devices")

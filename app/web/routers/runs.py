@@ -27,6 +27,7 @@ from app.format import Trace, error_record, new_document
 
 from ..auth import check_uploader, has_token, upload_policy
 from ..clients import client_key
+from ..deps import LayoutDep
 from ..jobs import Job
 from ..responses import MEDIA, document, drawing
 
@@ -227,14 +228,15 @@ def get_run(request: Request, run_id: str) -> Response:
 
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
-def run_graph(request: Request, run_id: str, fmt: str, event: int | None = None,
-              view: int | None = None) -> Response:
-    """A backward event's graph; with `view`, a graph the script asked for (make_dot)."""
+def run_graph(request: Request, run_id: str, fmt: str, layout: LayoutDep,
+              event: int | None = None, view: int | None = None) -> Response:
+    """A backward event's graph; with `view`, a graph the script asked for (make_dot). A big
+    graph is drawn by module unless `layout=flat`; graph.json says how it was drawn."""
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before reading the store
     doc = stored_run(request, run_id)
     return drawing(fmt, lambda: request.app.state.traces.drawing(("run", run_id), doc, event,
-                                                                 fmt, view))
+                                                                 fmt, view, layout))
 
 
 

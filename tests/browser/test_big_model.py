@@ -1,0 +1,80 @@
+"""A 96-layer transformer in a real Chromium (issue 11): its page opens drawn by module with the
+layers folded, a fold and a module open on click, and the flat view of every node opens."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from .conftest import Watched
+from .test_own_code import paste_and_run
+
+pytestmark = pytest.mark.browser
+
+DEEP = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32)
+model = nn.TransformerEncoder(layer, num_layers=96, enable_nested_tensor=False)
+loss = model(torch.randn(6, 2, 16)).pow(2).mean()
+loss.backward()
+"""
+
+
+def drawn(page, selector: str) -> int:
+    return page.eval_on_selector_all(selector, "els => els.length")
+
+
+def test_a_96_layer_model_opens_by_module_and_every_node_can_be_drawn(watched: Watched):
+    page = watched.page
+    page.set_default_timeout(240_000)
+    paste_and_run(watched, DEEP)
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    flat_nodes = len(httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=60).json()
+                     ["events"][0]["graph"]["nodes"])
+    assert flat_nodes > 6000
+    # it opens readable: the 96 blocks folded into one, a few hundred nodes at most
+    page.wait_for_selector("#layout-bar:not([hidden])")
+    assert "drawn by module" in page.text_content("#layout-bar")
+    first = drawn(page, "#graph svg g.node")
+    assert first <= 300
+    fold = page.query_selector("#graph svg g.node.kind-fold")
+    assert fold is not None and "× 9" in fold.text_content()  # × 95 or × 96
+    watched.shot("by-module", full_page=False)  # its table of 1,000 parameters is long
+
+    # a click opens the fold: its blocks, each one closed module
+    fold.click()
+    page.wait_for_url(re.compile(r".*[?&]open="))
+    page.wait_for_function("() => document.querySelectorAll('#graph svg g.node.kind-module')"
+                           ".length >= 90")
+    assert drawn(page, "#graph svg g.node.kind-fold") == 0
+    # and a click on one block opens it: its ops are drawn, the other blocks stay closed
+    before = drawn(page, "#graph svg g.node")
+    page.click("#graph svg g.node.kind-module")
+    page.wait_for_function(f"() => document.querySelectorAll('#graph svg g.node').length > "
+                           f"{before}")
+    assert drawn(page, "#graph svg g.node.kind-module") >= 89
+    watched.shot("one-block-open", full_page=False)  # its table of 1,000 parameters is long
+
+    # every node, flat: the full graph is drawn and can still be panned
+    page.click("#layout-flat")
+    page.wait_for_url(re.compile(r".*layout=flat"))
+    page.wait_for_function(f"() => document.querySelectorAll('#graph svg g.node').length >= "
+                           f"{flat_nodes}")
+    assert drawn(page, "#graph svg g.node.kind-module") == 0
+    assert "All " in page.text_content("#layout-bar")
+    box = page.query_selector("#graph").bounding_box()
+    viewport = page.eval_on_selector("#graph svg .svg-pan-zoom_viewport",
+                                     "g => g.getAttribute('transform')")
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] / 2 + 120, box["y"] + box["height"] / 2 + 40,
+                    steps=5)
+    page.mouse.up()
+    assert page.eval_on_selector("#graph svg .svg-pan-zoom_viewport",
+                                 "g => g.getAttribute('transform')") != viewport
+    watched.shot("flat", full_page=False)  # its table of 1,000 parameters is long

@@ -1,0 +1,145 @@
+"""A big graph drawn by module (app/render/group.py), checked against the flat graph it came
+from: which flat nodes a unit holds is worked out here from the unit's path and the nodes'
+modules, not from the grouping code, and every flat edge between two units must be drawn."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from app.render import render_graph
+from app.render.group import FLAT, Grouping, group_graph, readable_grouping
+from tests.trace_facts import backward_events
+
+ENCODER = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0)
+model = nn.TransformerEncoder(layer, num_layers={layers}, enable_nested_tensor=False)
+model(torch.randn(5, 2, 16, requires_grad=True)).pow(2).mean().backward()
+"""
+
+BLOCKS = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+blocks = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range({n})])
+blocks(torch.randn(4, 8, requires_grad=True)).sum().backward()
+"""
+
+
+@pytest.fixture(scope="module")
+def encoder_graph(tmp_path_factory):
+    from app.trace.tracer import trace_script
+
+    path = tmp_path_factory.mktemp("encoder") / "encoder.py"
+    path.write_text(ENCODER.format(layers=6))
+    return backward_events(trace_script(path))[0]["graph"]
+
+
+def members(unit: dict, graph: dict) -> set[str]:
+    """The flat nodes a unit holds, from its path alone."""
+    out = set()
+    for node in graph["nodes"]:
+        module = node.get("module") or ""
+        if unit["kind"] == "module":
+            inside = module == unit["path"] or module.startswith(unit["path"] + ".")
+        else:
+            parent = unit["path"].rsplit(".", 1)[0] if "." in unit["path"] else ""
+            first, last = (int(x) for x in unit["path"].rsplit(".", 1)[-1].split("-"))
+            rest = module[len(parent) + 1:] if parent else module
+            number = rest.split(".", 1)[0]
+            inside = (module.startswith(parent + ".") or not parent) and number.isdigit() \
+                and first <= int(number) <= last
+        if inside:
+            out.add(node["id"])
+    return out
+
+
+GROUPINGS = [Grouping(depth=d) for d in (1, 2, 3, 4)] + [
+    Grouping(depth=None), Grouping(depth=3, fold=False), Grouping(depth=2, opened=frozenset(
+        {"model.layers"}))]
+
+
+@pytest.mark.parametrize("grouping", GROUPINGS, ids=str)
+def test_grouping_keeps_every_edge_between_groups(encoder_graph, grouping):
+    flat = encoder_graph
+    grouped = group_graph(flat, grouping)
+    owner: dict[str, str] = {}
+    for unit in grouped["nodes"]:
+        if unit["kind"] in ("module", "fold"):
+            for member in members(unit, flat):
+                assert member not in owner, f"{member} is in two units"
+                owner[member] = unit["id"]
+        else:
+            owner[unit["id"]] = unit["id"]
+    # every flat node is drawn exactly once, as itself or inside one unit
+    assert set(owner) == {n["id"] for n in flat["nodes"]}
+    expected = Counter((owner[e["source"]], owner[e["target"]]) for e in flat["edges"]
+                       if owner[e["source"]] != owner[e["target"]])
+    drawn = Counter({(e["source"], e["target"]): e["count"] for e in grouped["edges"]})
+    assert drawn == expected  # none lost, none invented, each counted
+    assert len({(e["source"], e["target"]) for e in grouped["edges"]}) == len(grouped["edges"])
+
+
+def test_a_unit_counts_its_ops_and_names_its_parameters(encoder_graph):
+    grouped = group_graph(encoder_graph, Grouping(depth=3, fold=False))
+    by_path = {n["path"]: n for n in grouped["nodes"] if n["kind"] == "module"}
+    layer = by_path["model.layers.2"]
+    inside = [n for n in encoder_graph["nodes"] if n["id"] in members(layer, encoder_graph)]
+    assert layer["ops"] == sum(n["kind"] == "op" for n in inside) > 20
+    assert sorted(layer["params"]) == sorted(
+        n["param"] for n in inside if n["kind"] == "param")
+    assert "model.layers.2.linear1.weight" in layer["params"]
+
+
+def test_folding_identical_blocks_then_opening_them_gives_back_the_flat_graph(trace_source):
+    flat = backward_events(trace_source(BLOCKS.format(n=9)))[0]["graph"]
+    folded = group_graph(flat, Grouping(depth=None))
+    [fold] = [n for n in folded["nodes"] if n["kind"] == "fold"]
+    assert fold["repeat"] == 9 and fold["name"] == "0-8 × 9"
+    assert fold["ops"] == sum(n["kind"] == "op" for n in flat["nodes"]
+                              if (n.get("module") or "").split(".")[0].isdigit())
+    # opening the fold shows the nine blocks, each closed
+    opened = group_graph(flat, Grouping(depth=None, opened=frozenset({fold["path"]})))
+    assert sorted(n["path"] for n in opened["nodes"] if n["kind"] == "module") == \
+        [str(i) for i in range(9)]
+    # and opening each block gives back the flat graph exactly
+    everything = frozenset({fold["path"], *(str(i) for i in range(9))})
+    again = group_graph(flat, Grouping(depth=None, opened=everything))
+    assert [n["id"] for n in again["nodes"]] == [n["id"] for n in flat["nodes"]]
+    assert sorted((e["source"], e["target"]) for e in again["edges"]) == \
+        sorted((e["source"], e["target"]) for e in flat["edges"])
+
+
+def test_blocks_that_differ_are_not_folded(trace_source):
+    flat = backward_events(trace_source("""
+import torch
+from torch import nn
+net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+net(torch.randn(2, 4, requires_grad=True)).sum().backward()
+"""))[0]["graph"]
+    folded = group_graph(flat, Grouping(depth=None))
+    [fold] = [n for n in folded["nodes"] if n["kind"] == "fold"]
+    assert fold["path"] == "0-1"  # the two Linears; the ReLU between breaks the run
+
+
+def test_a_big_graph_opens_at_a_readable_depth(trace_source):
+    flat = backward_events(trace_source(ENCODER.format(layers=12)))[0]["graph"]
+    assert len(flat["nodes"]) > 300
+    grouping = readable_grouping(flat)
+    grouped = group_graph(flat, grouping)
+    assert len(grouped["nodes"]) <= 300 and not grouping.flat
+    assert any(n["kind"] == "fold" and n["repeat"] >= 11 for n in grouped["nodes"])
+    small = backward_events(trace_source(BLOCKS.format(n=3)))[0]["graph"]
+    assert readable_grouping(small) == FLAT and group_graph(small, FLAT) is small
+
+
+def test_a_grouped_graph_is_drawn_by_graphviz_with_its_unit_ids(encoder_graph):
+    grouped = group_graph(encoder_graph, Grouping(depth=3, fold=False))
+    svg = render_graph(grouped, "svg").decode()
+    for unit in grouped["nodes"]:
+        assert f'id="{unit["id"]}"' in svg
+    assert "model.layers.4" in svg and "ops" in svg
