@@ -17,6 +17,10 @@ __all__ = ["gradient_flow", "steep_flow", "FLOW_RATIO"]
 
 # first layer's gradient norm against the last's: beyond this factor either way, flagged
 FLOW_RATIO = 1e3
+# a run records at most 10 backward passes; a forged report may claim 200 passes of 100,000
+# parameters each, and the web process must not spend seconds reading that
+MAX_EVENTS = 20
+MAX_PARAMS = 20_000
 
 
 def _number(x: Any) -> float | None:
@@ -28,12 +32,12 @@ def gradient_flow(doc: dict) -> dict:
     "norm": [...], "abs_mean": [...]}] (a value per module, None where it had no gradient),
     "params": {name: {"module", "norm": [per event]}}}."""
     modules: dict[str, list[str]] = {}
-    for name, param in doc.get("params", {}).items():
+    for name, param in list(doc.get("params", {}).items())[:MAX_PARAMS]:
         if param.get("requires_grad") is False:
             continue
         # parameters are listed as their models list them, so modules come in depth order
         modules.setdefault(param.get("module") or name, []).append(name)
-    events = [e for e in doc.get("events", []) if e.get("kind") == "backward"]
+    events = [e for e in doc.get("events", []) if e.get("kind") == "backward"][:MAX_EVENTS]
     out_events = []
     params: dict[str, dict] = {name: {"module": module, "norm": []}
                                for module, names in modules.items() for name in names}

@@ -59,6 +59,7 @@ export function scenarioSubject(scenario) {
       return `${base}/graph.${fmt}?${runQuery(run)}${q.toString() ? `&${q}` : ""}`;
     },
     viewUrl: (run, view, fmt = "svg") => `${base}/graph.${fmt}?${runQuery(run, { view })}`,
+    flowUrl: (run) => `${base}/gradient-flow?${runQuery(run)}`,
   };
 }
 
@@ -76,6 +77,7 @@ export function storedSubject(stored) {
       return `${base}/graph.${fmt}${q ? `?${q}` : ""}`;
     },
     viewUrl: (run, view, fmt = "svg") => `${base}/graph.${fmt}?view=${view}`,
+    flowUrl: () => `${base}/gradient-flow`,
   };
 }
 
@@ -156,6 +158,11 @@ export function stopRun(id, { token = "" } = {}) {
 
 export function fetchStoredRun(id, { signal } = {}) {
   return request(`/api/runs/${encodeURIComponent(id)}`, { signal });
+}
+
+/** Each module's gradient against depth, per backward pass (app/format/flow.py). */
+export function fetchGradientFlow(subject, run, { signal } = {}) {
+  return request(subject.flowUrl(run), { signal });
 }
 
 export function fetchDevices({ signal } = {}) {

@@ -4,10 +4,11 @@
 // parameter, source line, replay step, heat-map entry). Every change goes through update(),
 // which re-renders from the state, so the page and its permalink cannot disagree.
 
-import { ApiError, fetchGraphLayout, fetchGraphSvg, fetchTrace, scenarioSubject, storedSubject } from "./api.js";
+import { ApiError, fetchGradientFlow, fetchGraphLayout, fetchGraphSvg, fetchTrace, scenarioSubject, storedSubject } from "./api.js";
 import { Controls, updateExports } from "./controls.js";
 import { renderDiagnostics } from "./diagnostics.js";
 import { fill, h, fmt } from "./dom.js";
+import { renderFlow } from "./flow.js";
 import { GraphView } from "./graph.js";
 import { installKeys } from "./keys.js";
 import { paramView } from "./accumulation.js";
@@ -32,6 +33,9 @@ let shown = null; // the backward event whose graph is drawn
 let drawnKey = null; // which drawing of it: the event and its grouping
 let layout = null; // how a big graph is drawn (graph.json): its grouping and units
 const units = new Map(); // drawn unit id (a collapsed module, a fold) -> unit
+let flow = null; // gradient flow across depth (GET .../gradient-flow)
+let flowMeasure = "norm";
+let flowDrawn = null; // what the flow chart shows now: redrawn only when that changes
 // above this many nodes the server draws a graph by module (app/render/group.py READABLE_NODES)
 const READABLE_NODES = 300;
 let hinted = null; // a node pointed at from the accumulation chart
@@ -128,6 +132,17 @@ async function redraw() {
   }
   render();
   graph.initialView();
+}
+
+function renderFlowSection() {
+  const state = { measure: flowMeasure, event: shown ? shown.index : null, param: view.param };
+  const key = flow ? JSON.stringify(state) : null;
+  if (key === flowDrawn) return;
+  flowDrawn = key;
+  renderFlow($("flow"), flow, state, {
+    jsonUrl: subject.flowUrl(run), name: `${subject.name}-gradient-flow`,
+    onMeasure: (m) => { flowMeasure = m; renderFlowSection(); },
+  });
 }
 
 function renderLayoutBar() {
@@ -228,6 +243,12 @@ async function loadRun(newEntry = false) {
     }
     doc = await fetchTrace(subject, run, { signal: controller.signal });
     shown = null;
+    flow = null;
+    flowDrawn = null;
+    // the chart is extra: the page does not wait for it, and a failure leaves it out
+    fetchGradientFlow(subject, run, { signal: controller.signal })
+      .then((f) => { if (pending === controller || pending === null) { flow = f; renderFlowSection(); } })
+      .catch(() => {});
     if (!doc.events.some((e) => e.index === view.event)) {
       const first = doc.events.find((e) => e.kind === "backward") || doc.events[0];
       view.event = first ? first.index : null;
@@ -401,6 +422,7 @@ function render() {
   $("replay-stop").disabled = view.step === null;
   updateExports(subject, run, shown ? shown.index : null, Boolean(doc), drawingOf(view));
   renderLayoutBar();
+  renderFlowSection();
   // classroom.js asks the class about what is shown
   window.dispatchEvent(new CustomEvent("trace-shown", { detail: { doc, event: ev,
     lesson: page.class_question ? { ...page.class_question, lesson: page.scenario.name } : null } }));

@@ -78,3 +78,45 @@ def test_a_96_layer_model_opens_by_module_and_every_node_can_be_drawn(watched: W
     assert page.eval_on_selector("#graph svg .svg-pan-zoom_viewport",
                                  "g => g.getAttribute('transform')") != viewport
     watched.shot("flat", full_page=False)  # its table of 1,000 parameters is long
+
+
+SIGMOIDS = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+layers = []
+for _ in range(12):
+    layers += [nn.Linear(16, 16), nn.Sigmoid()]
+net = nn.Sequential(*layers, nn.Linear(16, 1))
+for step in range(3):
+    net(torch.randn(8, 16)).pow(2).mean().backward()
+"""
+
+
+def test_gradient_flow_is_charted_flagged_and_saved(watched: Watched, tmp_path):
+    page = watched.page
+    paste_and_run(watched, SIGMOIDS)
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    flow = httpx.get(f"{watched.base}/api/runs/{run_id}/gradient-flow", timeout=30).json()
+    page.wait_for_selector("#flow:not([hidden]) svg.flow-chart")
+    # one point per module for the pass on show, one line per pass
+    assert drawn(page, "#flow svg.flow-chart circle.flow-point") == len(flow["modules"]) == 13
+    assert drawn(page, "#flow svg.flow-chart path.flow-other") == 2
+    assert "Vanishing gradients in backward #0" in page.text_content("#diagnostics")
+    with page.expect_download() as svg_download:
+        page.click("#flow .flow-export button:text('SVG')")
+    svg = (tmp_path / "flow.svg")
+    svg_download.value.save_as(svg)
+    assert svg.read_text().startswith("<svg") and "flow-current" in svg.read_text()
+    with page.expect_download() as png_download:
+        page.click("#flow .flow-export button:text('PNG')")
+    png = tmp_path / "flow.png"
+    png_download.value.save_as(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a parameter's gradient across the three passes
+    page.click("#params-body button.param-button[data-param='0.weight']")
+    page.wait_for_selector("#flow svg.flow-param")
+    assert drawn(page, "#flow svg.flow-param circle") == 3
+    page.eval_on_selector("#flow", "el => el.scrollIntoView()")
+    watched.shot("gradient-flow", full_page=False)

@@ -302,3 +302,16 @@ def test_graph_layout_errors_say_what_is_allowed(client):
     layout = client.get("/api/scenarios/tiny/graph.json").json()
     assert layout["grouping"]["flat"] and layout["units"] == []
     assert layout["nodes"] == layout["flat_nodes"] > 3
+
+
+def test_gradient_flow_of_a_scenario(client):
+    flow = client.get("/api/scenarios/tiny/gradient-flow").json()
+    trace = client.get("/api/scenarios/tiny/trace").json()
+    backward = [e for e in trace["events"] if e["kind"] == "backward"]
+    assert [e["event"] for e in flow["events"]] == [e["index"] for e in backward]
+    names = [p for m in flow["modules"] for p in m["params"]]
+    assert sorted(names) == sorted(n for n, p in trace["params"].items() if p["requires_grad"])
+    for name in names:  # each parameter's norm after each pass is the trace's own
+        assert flow["params"][name]["norm"] == [
+            e["grads"][name]["after"]["norm"] if e["grads"][name]["after"] else None
+            for e in backward]

@@ -8,6 +8,7 @@ from fastapi.responses import Response
 from app.catalog import RESERVED_QUERY_NAMES, ScenarioSummary
 from app.devices import parse_device
 from app.format import Trace, load_schema
+from app.format.flow import gradient_flow
 
 from ..deps import CatalogDep, LayoutDep, ScenarioDep, TracesDep
 from ..responses import MEDIA, document, drawing
@@ -64,6 +65,14 @@ def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, f
         return drawing(fmt, bytes)  # the 404, before any run
     key, doc = scenario_run(request, scenario, traces, variant, device)
     return drawing(fmt, lambda: traces.drawing(key, doc, event, fmt, view, layout))
+
+
+@router.get("/api/scenarios/{name}/gradient-flow")
+def scenario_gradient_flow(request: Request, scenario: ScenarioDep, traces: TracesDep,
+                           variant: str | None = None, device: str = "cpu") -> dict:
+    """Each module's gradient norm and mean |grad| in depth order, after each backward pass,
+    and each parameter's norm across the passes (app/format/flow.py)."""
+    return gradient_flow(scenario_run(request, scenario, traces, variant, device)[1])
 
 
 @router.get("/api/devices")

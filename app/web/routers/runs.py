@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 
 from app.devices import parse_device
 from app.format import Trace, error_record, new_document
+from app.format.flow import gradient_flow
 
 from ..auth import check_uploader, has_token, upload_policy
 from ..clients import client_key
@@ -225,6 +226,13 @@ def stored_run(request: Request, run_id: str) -> Trace:
 def get_run(request: Request, run_id: str) -> Response:
     """A stored run's Trace, with its id and link (the JSON twin of /runs/{id})."""
     return document(stored_run(request, run_id))
+
+
+@router.get("/api/runs/{run_id}/gradient-flow")
+def run_gradient_flow(request: Request, run_id: str) -> dict:
+    """Each module's gradient norm and mean |grad| in depth order, after each backward pass,
+    and each parameter's norm across the passes (app/format/flow.py)."""
+    return gradient_flow(stored_run(request, run_id))
 
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
