@@ -24,7 +24,14 @@ MAX_PARAMS = 20_000
 
 
 def _number(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return _finite(float(x))
+    return None
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: a number that is not finite is left out (None)."""
+    return x if math.isfinite(x) else None
 
 
 def gradient_flow(doc: dict) -> dict:
@@ -33,7 +40,8 @@ def gradient_flow(doc: dict) -> dict:
     "params": {name: {"module", "norm": [per event]}}}."""
     modules: dict[str, list[str]] = {}
     for name, param in list(doc.get("params", {}).items())[:MAX_PARAMS]:
-        if param.get("requires_grad") is False:
+        # a model's parameters only: an input leaf with requires_grad is not a layer
+        if param.get("requires_grad") is False or param.get("kind") != "parameter":
             continue
         # parameters are listed as their models list them, so modules come in depth order
         modules.setdefault(param.get("module") or name, []).append(name)
@@ -44,21 +52,21 @@ def gradient_flow(doc: dict) -> dict:
     for e in events:
         norms, means = [], []
         for names in modules.values():
-            squares, weighted, count, seen = 0.0, 0.0, 0, False
+            found, weighted, count = [], 0.0, 0
             for name in names:
                 after = ((e.get("grads") or {}).get(name) or {}).get("after") or {}
                 norm, numel = _number(after.get("norm")), after.get("numel")
                 params[name]["norm"].append(norm)
                 if norm is None:
                     continue
-                seen = True
-                squares += norm * norm
+                found.append(norm)
                 mean = _number(after.get("abs_mean"))
-                if mean is not None and isinstance(numel, int):
+                if mean is not None and isinstance(numel, int) and numel > 0:
                     weighted += mean * numel
                     count += numel
-            norms.append(math.sqrt(squares) if seen else None)
-            means.append(weighted / count if count else None)
+            # hypot, not a sum of squares: norms past 1e154 must not overflow to infinity
+            norms.append(_finite(math.hypot(*found)) if found else None)
+            means.append(_finite(weighted / count) if count else None)
         out_events.append({"event": e["index"], "line": e.get("line"), "norm": norms,
                            "abs_mean": means})
     return {"modules": [{"module": m, "params": names} for m, names in modules.items()],

@@ -97,6 +97,8 @@ def to_dot(graph: dict, title: str | None = None, compact: bool = False) -> str:
                  **{"class": f"kind-{node['kind']}"})
     for edge in graph["edges"]:
         count = edge.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            count = 1  # a forged report may put anything here
         label = _shape(edge.get("shape")) if count == 1 or "shape" in edge else f"{count} edges"
         if compact:
             label = ""

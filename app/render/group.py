@@ -16,11 +16,10 @@ names modules the way their parameters are named.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
-__all__ = ["Grouping", "group_graph", "readable_grouping", "choose_grouping", "layout_document",
-           "FLAT", "READABLE_NODES", "units_of"]
+__all__ = ["Analysis", "Grouping", "analyze", "group_graph", "readable_grouping",
+           "choose_grouping", "layout_document", "FLAT", "READABLE_NODES", "units_of"]
 
 READABLE_NODES = 300  # above this a first view opens collapsed
 
@@ -39,9 +38,17 @@ class Grouping:
 FLAT = Grouping(depth=None, fold=False)
 
 
+# module trees deeper than this are drawn as if cut there: real models are a few levels deep,
+# and a forged report's 500-level paths must not cost the server quadratic work
+MAX_DEPTH = 16
+MAX_UNITS_LISTED = 20_000  # units described in graph.json (a drawing has at most 20,000 nodes)
+
+
 def _segments(node: dict) -> tuple[str, ...]:
     module = node.get("module")
-    return tuple(module.split(".")) if isinstance(module, str) and module else ()
+    if not isinstance(module, str) or not module:
+        return ()
+    return tuple(module.split(".", MAX_DEPTH)[:MAX_DEPTH])
 
 
 @dataclass
@@ -54,19 +61,41 @@ class _Fold:
         return ".".join((*self.parent, f"{self.members[0]}-{self.members[-1]}"))
 
 
-def _folds(graph: dict) -> dict[tuple[str, ...], _Fold]:
+@dataclass
+class Analysis:
+    """What every grouping of one graph needs, worked out once: each node's module path (cut
+    at MAX_DEPTH), the folds, the deepest level, and every path a request may open."""
+    segments: list[tuple[str, ...]]
+    folds: dict[tuple[str, ...], _Fold]
+    deepest: int
+    known: frozenset[str]
+
+
+def analyze(graph: dict) -> Analysis:
+    segments = [_segments(node) for node in graph["nodes"]]
+    folds = _folds(graph, segments)
+    known = {".".join(segs[:d]) for segs in segments for d in range(1, len(segs) + 1)}
+    known.update(fold.path for fold in folds.values())
+    return Analysis(segments, folds, max(map(len, segments), default=0), frozenset(known))
+
+
+def _folds(graph: dict, segments: list[tuple[str, ...]]) -> dict[tuple[str, ...], _Fold]:
     """Runs of consecutively numbered sibling modules with the same ops: member prefix -> fold."""
-    signature: dict[tuple[str, ...], Counter] = {}
+    # a module's signature: how many nodes it holds, and a sum of hashes of (where inside it,
+    # op name) over them, an order-free fingerprint of its ops that costs one number
+    signature: dict[tuple[str, ...], list[int]] = {}
     children: dict[tuple[str, ...], set[str]] = {}
-    for node in graph["nodes"]:
-        segs = _segments(node)
+    for node, segs in zip(graph["nodes"], segments, strict=True):
         for depth in range(1, len(segs) + 1):
             prefix = segs[:depth]
             children.setdefault(segs[:depth - 1], set()).add(segs[depth - 1])
-            signature.setdefault(prefix, Counter())[(segs[depth:], node["name"])] += 1
+            sig = signature.setdefault(prefix, [0, 0])
+            sig[0] += 1
+            sig[1] = (sig[1] + hash((segs[depth:], node["name"]))) & 0xFFFFFFFFFFFFFFFF
     out: dict[tuple[str, ...], _Fold] = {}
     for parent, names in children.items():
-        numbered = sorted((int(n), n) for n in names if n.isdigit())
+        # ascii digits only: "²".isdigit() is true, and int() refuses it
+        numbered = sorted((int(n), n) for n in names if n.isascii() and n.isdigit())
         run: list[tuple[int, str]] = []
         for number, name in [*numbered, (None, None)]:
             same = run and number == run[-1][0] + 1 and \
@@ -82,9 +111,11 @@ def _folds(graph: dict) -> dict[tuple[str, ...], _Fold]:
     return out
 
 
-def units_of(graph: dict, grouping: Grouping) -> tuple[dict[str, str], dict[str, dict]]:
+def units_of(graph: dict, grouping: Grouping, analysis: Analysis | None = None
+             ) -> tuple[dict[str, str], dict[str, dict]]:
     """(node id -> unit id, unit id -> unit record) for every flat node."""
-    folds = _folds(graph) if grouping.fold else {}
+    analysis = analysis or analyze(graph)
+    folds = analysis.folds if grouping.fold else {}
     depth = grouping.depth
     unit_of: dict[str, str] = {}
     units: dict[str, dict] = {}
@@ -99,8 +130,7 @@ def units_of(graph: dict, grouping: Grouping) -> tuple[dict[str, str], dict[str,
                           "params": [], "param_count": 0, **extra}
         return by_path[key]
 
-    for node in graph["nodes"]:
-        segs = _segments(node)
+    for node, segs in zip(graph["nodes"], analysis.segments, strict=True):
         chosen = None
         for length in range(1, len(segs) + 1):
             prefix = segs[:length]
@@ -131,11 +161,11 @@ def units_of(graph: dict, grouping: Grouping) -> tuple[dict[str, str], dict[str,
     return unit_of, units
 
 
-def group_graph(graph: dict, grouping: Grouping) -> dict:
+def group_graph(graph: dict, grouping: Grouping, analysis: Analysis | None = None) -> dict:
     """The graph as `grouping` draws it (the graph itself when the grouping is flat)."""
     if grouping.flat:
         return graph
-    unit_of, units = units_of(graph, grouping)
+    unit_of, units = units_of(graph, grouping, analysis)
     nodes = []
     for node in graph["nodes"]:
         uid = unit_of[node["id"]]
@@ -143,10 +173,15 @@ def group_graph(graph: dict, grouping: Grouping) -> dict:
             nodes.append(node)
         elif uid in units:
             nodes.append(_unit_node(units.pop(uid)))
-    edges: dict[tuple[str, str], dict] = {}
+    edges: dict[tuple, dict] = {}
     for e in graph["edges"]:
         source, target = unit_of.get(e["source"]), unit_of.get(e["target"])
         if source is None or target is None or source == target:
+            continue
+        if source == e["source"] and target == e["target"]:
+            # between two nodes drawn as they are: the Trace's own edge, id and all, so the
+            # page's replay still finds it
+            edges[(source, target, e["slot"])] = {**e, "count": 1}
             continue
         kept = edges.get((source, target))
         if kept is None:
@@ -158,8 +193,14 @@ def group_graph(graph: dict, grouping: Grouping) -> dict:
         if kept.get("shape") != e.get("shape"):
             kept.pop("shape", None)  # several tensors cross here: no one shape to print
     roots = list(dict.fromkeys(unit_of[r] for r in graph["roots"] if r in unit_of))
-    cuts = [c for c in graph.get("cuts", ()) if unit_of.get(c["node"]) == c["node"]
-            and (c.get("source") is None or unit_of.get(c["source"]) == c["source"])]
+    cuts, seen = [], set()
+    for c in graph.get("cuts", ()):  # a cut inside a closed module is drawn on its box
+        node = unit_of.get(c["node"])
+        source = unit_of.get(c["source"]) if c.get("source") is not None else None
+        if node is None or node == source or (node, source) in seen:
+            continue
+        seen.add((node, source))
+        cuts.append({**c, "node": node, "source": source})
     return {"nodes": nodes, "edges": list(edges.values()), "roots": roots,
             "truncated": graph.get("truncated", False), "cuts": cuts,
             "grouping": {"depth": grouping.depth, "opened": sorted(grouping.opened),
@@ -181,48 +222,76 @@ def _unit_node(record: dict) -> dict:
             **({"repeat": record["repeat"]} if kind == "fold" else {})}
 
 
-def readable_grouping(graph: dict, limit: int = READABLE_NODES) -> Grouping:
-    """The flat graph when it is small enough; otherwise the deepest module depth (repeats
-    folded) whose drawing has at most `limit` units, or depth 1 if none does."""
+def _unit_counts(graph: dict, analysis: Analysis) -> dict[int | None, int]:
+    """How many units each depth draws (repeats folded, nothing opened), for every depth in
+    one pass: a node is its fold from the fold's level on, else its module from the depth on,
+    else itself."""
+    keys: dict[int | None, set] = {d: set() for d in [*range(1, analysis.deepest + 1), None]}
+    for node, segs in zip(graph["nodes"], analysis.segments, strict=True):
+        fold_at = next((n for n in range(1, len(segs) + 1) if segs[:n] in analysis.folds),
+                       None)
+        for depth in keys:
+            if fold_at is not None and (depth is None or fold_at <= depth):
+                keys[depth].add(("f", segs[:fold_at]))
+            elif depth is not None and depth <= len(segs):
+                keys[depth].add(("g", segs[:depth]))
+            else:
+                keys[depth].add(node["id"])
+    return {depth: len(found) for depth, found in keys.items()}
+
+
+def readable_grouping(graph: dict, limit: int = READABLE_NODES,
+                      analysis: Analysis | None = None) -> Grouping:
+    """The flat graph when it is small enough (or has no modules); otherwise the deepest module
+    depth (repeats folded) whose drawing has at most `limit` units, or depth 1 if none does."""
     if len(graph["nodes"]) <= limit:
         return FLAT
-    deepest = max((len(_segments(n)) for n in graph["nodes"]), default=0)
+    analysis = analysis or analyze(graph)
+    if not analysis.deepest:
+        return FLAT
+    counts = _unit_counts(graph, analysis)
+    if counts[None] <= limit:  # every module open: the folds alone are enough
+        return Grouping(depth=None)
     best = Grouping(depth=1)
-    for depth in range(1, deepest + 1):
-        grouping = Grouping(depth=depth)
-        unit_of, _units = units_of(graph, grouping)
-        if len(set(unit_of.values())) > limit:
+    for depth in range(1, analysis.deepest + 1):
+        if counts[depth] > limit:
             break
-        best = grouping
-    if best.depth == deepest:  # every module open: the folds alone may be enough
-        unfolded = Grouping(depth=None)
-        if len(set(units_of(graph, unfolded)[0].values())) <= limit:
-            return unfolded
+        best = Grouping(depth=depth)
     return best
 
 
 def choose_grouping(graph: dict, *, flat: bool = False, depth: int | None = None,
-                    opened: frozenset[str] = frozenset(), fold: bool = True) -> Grouping:
+                    opened: frozenset[str] = frozenset(), fold: bool = True,
+                    analysis: Analysis | None = None) -> Grouping:
     """What a request asks to see: the flat graph, a module depth (0: every module open, only
-    repeats folded), or, with neither, the readable grouping, with `opened` paths open."""
+    repeats folded), or, with neither, the readable grouping, with `opened` paths open. Paths
+    the graph does not have are dropped and a depth past its deepest module means every module
+    open, so requests that would draw the same picture ask for the same one."""
     if flat:
         return FLAT
+    analysis = analysis or analyze(graph)
+    opened = frozenset(p for p in opened if p in analysis.known)
     if depth is None:
-        auto = readable_grouping(graph)
+        auto = readable_grouping(graph, analysis=analysis)
         if auto.flat and not opened:
             return FLAT
         return Grouping(depth=auto.depth, opened=opened, fold=fold)
-    return Grouping(depth=None if depth == 0 else depth, opened=opened, fold=fold)
+    if depth == 0 or depth > analysis.deepest:
+        return Grouping(depth=None, opened=opened, fold=fold)
+    return Grouping(depth=depth, opened=opened, fold=fold)
 
 
-def layout_document(graph: dict, grouping: Grouping) -> dict:
+def layout_document(graph: dict, grouping: Grouping, analysis: Analysis | None = None) -> dict:
     """What the page needs to know of a drawing: its units (id, kind, path, counts) and the
     grouping it was drawn with. The drawn ops themselves are in the Trace already."""
-    drawn = group_graph(graph, grouping)
-    units = [{k: n[k] for k in ("id", "kind", "path", "name", "ops", "members", "params",
-                                 "param_count", "repeat") if k in n}
-             for n in drawn["nodes"] if n["kind"] in ("module", "fold")]
+    drawn = group_graph(graph, grouping, analysis)
+    analysis = analysis or analyze(graph)
+    units = [{**{k: n[k] for k in ("id", "kind", "path", "name", "ops", "members",
+                                    "param_count", "repeat") if k in n},
+              "params": n["params"][:20]}
+             for n in drawn["nodes"] if n["kind"] in ("module", "fold")][:MAX_UNITS_LISTED]
     return {"grouping": {"flat": grouping.flat, "depth": grouping.depth,
-                         "opened": sorted(grouping.opened), "fold": grouping.fold},
+                         "opened": sorted(grouping.opened), "fold": grouping.fold,
+                         "deepest": analysis.deepest},
             "nodes": len(drawn["nodes"]), "edges": len(drawn["edges"]),
             "flat_nodes": len(graph["nodes"]), "units": units}

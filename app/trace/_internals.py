@@ -17,6 +17,7 @@ __all__ = [
     "MODIFIED",
     "accumulated_leaf",
     "creation_line",
+    "LINE_TAG",
     "forward_class",
     "function_apply",
     "is_custom_function_node",
@@ -38,14 +39,24 @@ def node_metadata(fn: Any) -> dict:
     return fn.metadata
 
 
+# the script line the recorder tagged a node with when the op that made it returned: cheap,
+# unlike anomaly mode's formatted stack, which is only kept on for small scripts
+LINE_TAG = "autograd_lab.line"
+
+
 def creation_line(fn: Any, path: str) -> int | None:
-    """The innermost line of file `path` in the stack that created `fn`.
+    """The innermost line of file `path` in the stack that created `fn`: the recorder's tag
+    (LINE_TAG), else what anomaly mode kept.
 
     Anomaly mode stores the formatted forward stack under `traceback_` (a list of strings in
     torch 2.x, one string in older releases). Big graphs ask this of every node, so the text is
     searched for the file's last frame rather than parsed whole.
     """
-    raw = node_metadata(fn).get("traceback_")
+    meta = node_metadata(fn)
+    tagged = meta.get(LINE_TAG)
+    if tagged is not None:
+        return tagged
+    raw = meta.get("traceback_")
     if raw is None:
         return None
     text = "".join(raw) if isinstance(raw, list) else str(raw)

@@ -157,6 +157,10 @@ def _inherit_modules(w: Walk) -> None:
     # take the module of the op that consumed them
     for e in w.edges:
         node, consumer = by_id[e["source"]], by_id[e["target"]]
+        # the same for lines: nodes no op returned are made by their consumer's statement
+        if node["kind"] in ("op", "custom") and node.get("line") is None \
+                and consumer["kind"] in ("op", "custom") and consumer.get("line") is not None:
+            node["line"] = consumer["line"]
         if (node["kind"] in ("op", "custom") and node.get("module") is None
                 and consumer.get("module") and node.get("line") == consumer.get("line")):
             node["module"] = consumer["module"]

@@ -24,6 +24,7 @@ from torch.optim import optimizer as optim_module
 from torch.overrides import TorchFunctionMode
 
 from . import _internals as internals
+from .backward_event import tensors_of
 from .recorder import Recorder
 from .views import keep_picture_local
 
@@ -173,6 +174,12 @@ def instrumented(recorder: Recorder):
     def grad_function(outputs, *args, **kwargs):
         if _called_by_torch():
             return autograd_grad(outputs, *args, **kwargs)
+        # `inputs` may be a generator (model.parameters()): torch would use it up, and the
+        # recorder needs it too to name the gradients; a tuple serves both
+        if args and not isinstance(args[0], torch.Tensor) and not isinstance(args[0], tuple):
+            args = (tuple(args[0]), *args[1:])
+        elif "inputs" in kwargs and not isinstance(kwargs["inputs"], (torch.Tensor, tuple)):
+            kwargs["inputs"] = tuple(kwargs["inputs"])
         return recorder.around_backward(
             "torch.autograd.grad", outputs,
             lambda: autograd_grad(outputs, *args, **kwargs), returns_grads=True,
@@ -191,6 +198,8 @@ def instrumented(recorder: Recorder):
         with recorder.custom_forward():
             out = apply_original(cls, *args, **kwargs)
         try:
+            if not recorder.busy:
+                recorder.tag_nodes(tensors_of(out))
             recorder.saw_custom_apply(cls, args)
         except Exception as exc:  # noqa: BLE001
             recorder._internal_error("copying a Function's inputs", exc)
@@ -217,7 +226,7 @@ def instrumented(recorder: Recorder):
             lambda module, args, out: recorder.module_left(module), always_call=True),
     ]
     anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
-    recorder.when_full = lambda: torch.set_anomaly_enabled(False)
+    recorder.anomaly_off = lambda: torch.set_anomaly_enabled(False)
     mode = _OpMode(recorder)
     mode.__enter__()
     try:

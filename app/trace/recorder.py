@@ -45,6 +45,9 @@ class InPlace:
 
 
 MAX_NOTES = 200  # in-place changes and `.grad` reads kept, for explaining a failure
+# nodes made with anomaly mode on: enough for any lesson or small script, whose failed backward
+# then prints the forward stack that made the bad node; a big model goes on without it
+ANOMALY_NODES = 2000
 
 
 @dataclass
@@ -75,9 +78,10 @@ class Recorder:
         self.views = ViewLog(self.script_path, self.namer, self.guard, self.current_line)
         # custom Functions whose backward returned a gradient with no graph under create_graph
         self.cut_functions: dict[type, list[str]] = {}
-        # called once when no further backward pass will be recorded: anomaly mode (a stack
-        # trace for every node created, the main cost of tracing) can then be switched off
-        self.when_full: Callable[[], None] | None = None
+        # switches anomaly mode off (a stack trace for every node created, the main cost of
+        # tracing): once no further backward pass will be recorded, or past ANOMALY_NODES
+        self.anomaly_off: Callable[[], None] | None = None
+        self._nodes_made = 0
 
     # -- our own work ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -154,9 +158,9 @@ class Recorder:
                                          inputs)
                 except Exception as exc:  # noqa: BLE001
                     self._internal_error("walking a gradient's graph", exc)
-            if self.backward_count() >= self.limits.max_backward_events and self.when_full:
-                self.when_full()
-                self.when_full = None
+            if self.backward_count() >= self.limits.max_backward_events and self.anomaly_off:
+                self.anomaly_off()
+                self.anomaly_off = None
             return result
         finally:
             self._backward_depth -= 1
@@ -262,14 +266,16 @@ class Recorder:
             return
         parent, parent_path, children_prefix = self._module_stack[-1]
         name = self._child_names(parent).get(id(module))
+        if name is None:  # a submodule added or replaced since the table was made
+            name = self._child_names(parent, fresh=True).get(id(module))
         path = children_prefix + name if name else type(module).__name__
         self._module_stack.append((module, path, path + "."))
 
-    def _child_names(self, parent: nn.Module) -> dict[int, str]:
+    def _child_names(self, parent: nn.Module, fresh: bool = False) -> dict[int, str]:
         """id(submodule) -> its dotted name under `parent`; built once per module, since a
         96-layer model enters a submodule thousands of times a forward."""
         names = self._submodule_names.get(id(parent))
-        if names is None or names[0]() is not parent:
+        if fresh or names is None or names[0]() is not parent:
             table = {id(child): name for name, child in parent.named_modules() if name}
             names = (weakref.ref(parent), table)
             self._submodule_names[id(parent)] = names
@@ -291,15 +297,12 @@ class Recorder:
         """Tag new nodes with the module that made them; note leaves that leave the graph."""
         if self.busy:
             return
-        path = self._module_path()
-        if path is not None:
-            for t in tensors_of(out):
-                fn = t.grad_fn
-                if fn is not None:
-                    meta = internals.node_metadata(fn)
-                    if MODULE_TAG not in meta:
-                        meta[MODULE_TAG] = path
         name = getattr(func, "__name__", "")
+        made = tensors_of(out)
+        if args and isinstance(args[0], torch.Tensor) and (
+                name == "__setitem__" or internals.is_inplace_call(name)):
+            made.append(args[0])  # an in-place change gives its target a new node
+        self.tag_nodes(made)
         if torch.is_grad_enabled() and internals.is_inplace_call(name):
             self._note_inplace(name, args, out)
         if internals.is_grad_getter(func) and args and isinstance(args[0], torch.Tensor) \
@@ -321,6 +324,30 @@ class Recorder:
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             self.cut_log.note_escape(_flat(args), how, self.current_line)
             self._note_cut(args, how)
+
+    def tag_nodes(self, tensors: list[torch.Tensor]) -> None:
+        """Tag the nodes behind `tensors`, just made, with the script line and the module that
+        made them. The first few thousand nodes also get anomaly mode's stack; after that it
+        is switched off (it made a 12-layer model's forward 40 times slower), and the tags
+        alone give each node its line."""
+        line = None
+        path = self._module_path()
+        for t in tensors:
+            fn = t.grad_fn
+            if fn is None:
+                continue
+            meta = internals.node_metadata(fn)
+            if internals.LINE_TAG in meta:
+                continue
+            if line is None:
+                line = self.current_line() or 0
+            meta[internals.LINE_TAG] = line or None
+            if path is not None and MODULE_TAG not in meta:
+                meta[MODULE_TAG] = path
+            self._nodes_made += 1
+        if self._nodes_made >= ANOMALY_NODES and self.anomaly_off is not None:
+            self.anomaly_off()
+            self.anomaly_off = None
 
     def _note_inplace(self, name: str, args: tuple, out: Any) -> None:
         target = args[0] if args and isinstance(args[0], torch.Tensor) else None

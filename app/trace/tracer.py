@@ -100,9 +100,10 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
     doc["diagnostics"].extend(flow_findings(doc))
     views = recorder.views.records
+    counts: dict = {}
     for view in views:
         if view["kind"] == "make_dot":
-            match = best_match(view, recorder.events)
+            match = best_match(view, recorder.events, counts)
             if match:
                 view["matches"] = match
     if views:

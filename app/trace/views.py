@@ -106,22 +106,29 @@ class ViewLog:
         return self.records[-1]["index"]
 
 
-def best_match(view: dict, events: list[dict]) -> dict | None:
-    """The backward event whose graph shares most of the view's nodes, compared by what a node
-    is (its op and line; a leaf is one of the leaves): what the page says beside the view."""
-    def key(node: dict) -> tuple:
-        return (node["kind"], node["name"], node.get("line"))
+def _key(node: dict) -> tuple:
+    return (node["kind"], node["name"], node.get("line"))
 
-    wanted = [key(n) for n in view["graph"]["nodes"] if n["kind"] != "output"]
+
+def best_match(view: dict, events: list[dict], counts: dict[int, dict] | None = None
+               ) -> dict | None:
+    """The backward event whose graph shares most of the view's nodes, compared by what a node
+    is (its op and line; a leaf is one of the leaves): what the page says beside the view.
+    `counts` keeps each event's node counts between calls (one count per event per run)."""
+    wanted = [_key(n) for n in view["graph"]["nodes"] if n["kind"] != "output"]
     if not wanted:
         return None
+    counts = {} if counts is None else counts
     best = None
     for e in events:
         if e["kind"] != "backward":
             continue
-        have: dict[tuple, int] = {}
-        for n in e["graph"]["nodes"]:
-            have[key(n)] = have.get(key(n), 0) + 1
+        if e["index"] not in counts:
+            found: dict[tuple, int] = {}
+            for n in e["graph"]["nodes"]:
+                found[_key(n)] = found.get(_key(n), 0) + 1
+            counts[e["index"]] = found
+        have = dict(counts[e["index"]])
         shared = 0
         for k in wanted:
             if have.get(k, 0) > 0:

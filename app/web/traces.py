@@ -34,6 +34,7 @@ from app.render import (
     layout_document,
     render_graph,
 )
+from app.render.group import Analysis, analyze
 from app.runner import (
     Policy,
     Pool,
@@ -67,6 +68,8 @@ def _torch_version() -> str:
         return "unknown"
 
 
+
+ANALYSES_KEPT = 16  # graphs whose grouping facts are kept (a big one's are a few MB)
 
 @dataclass(frozen=True)
 class Layout:
@@ -115,7 +118,8 @@ class TraceService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._cache: OrderedDict[tuple, dict] = OrderedDict()
-        self._renders: OrderedDict[tuple, bytes] = OrderedDict()
+        self._renders: OrderedDict[tuple, bytes | RenderError] = OrderedDict()
+        self._analyses: OrderedDict[tuple, Analysis] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
@@ -247,6 +251,29 @@ class TraceService:
         except Stopped:
             return None
 
+    def _kept(self, rkey: tuple) -> bytes | None:
+        with self._lock:
+            kept = self._renders.get(rkey)
+            if kept is not None:
+                self._renders.move_to_end(rkey)
+        if isinstance(kept, RenderError):
+            raise kept  # a graph that cannot be drawn is not drawn again and again
+        return kept
+
+    def _analysis(self, gkey: tuple, graph: dict) -> Analysis:
+        """A graph's module paths and folds, worked out once for all its groupings."""
+        with self._lock:
+            found = self._analyses.get(gkey)
+            if found is not None:
+                self._analyses.move_to_end(gkey)
+                return found
+        found = analyze(graph)
+        with self._lock:
+            self._analyses[gkey] = found
+            while len(self._analyses) > ANALYSES_KEPT:
+                self._analyses.popitem(last=False)
+        return found
+
     def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str,
                 view: int | None = None, layout: Layout | None = None) -> bytes:
         """The graph of one event (or one of the script's views) as svg, png, dot, or json
@@ -254,28 +281,31 @@ class TraceService:
         (RenderError, EventNotFound, Busy). Kept by (trace, event, view, layout, format)."""
         layout = layout or Layout()
         rkey = (key, event, view, layout, fmt)
-        with self._lock:
-            if rkey in self._renders:
-                kept = self._renders[rkey]
-                if isinstance(kept, RenderError):
-                    raise kept  # a graph that cannot be drawn is not drawn again and again
-                return kept
+        kept = self._kept(rkey)
+        if kept is not None:
+            return kept
         graph = event_graph(doc, event, view)
-        grouping = choose_grouping(graph, flat=layout.flat, depth=layout.depth,
-                                   opened=layout.opened, fold=layout.fold)
-        if fmt == "json":
-            data = json.dumps(layout_document(graph, grouping)).encode("utf-8")
-            with self._lock:
-                self._renders[rkey] = data
-            return data
-        graph = group_graph(graph, grouping)
+        # grouping a big (or forged) graph is work too: it waits its turn with the drawings
         with self.render_gate.enter():
-            try:
-                data = render_graph(graph, fmt)
-            except RenderError as exc:
-                data = exc
+            analysis = self._analysis((key, event, view), graph)
+            grouping = choose_grouping(graph, flat=layout.flat, depth=layout.depth,
+                                       opened=layout.opened, fold=layout.fold,
+                                       analysis=analysis)
+            # requests that differ only in paths the graph lacks draw the same picture
+            dkey = (key, event, view, grouping, fmt)
+            kept = self._kept(dkey)
+            if kept is not None:
+                return kept
+            if fmt == "json":
+                data: bytes | RenderError = json.dumps(
+                    layout_document(graph, grouping, analysis)).encode("utf-8")
+            else:
+                try:
+                    data = render_graph(group_graph(graph, grouping, analysis), fmt)
+                except RenderError as exc:
+                    data = exc
         with self._lock:
-            self._renders[rkey] = data
+            self._renders[rkey] = self._renders[dkey] = data
             while len(self._renders) > self.settings.cache_size * 2:
                 self._renders.popitem(last=False)
         if isinstance(data, RenderError):

@@ -10,10 +10,17 @@ const H = 250;
 const M = { left: 58, right: 12, top: 14, bottom: 64 };
 
 function logRange(values) {
-  const finite = values.filter((v) => typeof v === "number" && v > 0 && Number.isFinite(v));
-  if (!finite.length) return null;
-  let lo = Math.floor(Math.log10(Math.min(...finite)));
-  let hi = Math.ceil(Math.log10(Math.max(...finite)));
+  // a loop, not Math.min(...values): a forged report's 400,000 values overflow the call stack
+  let min = Infinity;
+  let max = -Infinity;
+  for (const v of values) {
+    if (typeof v !== "number" || !(v > 0) || !Number.isFinite(v)) continue;
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  if (min === Infinity) return null;
+  let lo = Math.floor(Math.log10(min));
+  let hi = Math.ceil(Math.log10(max));
   if (hi === lo) { lo -= 1; hi += 1; }
   return [lo, hi];
 }
@@ -70,7 +77,7 @@ function depthChart(flow, measure, current) {
 
 /** One parameter's norm after each pass. */
 function paramChart(flow, name) {
-  const p = flow.params[name];
+  const p = Object.hasOwn(flow.params, name) ? flow.params[name] : null;
   if (!p) return null;
   const labels = flow.events.map((e) => `#${e.event}`);
   const range = logRange(p.norm);
@@ -113,8 +120,9 @@ function savePng(svg, file) {
 /** Fill the gradient-flow section. `state`: {measure, event, param}; `jsonUrl` for export. */
 export function renderFlow(section, flow, state, { jsonUrl, onMeasure, name = "gradient-flow" }) {
   const body = section.querySelector(".flow-body");
-  const usable = flow && flow.modules.length >= 2 && flow.events.length;
+  const usable = Boolean(flow && flow.modules.length >= 2 && flow.events.length);
   section.hidden = !usable;
+  if (!usable) fill(body);
   if (!usable) return;
   const chart = depthChart(flow, state.measure, state.event);
   const param = state.param ? paramChart(flow, state.param) : null;

@@ -36,7 +36,7 @@ export function readUrl(subject, search = location.search) {
     // modules opened; none of these: the server picks a readable grouping
     layout: ["flat", "modules"].includes(q.get("layout")) ? q.get("layout") : null,
     depth: int("depth"),
-    open: q.get("open") ? q.get("open").split(",").filter(Boolean).slice(0, 200) : null,
+    open: q.get("open") ? q.get("open").split(",").filter(Boolean).slice(0, 200).map(unescapePath) : null,
   };
   return { run, view };
 }
@@ -51,7 +51,8 @@ export function viewUrl(subject, run, view) {
   for (const key of VIEW_KEYS) {
     const value = view[key];
     if (value === null || value === undefined || value === false) continue;
-    q.set(key, Array.isArray(value) ? value.join(",") : value === true ? "1" : String(value));
+    const list = key === "open" && Array.isArray(value) ? value.map(escapePath) : value;
+    q.set(key, Array.isArray(list) ? list.join(",") : value === true ? "1" : String(value));
   }
   // commas are fine in a query and keep "cell=2,3" readable when the link is pasted somewhere
   const query = q.toString().replace(/%2C/gi, ",");
@@ -64,4 +65,13 @@ export function writeUrl(url, { newEntry = false } = {}) {
   if (newEntry) history.pushState(null, "", url);
   else history.replaceState(null, "", url);
   window.dispatchEvent(new Event("view-changed")); // a teacher's class follows (classroom.js)
+}
+
+// module paths in `open` are joined by commas, and a module's name may hold one
+function escapePath(path) {
+  return path.replaceAll("%", "%25").replaceAll(",", "%2C");
+}
+
+function unescapePath(path) {
+  return path.replaceAll("%2C", ",").replaceAll("%25", "%");
 }

@@ -31,6 +31,7 @@ let { run, view } = readUrl(subject);
 let doc = null;
 let shown = null; // the backward event whose graph is drawn
 let drawnKey = null; // which drawing of it: the event and its grouping
+let drawings = 0; // drawings asked for: only the latest one's answer is shown
 let layout = null; // how a big graph is drawn (graph.json): its grouping and units
 const units = new Map(); // drawn unit id (a collapsed module, a fold) -> unit
 let flow = null; // gradient flow across depth (GET .../gradient-flow)
@@ -136,7 +137,7 @@ async function redraw() {
 
 function renderFlowSection() {
   const state = { measure: flowMeasure, event: shown ? shown.index : null, param: view.param };
-  const key = flow ? JSON.stringify(state) : null;
+  const key = flow ? JSON.stringify(state) : "none";
   if (key === flowDrawn) return;
   flowDrawn = key;
   renderFlow($("flow"), flow, state, {
@@ -163,7 +164,7 @@ function renderLayoutBar() {
       `${layout.nodes.toLocaleString("en")} shown. Click a module to open it.`));
     parts.push(h("button", { type: "button", id: "layout-flat", onclick: () => setDrawing({ layout: "flat", depth: null, open: null }) }, "Every node"));
     if (depth !== null && depth > 1) parts.push(h("button", { type: "button", id: "layout-less", onclick: () => setDrawing({ layout: "modules", depth: depth - 1 }) }, "Fewer modules"));
-    if (depth !== null) parts.push(h("button", { type: "button", id: "layout-more", onclick: () => setDrawing({ layout: "modules", depth: depth + 1 }) }, "More modules"));
+    if (depth !== null && depth < layout.grouping.deepest) parts.push(h("button", { type: "button", id: "layout-more", onclick: () => setDrawing({ layout: "modules", depth: depth + 1 }) }, "More modules"));
     if ((view.open || []).length) parts.push(h("button", { type: "button", id: "layout-close", onclick: () => setDrawing({ open: null }) }, "Close what I opened"));
   } else {
     parts.push(h("span.layout-text", {}, `All ${total.toLocaleString("en")} nodes are drawn.`));
@@ -295,24 +296,32 @@ async function showGraph(signal) {
   const drawing = drawingOf(view);
   const key = target ? `${target.index}|${JSON.stringify(drawing)}` : null;
   if (target === shown && target && key === drawnKey) return;
-  shown = target;
-  drawnKey = key;
-  layout = null;
-  units.clear();
+  const generation = ++drawings; // a later call wins: an earlier answer is dropped
   if (!target) {
+    shown = null;
+    drawnKey = null;
+    layout = null;
+    units.clear();
     graph.clear(doc.error ? "The script stopped before it recorded a graph." :
       "This run recorded no backward pass, so there is no graph to draw.");
     return;
   }
   let asked = drawing;
+  let nextLayout = null;
   if (view.layout !== "flat" && (target.graph.nodes.length > READABLE_NODES || view.depth !== null || view.open)) {
     // ask how it will be drawn first (cheap, no layout), so the modules can be clicked open
-    layout = await fetchGraphLayout(subject, run, target.index, { signal, drawing });
-    const g = layout.grouping;
+    nextLayout = await fetchGraphLayout(subject, run, target.index, { signal, drawing });
+    const g = nextLayout.grouping;
     asked = g.flat ? { layout: "flat" } : { layout: "modules", depth: g.depth === null ? 0 : g.depth, open: g.opened };
-    for (const unit of layout.units) units.set(unit.id, unit);
   }
   const svg = await fetchGraphSvg(subject, run, target.index, { signal, drawing: asked });
+  if (generation !== drawings) return;
+  // only now, with the drawing in hand, does the page change what it shows
+  shown = target;
+  drawnKey = key;
+  layout = nextLayout;
+  units.clear();
+  for (const unit of layout ? layout.units : []) units.set(unit.id, unit);
   // the drawn graph: the Trace's nodes that are drawn as they are, and the modules and folds
   const drawn = units.size ? { ...target, graph: { ...target.graph, nodes: [...target.graph.nodes, ...layout.units.map((u) => ({ ...u, label: u.name, module: u.path }))] } } : target;
   graph.show(svg, drawn, doc.diagnostics);

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from app.render import render_graph
-from app.render.group import FLAT, Grouping, group_graph, readable_grouping
+from app.render.group import FLAT, Grouping, choose_grouping, group_graph, readable_grouping
 from tests.trace_facts import backward_events
 
 ENCODER = """
@@ -79,9 +79,20 @@ def test_grouping_keeps_every_edge_between_groups(encoder_graph, grouping):
     assert set(owner) == {n["id"] for n in flat["nodes"]}
     expected = Counter((owner[e["source"]], owner[e["target"]]) for e in flat["edges"]
                        if owner[e["source"]] != owner[e["target"]])
-    drawn = Counter({(e["source"], e["target"]): e["count"] for e in grouped["edges"]})
+    drawn: Counter = Counter()
+    for e in grouped["edges"]:
+        drawn[(e["source"], e["target"])] += e["count"]
     assert drawn == expected  # none lost, none invented, each counted
-    assert len({(e["source"], e["target"]) for e in grouped["edges"]}) == len(grouped["edges"])
+    ids = [(e["source"], e["target"], e["slot"]) for e in grouped["edges"]]
+    assert len(set(ids)) == len(ids)  # each drawn edge has an id of its own
+    # an edge between two nodes drawn as they are keeps the Trace's own slot (the page's
+    # replay finds it by id)
+    flat_ids = {(e["source"], e["target"], e["slot"]) for e in flat["edges"]}
+    for e in grouped["edges"]:
+        if e["source"] in owner and owner[e["source"]] == e["source"] and \
+                e["target"] in owner and owner[e["target"]] == e["target"] and \
+                e["source"][0] in "no" and e["target"][0] in "no":
+            assert (e["source"], e["target"], e["slot"]) in flat_ids
 
 
 def test_a_unit_counts_its_ops_and_names_its_parameters(encoder_graph):
@@ -143,3 +154,33 @@ def test_a_grouped_graph_is_drawn_by_graphviz_with_its_unit_ids(encoder_graph):
     for unit in grouped["nodes"]:
         assert f'id="{unit["id"]}"' in svg
     assert "model.layers.4" in svg and "ops" in svg
+
+
+def test_a_graph_without_modules_is_drawn_flat_and_unknown_paths_are_ignored(trace_source):
+    flat = backward_events(trace_source("""
+import torch
+x = torch.randn(3, requires_grad=True)
+y = x
+for _ in range(400):
+    y = y * 1.01
+y.sum().backward()
+"""))[0]["graph"]
+    assert len(flat["nodes"]) > 300 and readable_grouping(flat) == FLAT
+    assert choose_grouping(flat) == FLAT
+    # a request naming paths the graph does not have asks for the same picture as none
+    assert choose_grouping(flat, depth=2, opened=frozenset({"nope", "x.y"})) == \
+        choose_grouping(flat, depth=2)
+
+
+def test_module_names_that_are_digits_but_not_ascii_do_not_break_grouping(trace_source):
+    flat = backward_events(trace_source("""
+import torch
+from torch import nn
+net = nn.Sequential()
+for name in ("1", "²", "3"):
+    net.add_module(name, nn.Linear(2, 2))
+net(torch.randn(1, 2)).sum().backward()
+"""))[0]["graph"]
+    grouped = group_graph(flat, Grouping(depth=1))
+    assert sorted(n["path"] for n in grouped["nodes"] if n["kind"] == "module") == \
+        ["1", "3", "²"]

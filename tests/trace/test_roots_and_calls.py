@@ -152,3 +152,61 @@ def test_chosen_root_whose_backward_fails_is_a_clear_error(trace_source):
     assert "modified by an inplace operation" in err["message"]
     (event,) = backward_events(doc)
     assert event["synthetic"] and event["error"]["type"] == "RuntimeError"
+
+
+LINES = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+torch.manual_seed(0)
+layer = nn.Linear(4, 4)
+attn = nn.MultiheadAttention(4, 2)
+x = torch.randn(3, 2, 4, requires_grad=True)
+h = layer(x)
+a, _ = attn(h, h, h)
+s = Scale.apply(a)
+s[0] = 0
+y = F.linear(s, layer.weight).tanh()
+loss = y.sum()
+loss.backward()
+"""
+
+
+def test_node_lines_without_anomaly_mode_are_the_lines_anomaly_mode_gives(trace_source,
+                                                                           monkeypatch):
+    """Big models trace with anomaly mode off (its stack capture is the main cost): each node's
+    line then comes from the recorder's own tags, and must be the line anomaly mode records."""
+    from app.trace import _internals as internals
+    from app.trace import recorder
+
+    original = internals.creation_line
+
+    def from_anomaly_mode(fn, path):  # the line as anomaly mode's stack says, tags aside
+        meta = internals.node_metadata(fn)
+        tag = meta.pop(internals.LINE_TAG, None)
+        try:
+            return original(fn, path)
+        finally:
+            if tag is not None:
+                meta[internals.LINE_TAG] = tag
+
+    with monkeypatch.context() as patch:
+        patch.setattr(internals, "creation_line", from_anomaly_mode)
+        with_anomaly = backward_events(trace_source(LINES))[0]["graph"]["nodes"]
+    monkeypatch.setattr(recorder, "ANOMALY_NODES", 0)
+    tags_only = trace_source(LINES)
+    assert "Error detected" not in tags_only["stderr"]
+    without = backward_events(tags_only)[0]["graph"]["nodes"]
+    lines = [(n["id"], n["name"], n["line"], n.get("module")) for n in with_anomaly]
+    assert [(n["id"], n["name"], n["line"], n.get("module")) for n in without] == lines
+    assert {line for _, _, line, _ in lines} >= {19, 20, 21, 22, 23, 24}

@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 import torch
+from torch import nn
 
 from tests.trace_facts import backward_events, diagnostics
 
@@ -255,3 +256,36 @@ y.sum().backward()
     assert ops == 5000
     [said] = diagnostics(doc, "views_dropped")
     assert said["message"].startswith("4 more graph(s)")
+
+
+def test_gradients_with_respect_to_a_generator_of_parameters_have_their_graph(trace_source):
+    """torch.autograd.grad(loss, model.parameters(), create_graph=True), as a gradient penalty
+    or MAML writes it: the generator is used by torch and still names the gradients."""
+    doc = trace_source("""
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+loss = model(torch.randn(5, 3)).pow(2).mean()
+grads = torch.autograd.grad(loss, model.parameters(), create_graph=True)
+penalty = sum(g.pow(2).sum() for g in grads)
+penalty.backward()
+print(len(grads), all(g.grad_fn is not None for g in grads))
+""")
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].strip() == "4 True"
+    first, second = backward_events(doc)
+    gradient = doc["views"][first["gradient_view"]]
+    assert gradient["label"].startswith("the graph of d/d 0.weight, d/d 0.bias")
+    assert "no_graph" not in first
+    # the penalty's backward walks the gradients' graph: it reaches the parameters PyTorch
+    # says the penalty depends on
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    loss = model(torch.randn(5, 3)).pow(2).mean()
+    grads = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+    penalty = sum(g.pow(2).sum() for g in grads)
+    reached = torch.autograd.grad(penalty, list(model.parameters()), allow_unused=True)
+    names = [name for name, _ in model.named_parameters()]
+    assert set(second["uses"]) == {n for n, g in zip(names, reached, strict=True)
+                                   if g is not None}

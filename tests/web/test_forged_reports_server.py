@@ -188,3 +188,28 @@ def test_a_forged_view_is_drawn_as_text_and_a_missing_one_is_a_clear_404(base, f
     missing = httpx.get(f"{base}/api/runs/{run}/graph.svg?view=1", timeout=10)
     assert missing.status_code == 404 and "1 view(s)" in missing.json()["detail"]
     _then_all_is_well(base, first_run)
+
+
+def test_forged_module_paths_are_grouped_within_bounds(base, first_run):
+    """Module paths are the script's to write: 20,000 nodes with 100-level paths are grouped
+    (cut at 16 levels) and drawn by module with the server's memory bounded."""
+    make = ("import json\nforged = " + FORGERY + "\ng = forged['events'][0]['graph']\n"
+            "g['nodes'] = [{'id': 'n%d' % i, 'name': 'MulBackward0', 'kind': 'op', "
+            "'module': 'deep.' * 100 + str(i % 7)} for i in range(20000)]\n"
+            "g['edges'] = [{'source': 'n%d' % (i + 1), 'target': 'n%d' % i, 'slot': 0} "
+            "for i in range(19999)]\ng['roots'] = ['n0']\nreport = json.dumps(forged)")
+    pid = _server_pid(base)
+    peak = _rss_peak_kib(pid)
+    # the report is larger than post() allows an answer to be: read it by its parts
+    response = httpx.post(base + "/api/runs", json={"source": make + WRITE_AND_LEAVE},
+                          timeout=180)
+    assert response.status_code == 200
+    run = response.json()["run"]["id"]
+    layout = httpx.get(f"{base}/api/runs/{run}/graph.json", timeout=120).json()
+    assert not layout["grouping"]["flat"] and layout["flat_nodes"] == 20000
+    assert layout["nodes"] <= 300
+    assert all(unit["path"].count(".") < 16 for unit in layout["units"])
+    svg = httpx.get(f"{base}/api/runs/{run}/graph.svg", timeout=120)
+    assert svg.status_code == 200 and b"href" not in svg.content
+    assert _rss_peak_kib(pid) - peak < 400 * 1024
+    _then_all_is_well(base, first_run)
