@@ -81,7 +81,9 @@ def to_dot(graph: dict, title: str | None = None, compact: bool = False) -> str:
     """DOT for `graph`; `compact` leaves the tensor shapes off the edges (big graphs)."""
     dot = graphviz.Digraph("autograd", graph_attr={
         "rankdir": "TB", "fontname": "Helvetica", "bgcolor": "white", "nodesep": "0.3",
-        "ranksep": "0.4", **({"label": title, "labelloc": "t"} if title else {})})
+        "ranksep": "0.4", **({"label": title, "labelloc": "t"} if title else {}),
+        # a big flat graph: fewer network-simplex iterations for x positions (app/render/draw)
+        **({"nslimit": "0.05", "nslimit1": "0.05"} if compact else {})})
     # sized for a projector: the page zooms out to fit, and 11 pt labels then became unreadable
     dot.attr("node", fontname="Helvetica", fontsize="14", penwidth="1.4")
     dot.attr("edge", fontname="Helvetica", fontsize="12", color=EDGE_COLOR,

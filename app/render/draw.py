@@ -14,9 +14,11 @@ __all__ = ["RenderError", "render", "render_graph", "MAX_DRAWN_NODES", "MAX_DRAW
 # minutes, and a grouped view says more
 MAX_DRAWN_NODES = 20_000
 MAX_DRAWN_EDGES = 60_000  # a forged graph may list many edges between few nodes
-# above this many nodes edges carry no shape label: graphviz lays each label out as a node of
-# its own, which made a 5,000-node graph take 65 s instead of 8 (bench/big_models.py)
-COMPACT_ABOVE = 1000
+# above this many nodes (a graph that would open by module, drawn flat on request) edges carry no
+# shape label: graphviz lays each label out as a node of its own, which made a 5,000-node graph
+# take 65 s instead of 8; and x positions are settled with few network-simplex iterations, which
+# took a 7,000-node graph from 22 s to 7 (bench/big_models.py)
+COMPACT_ABOVE = 300
 FORMATS = ("svg", "png", "dot")
 # The page inserts the SVG into itself: it may not link anywhere or run anything. graphviz
 # writes <a xlink:title=...> for tooltips, which is harmless; an href never comes from our DOT.
