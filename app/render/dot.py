@@ -9,6 +9,7 @@ quotes, add attributes (URL=, href=) or be read as a graphviz escape (\\N, \\G) 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import graphviz
 from graphviz import nohtml
@@ -77,6 +78,21 @@ def _label(node: dict) -> str:
     return _text(label)
 
 
+SHARED_ABOVE = 4  # uses of one leaf above which a big flat graph draws it beside each use
+
+
+def _node(dot: graphviz.Digraph, node: dict, node_id: str, copy: bool = False) -> None:
+    style = _STYLES.get(node["kind"], KINDS["op"])
+    tooltip = node["name"] + (f" — line {node['line']}" if node.get("line") else "")
+    # nohtml (in _text): a name like "<<TABLE>...>>" (from a script's own class or variable
+    # names) is text, never a graphviz HTML label that could carry a link into the page
+    dot.node(_text(node_id), nohtml(_label(node)), id=_text(node_id),
+             tooltip=_text(tooltip + (" (drawn again beside this use)" if copy else "")),
+             shape=style["shape"], style=style["style"], fillcolor=style["fill"],
+             fontcolor=style["text"],
+             **{"class": f"kind-{node['kind']}" + (" use-copy" if copy else "")})
+
+
 def to_dot(graph: dict, title: str | None = None, compact: bool = False) -> str:
     """DOT for `graph`; `compact` leaves the tensor shapes off the edges (big graphs)."""
     dot = graphviz.Digraph("autograd", graph_attr={
@@ -88,23 +104,34 @@ def to_dot(graph: dict, title: str | None = None, compact: bool = False) -> str:
     dot.attr("node", fontname="Helvetica", fontsize="14", penwidth="1.4")
     dot.attr("edge", fontname="Helvetica", fontsize="12", color=EDGE_COLOR,
              fontcolor=EDGE_COLOR)
+    by_id = {}
     for node in graph["nodes"]:
-        style = _STYLES.get(node["kind"], KINDS["op"])
-        tooltip = node["name"] + (f" — line {node['line']}" if node.get("line") else "")
-        # nohtml (in _text): a name like "<<TABLE>...>>" (from a script's own class or variable
-        # names) is text, never a graphviz HTML label that could carry a link into the page
-        dot.node(_text(node["id"]), nohtml(_label(node)), id=_text(node["id"]),
-                 tooltip=_text(tooltip), shape=style["shape"],
-                 style=style["style"], fillcolor=style["fill"], fontcolor=style["text"],
-                 **{"class": f"kind-{node['kind']}"})
+        by_id[node["id"]] = node
+        _node(dot, node, node["id"])
+    # a big flat graph: a leaf used many times (an unrolled RNN's weights, used at every step)
+    # is drawn again beside each use after its first. One node with 200 edges across 1,600
+    # ranks gave graphviz a million virtual nodes and minutes of work; the copies say the same
+    used: dict[str, int] = {}
+    shared = set()
+    if compact:
+        fanout = Counter(e["source"] for e in graph["edges"])
+        shared = {n for n, k in fanout.items() if k > SHARED_ABOVE
+                  and by_id.get(n, {}).get("kind") in ("param", "leaf")}
     for edge in graph["edges"]:
+        source, eid = edge["source"], edge_id(edge)  # the Trace's edge id, copy or not
+        if source in shared:
+            used[source] = used.get(source, 0) + 1
+            if used[source] > 1:
+                source = f"{source}-use{used[source]}"
+                _node(dot, by_id[edge["source"]], source, copy=True)
+        edge = {**edge, "source": source}
         count = edge.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             count = 1  # a forged report may put anything here
         label = _shape(edge.get("shape")) if count == 1 or "shape" in edge else f"{count} edges"
         if compact:
             label = ""
-        dot.edge(_text(edge["source"]), _text(edge["target"]), id=_text(edge_id(edge)),
+        dot.edge(_text(edge["source"]), _text(edge["target"]), id=_text(eid),
                  label=_text(label), penwidth=str(min(1 + count / 4, 4)) if count > 1 else None,
                  **{"class": "grad-edge"})
     for cut in graph.get("cuts", ()):

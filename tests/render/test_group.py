@@ -184,3 +184,30 @@ net(torch.randn(1, 2)).sum().backward()
     grouped = group_graph(flat, Grouping(depth=1))
     assert sorted(n["path"] for n in grouped["nodes"] if n["kind"] == "module") == \
         ["1", "3", "²"]
+
+
+def test_a_weight_used_at_every_step_is_drawn_beside_each_use_in_a_big_flat_view(trace_source):
+    """An RNN cell unrolled over 60 steps: in the flat view of every node its weights are drawn
+    again beside each use (one node with 60 long edges made graphviz take minutes), and every
+    flat edge is still drawn once, with the Trace's own edge id."""
+    flat = backward_events(trace_source("""
+import torch
+from torch import nn
+torch.manual_seed(0)
+cell = nn.RNNCell(3, 4)
+h = torch.zeros(2, 4)
+for x in torch.randn(60, 2, 3):
+    h = cell(x, h)
+h.sum().backward()
+"""))[0]["graph"]
+    assert len(flat["nodes"]) > 300
+    import xml.etree.ElementTree as ET
+
+    svg = ET.fromstring(render_graph(flat, "svg"))
+    ids = [g.get("id") for g in svg.iter() if g.get("id")]
+    weight = next(n for n in flat["nodes"] if n.get("param") == "weight_ih")
+    copies = [i for i in ids if i.startswith(f'{weight["id"]}-use')]
+    uses = sum(e["source"] == weight["id"] for e in flat["edges"])
+    assert uses == 60 and len(copies) == uses - 1
+    edge_ids = [f'e-{e["source"]}-{e["target"]}-{e["slot"]}' for e in flat["edges"]]
+    assert sorted(i for i in ids if i.startswith("e-")) == sorted(edge_ids)
