@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -92,7 +94,7 @@ OVERHEAD_MODELS = {
 MODELS["transformer12-batch"] = MODELS["transformer12"].replace(
     "torch.randn(16, 4, 32)", "torch.randn(64, 32, 32)")
 
-TIMEOUT = 900
+TIMEOUT = 300  # per tool and model: a drawing that takes longer is reported as such
 
 
 def _script(name: str) -> str:
@@ -140,6 +142,9 @@ def _build(name: str) -> dict:
 def measure_torchviz(name: str) -> dict:
     import torchviz
 
+    # torchviz walks the graph recursively: an unrolled LSTM is deeper than Python's default
+    # limit of 1,000 frames, which a user of torchviz raises the same way
+    sys.setrecursionlimit(100_000)
     ns = _build(name)
     start = time.perf_counter()
     loss = ns["forward"]()
@@ -199,9 +204,17 @@ TOOLS = {"autograd-lab": measure_autograd_lab, "torchviz": measure_torchviz,
 
 
 def _in_child(tool: str, name: str, repeat: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", tool, name, "--repeat",
-                           str(repeat)], capture_output=True, text=True, timeout=TIMEOUT,
-                          cwd=ROOT, check=False)
+    # a session of its own, so that graphviz's `dot` (a grandchild) goes too on a timeout
+    child = subprocess.Popen([sys.executable, __file__, "--child", tool, name, "--repeat",
+                              str(repeat)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        return {"error": f"not done in {TIMEOUT} s"}
+    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -245,10 +258,12 @@ def main() -> int:
         ratio = ours["flat_s"] / tv["total_s"] if "total_s" in tv else None
         viewed = _s(view.get("total_s")) if "total_s" in view else view.get(
             "skipped", view.get("error", "–"))
-        print(f"| {name} | {ours['nodes']:,} | {tv.get('nodes', '–'):,} | {_s(ours['trace_s'])} "
+        tv_nodes = f"{tv['nodes']:,}" if "nodes" in tv else tv.get("error", "–")
+        tv_peak = f"{tv['peak_mb']:.0f}" if "peak_mb" in tv else "–"
+        print(f"| {name} | {ours['nodes']:,} | {tv_nodes} | {_s(ours['trace_s'])} "
               f"| {_s(ours['first_view_s'])} | {ours['first_view_nodes']} | {_s(ours['flat_s'])} "
               f"| {_s(tv.get('total_s'))} | {_s(ratio)} | {viewed} | {ours['report_mb']:.1f} "
-              f"| {ours['peak_mb']:.0f} / {tv.get('peak_mb', 0):.0f} |")
+              f"| {ours['peak_mb']:.0f} / {tv_peak} |")
     print("\n| tracer overhead, transformer12 (12 layers), the whole script in one process | "
           "plain (s) | traced (s) | traced ÷ plain |\n|---|---|---|---|")
     for model, what in OVERHEAD_MODELS.items():
