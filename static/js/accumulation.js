@@ -4,7 +4,7 @@
 // change next to the gradient that caused it.
 
 import { h, fmt, num, shapeText, richText } from "./dom.js";
-import { heatmap, maxAbs, colourBar, valueAt, matrix } from "./heatmap.js";
+import { heatmap, maxAbs, colourBar, valueAt, matrix, MAX_VALUES } from "./heatmap.js";
 import { waterfall } from "./waterfall.js";
 
 const MAP_WIDTH = 150; // two heat maps side by side in the panel
@@ -92,7 +92,9 @@ function backwardView(doc, event, name, hooks) {
     contribs.forEach((c, i) => maps.append(heatmap(c.grad, { title: `use ${i + 1} (${c.node})`, ...size })));
     out.append(h("h4", {}, "Heat maps, one colour scale"), colourBar(scale), maps);
   } else if (grads.after) {
-    out.append(h("p.hint", {}, `Too large to draw as a heat map (${grads.after.numel} values).`));
+    out.append(h("p.hint", {}, grads.after.numel > MAX_VALUES ?
+      `Too large to draw as a heat map (${grads.after.numel} values).` :
+      `Its values were not kept: a run keeps 250,000 numbers in all (a big model's first ones), and statistics for every tensor.`));
   }
   const steps = doc.events.filter((e) => e.kind === "step" && e.index > event.index && (e.params || {})[name]);
   if (steps.length) {

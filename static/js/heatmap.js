@@ -60,6 +60,10 @@ export function valueAt(summary, index) {
   return Array.isArray(v) ? null : num(v);
 }
 
+/** A summary carries its values up to this many elements (app/trace/summary.py MAX_VALUES),
+ *  while the run's budget of numbers lasts. */
+export const MAX_VALUES = 4096;
+
 /**
  * A figure with a caption and a canvas. `onCell(index)` is called with the tensor index of a
  * clicked cell; `picked` is the index to outline.
@@ -68,8 +72,9 @@ export function heatmap(summary, { title, scale, picked = null, onCell = null, m
   const mat = matrix(summary);
   const figure = h("figure.heatmap", {});
   if (!mat) {
+    const why = summary && summary.numel <= MAX_VALUES ? "values not kept (the run's budget)" : "too large to draw";
     figure.append(h("figcaption", {}, title), h("p.hint", {}, summary ?
-      `too large to draw (${summary.numel} values): min ${fmt(summary.min)}, max ${fmt(summary.max)}` :
+      `${why} (${summary.numel} values): min ${fmt(summary.min)}, max ${fmt(summary.max)}` :
       "no tensor (None)"));
     return figure;
   }

@@ -86,3 +86,23 @@ def test_a_healthy_net_has_no_such_finding(trace_source):
     doc = trace_source(SIGMOIDS.format(depth=3, act="ReLU", scale=1.0))
     assert not diagnostics(doc, "vanishing_gradients")
     assert not diagnostics(doc, "exploding_gradients")
+
+
+def test_a_big_models_values_stop_at_the_budget_and_its_statistics_do_not(trace_source):
+    """250,000 numbers a run: past them a summary keeps min, max, mean, norm and mean |x|
+    (enough for the gradient flow) without its values, and the run says so."""
+    doc = trace_source("""
+import torch
+from torch import nn
+torch.manual_seed(0)
+net = nn.Sequential(*[nn.Linear(60, 60) for _ in range(30)])
+net(torch.randn(4, 60)).sum().backward()
+""")
+    assert doc["error"] is None, doc["error"]
+    grads = [p["grad"] for p in doc["params"].values()]
+    assert all("norm" in g and "abs_mean" in g for g in grads)
+    assert any("values" not in g for g in grads) and any("values" in g for g in grads)
+    [said] = diagnostics(doc, "values_dropped")
+    assert "250,000 numbers" in said["message"]
+    flow = gradient_flow(doc)
+    assert all(n is not None for n in flow["events"][0]["norm"])
