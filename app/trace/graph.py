@@ -105,7 +105,7 @@ def walk(
                     continue
                 source = visit(nxt)
             w.edges.append({"source": source, "target": target, "slot": slot})
-    _inherit_modules(w)
+    _inherit_from_consumers(w)
     return w
 
 
@@ -143,8 +143,8 @@ def reaches_within_statement(node: dict, leaf_id: str, inputs: dict[str, list[st
     return False
 
 
-def _inherit_modules(w: Walk) -> None:
-    """Give internal nodes their consumer's module.
+def _inherit_from_consumers(w: Walk) -> None:
+    """Give internal nodes their consumer's module and line.
 
     An op like F.linear records helper nodes (the weight's TBackward0) that no torch call
     returned, so nothing tagged them; they come from the same line as the node that consumes

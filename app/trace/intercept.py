@@ -115,6 +115,11 @@ def _argument(function: Any, args: tuple, kwargs: dict, name: str) -> Any:
     return bound.arguments.get(name)
 
 
+def _one_pass(x: Any) -> bool:
+    """An iterator (a generator such as model.parameters()): it can be read only once."""
+    return hasattr(x, "__next__") and not isinstance(x, torch.Tensor)
+
+
 def _torchviz_calls(recorder: Recorder) -> list[tuple[Any, str, Any]]:
     """(owner, name, replacement) for make_dot wherever torchviz keeps it: `from torchviz
     import make_dot` after this point gets the recording one."""
@@ -176,9 +181,9 @@ def instrumented(recorder: Recorder):
             return autograd_grad(outputs, *args, **kwargs)
         # `inputs` may be a generator (model.parameters()): torch would use it up, and the
         # recorder needs it too to name the gradients; a tuple serves both
-        if args and not isinstance(args[0], torch.Tensor) and not isinstance(args[0], tuple):
+        if args and _one_pass(args[0]):
             args = (tuple(args[0]), *args[1:])
-        elif "inputs" in kwargs and not isinstance(kwargs["inputs"], (torch.Tensor, tuple)):
+        elif _one_pass(kwargs.get("inputs")):
             kwargs["inputs"] = tuple(kwargs["inputs"])
         return recorder.around_backward(
             "torch.autograd.grad", outputs,

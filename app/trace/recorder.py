@@ -257,12 +257,14 @@ class Recorder:
         grouping the graph by module puts a parameter with the ops of its module."""
         if not self._module_stack:
             self.namer.saw_top_level_call(module)
-            try:
-                with self.guard():
-                    self.namer.refresh()
-            except Exception as exc:  # noqa: BLE001
-                self._internal_error("naming a model", exc)
             prefix = self.namer.module_prefix(module)
+            if prefix is None:  # a model not named yet: once, not on every forward
+                try:
+                    with self.guard():
+                        self.namer.refresh()
+                except Exception as exc:  # noqa: BLE001
+                    self._internal_error("naming a model", exc)
+                prefix = self.namer.module_prefix(module)
             own = prefix.rstrip(".") if prefix else type(module).__name__
             self._module_stack.append((module, own, prefix or ""))
             return
@@ -329,9 +331,8 @@ class Recorder:
 
     def tag_nodes(self, tensors: list[torch.Tensor]) -> None:
         """Tag the nodes behind `tensors`, just made, with the script line and the module that
-        made them. The first few thousand nodes also get anomaly mode's stack; after that it
-        is switched off (it made a 12-layer model's forward 40 times slower), and the tags
-        alone give each node its line."""
+        made them. The first ANOMALY_NODES nodes also get anomaly mode's stack; after that it
+        is switched off, and the tags alone give each node its line."""
         line = None
         path = self._module_path()
         for t in tensors:

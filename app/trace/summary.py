@@ -33,13 +33,16 @@ def _clean(values: Any) -> Any:
     return json_number(float(values))
 
 
+RUN_VALUES = 250_000  # numbers a run's summaries carry in all
+
+
 class ValueBudget:
     """The numbers a run's summaries may carry in all. A 96-layer model has a thousand
     parameters, each summarised in every pass's contributions, grads and steps: with every
     value kept its report passed 50 MB, more than a worker may send or a browser wants to load.
     Past the budget a summary keeps its statistics (min, max, mean, norm) without values."""
 
-    def __init__(self, limit: int = 250_000) -> None:
+    def __init__(self, limit: int = RUN_VALUES) -> None:
         self.left = limit
         self.dropped = 0
 

@@ -30,8 +30,8 @@ from .failures import explain as explain_failure
 from .figures import MAX_FIGURES, FigureCapture
 from .intercept import instrumented
 from .recorder import Recorder, RecordingLimits
-from .summary import summarize
-from .views import MAX_VIEWS, VIEW_NODE_BUDGET, best_match
+from .summary import RUN_VALUES, summarize
+from .views import MAX_VIEWS, VIEW_NODE_BUDGET
 
 __all__ = ["trace_script"]
 
@@ -99,15 +99,8 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     _attach_gradcheck(recorder.events, results_by_name)
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
     doc["diagnostics"].extend(flow_findings(doc))
-    views = recorder.views.records
-    counts: dict = {}
-    for view in views:
-        if view["kind"] == "make_dot":
-            match = best_match(view, recorder.events, counts)
-            if match:
-                view["matches"] = match
-    if views:
-        doc["views"] = views
+    if recorder.views.records:
+        doc["views"] = recorder.views.finish(recorder.events)
     if recorder.views.dropped:
         doc["diagnostics"].append(diagnostic(
             "views_dropped", "info", f"{recorder.views.dropped} more graph(s) the script asked "
@@ -118,7 +111,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     if recorder.values.dropped:
         doc["diagnostics"].append(diagnostic(
             "values_dropped", "info", f"{recorder.values.dropped:,} tensor summaries keep their "
-            "statistics (min, max, mean, norm) but not their values: a run keeps 250,000 "
+            f"statistics (min, max, mean, norm) but not their values: a run keeps {RUN_VALUES:,} "
             "numbers in all, so that the report of a big model stays small enough to load."))
     if figures.dropped:
         doc["diagnostics"].append(diagnostic(

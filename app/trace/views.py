@@ -48,6 +48,16 @@ class ViewLog:
         if len(self.rendered) < MAX_VIEWS:
             self.rendered.append(self.current_line())
 
+    def finish(self, events: list[dict]) -> list[dict]:
+        """The views, each make_dot one with the recorded pass that shares most of it."""
+        counts: dict[int, dict] = {}
+        for view in self.records:
+            if view["kind"] == "make_dot":
+                match = best_match(view, events, counts)
+                if match:
+                    view["matches"] = match
+        return self.records
+
     def _room(self) -> bool:
         if len(self.records) >= MAX_VIEWS or self._nodes_left() <= 0:
             self.dropped += 1

@@ -94,7 +94,7 @@ function backwardView(doc, event, name, hooks) {
   } else if (grads.after) {
     out.append(h("p.hint", {}, grads.after.numel > MAX_VALUES ?
       `Too large to draw as a heat map (${grads.after.numel} values).` :
-      `Its values were not kept: a run keeps 250,000 numbers in all (a big model's first ones), and statistics for every tensor.`));
+      "Its values were not kept: a run keeps a budget of numbers (a big model's first ones) and the statistics of every tensor. See “What to notice”."));
   }
   const steps = doc.events.filter((e) => e.kind === "step" && e.index > event.index && (e.params || {})[name]);
   if (steps.length) {

@@ -10,6 +10,9 @@ import { touchGestures } from "./touch.js";
 // and then the graph opens at READABLE instead (the Fit button still shows it whole).
 const LEGIBLE = 0.75;
 const READABLE = 0.95;
+// fitted to its width below this, a graph is a speck (every node of a big model): it opens at
+// READABLE on its output instead
+const UNREADABLE = 0.25;
 const MAX_FIT = 1.6;
 const MIN_HEIGHT = 420;
 const STATE_CLASSES = ["is-selected", "is-line", "is-current", "is-done", "is-pending",
@@ -77,6 +80,9 @@ export class GraphView {
         dblClickZoomEnabled: false, controlIconsEnabled: false,
         customEventsHandler: touchGestures({ onTap: (target) => this.pick(target) }),
       });
+      // a huge graph fits at a tiny zoom: let it still be zoomed in far enough to read
+      const fitted = this.panZoom.getSizes().realZoom;
+      if (fitted * 25 < 4 * READABLE) this.panZoom.setMaxZoom((4 * READABLE) / fitted);
       this.notHuge();
       this.readable();
     }
@@ -88,6 +94,29 @@ export class GraphView {
     const sizes = this.panZoom.getSizes();
     if (sizes.realZoom >= LEGIBLE) return;
     const widthZoom = sizes.width / (sizes.viewBox.width || 1);
+    if (widthZoom < UNREADABLE) {
+      // too wide as well as too tall (every node of a 7,000-node model): no fit reads, so open
+      // readable on the output, where backward starts, and let the user pan from there.
+      // svg-pan-zoom applies a fit on the next animation frame: measure after it
+      const panZoom = this.panZoom;
+      const asked = this.readables = (this.readables || 0) + 1;
+      requestAnimationFrame(() => requestAnimationFrame(() => {
+        // only the latest call: an earlier one would measure before this one's pan is drawn
+        if (this.panZoom !== panZoom || asked !== this.readables) return;
+        const area = this.svg.getBoundingClientRect();
+        const root = this.svg.querySelector("g.node.kind-output");
+        const box = root ? root.getBoundingClientRect() : area;
+        const point = { x: box.left + box.width / 2 - area.left, y: box.top + box.height / 2 - area.top };
+        // the zoom drawn now, measured on the page (the library's own figure is ahead of it)
+        const drawn = root ? box.height / (root.getBBox().height || 1) : panZoom.getSizes().realZoom;
+        panZoom.zoomAtPoint(panZoom.getZoom() * (READABLE / drawn), point);
+        // the output in the middle of the visible area
+        const seen = this.container.getBoundingClientRect();
+        panZoom.panBy({ x: seen.left - area.left + seen.width / 2 - point.x,
+          y: seen.top - area.top + seen.height * 0.5 - point.y });
+      }));
+      return;
+    }
     const target = Math.min(READABLE, widthZoom);
     if (target <= sizes.realZoom * 1.05) return;
     this.panZoom.zoom(this.panZoom.getZoom() * (target / sizes.realZoom));

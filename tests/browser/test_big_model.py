@@ -67,6 +67,10 @@ def test_a_96_layer_model_opens_by_module_and_every_node_can_be_drawn(watched: W
                            f"{flat_nodes}")
     assert drawn(page, "#graph svg g.node.kind-module") == 0
     assert "All " in page.text_content("#layout-bar")
+    # it opens at a zoom that reads (the whole of it fitted would be a speck)
+    page.wait_for_function(
+        "() => document.querySelector('#graph svg g.node.kind-output')"
+        ".getBoundingClientRect().width > 40")
     box = page.query_selector("#graph").bounding_box()
     viewport = page.eval_on_selector("#graph svg .svg-pan-zoom_viewport",
                                      "g => g.getAttribute('transform')")
