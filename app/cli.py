@@ -123,28 +123,38 @@ def cmd_scenarios(args) -> int:
     return 0
 
 
+def serve_settings(args):
+    """The server's settings: a flag given wins over AUTOGRAD_LAB_HOST/PORT/TOKEN; neither
+    given, the default declared in `Settings`."""
+    from .web.settings import Settings
+
+    return Settings.from_env(host=args.host, port=args.port, token=args.token)
+
+
 def cmd_serve(args) -> int:
     import uvicorn
 
     from .web.app import create_app
-    from .web.settings import Settings
 
-    settings = Settings.from_env(host=args.host, port=args.port, token=args.token)
+    settings = serve_settings(args)
     # the peer address is the one that connected: a proxy's X-Forwarded-For must not make a
     # remote client look local (auth.py treats forwarded requests as remote)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info",
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info",
                 proxy_headers=False)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .web.settings import default_of
+
     parser = argparse.ArgumentParser(prog="autograd-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def run_options(p):
         p.add_argument("script", help="a Python script, a scenario name, or a trace .json")
         p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
-        p.add_argument("--timeout", type=float, default=60.0, help="wall-clock limit, seconds")
+        p.add_argument("--timeout", type=float, default=default_of("trace_timeout"),
+                       help="wall-clock limit, seconds (default: %(default)s)")
 
     p = sub.add_parser("trace", help="run a script and write its Trace document (JSON)")
     run_options(p)
@@ -169,8 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_scenarios)
 
     p = sub.add_parser("serve", help="serve the web app")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    # no defaults here: Settings declares them, and AUTOGRAD_LAB_HOST/PORT apply when unset
+    p.add_argument("--host", help=f"address to bind (default: AUTOGRAD_LAB_HOST, else "
+                   f"{default_of('host')})")
+    p.add_argument("--port", type=int, help=f"port to bind (default: AUTOGRAD_LAB_PORT, else "
+                   f"{default_of('port')})")
     p.add_argument("--token", help="secret that running uploaded code needs (sent as "
                    "'Authorization: Bearer TOKEN'); required to accept uploads off loopback "
                    "(default: AUTOGRAD_LAB_TOKEN)")

@@ -1,64 +1,22 @@
-"""Every setting of the web app, in one place, read from the environment and checked at start.
+"""Every setting of the web app, declared once: its name, default, meaning and how it is read.
 
-| setting          | environment variable          | default   | meaning                       |
-|------------------|-------------------------------|-----------|-------------------------------|
-| host             | AUTOGRAD_LAB_HOST             | 127.0.0.1 | address the server binds      |
-| port             | AUTOGRAD_LAB_PORT             | 8000      | port the server binds         |
-| trace_timeout    | AUTOGRAD_LAB_TRACE_TIMEOUT    | 60        | wall-clock limit of a lesson  |
-| upload_timeout   | AUTOGRAD_LAB_UPLOAD_TIMEOUT   | 20        | ... of uploaded code, s (7)   |
-| per_client_running | AUTOGRAD_LAB_PER_CLIENT_RUNNING | 1     | runs one person may run (8)   |
-| per_client_queued | AUTOGRAD_LAB_PER_CLIENT_QUEUED | 2       | ... and have waiting (8)      |
-| lesson_workers   | AUTOGRAD_LAB_LESSON_WORKERS   | 1         | workers kept for lessons (9)  |
-| warm_lessons     | AUTOGRAD_LAB_WARM_LESSONS     | true      | trace every lesson at start   |
-| max_workers      | AUTOGRAD_LAB_MAX_WORKERS      | cores     | drawings at once; see (11)    |
-| upload_workers   | AUTOGRAD_LAB_UPLOAD_WORKERS   | auto (11) | uploads running at once       |
-| cache_size       | AUTOGRAD_LAB_CACHE_SIZE       | 64        | traces kept in memory         |
-| queue_size       | AUTOGRAD_LAB_QUEUE_SIZE       | 32        | runs that may wait (then 503) |
-| token            | AUTOGRAD_LAB_TOKEN            | (none)    | uploaded code needs it (1)    |
-| max_upload_bytes | AUTOGRAD_LAB_MAX_UPLOAD_BYTES | 65536     | largest script (then 413)     |
-| store_path       | AUTOGRAD_LAB_STORE_PATH       | (2)       | where submitted runs are kept |
-| store_max_runs   | AUTOGRAD_LAB_STORE_MAX_RUNS   | 500       | runs kept; oldest go first    |
-| store_max_bytes  | AUTOGRAD_LAB_STORE_MAX_BYTES  | 268435456 | gzip bytes kept; oldest first |
-| store_max_run_bytes | AUTOGRAD_LAB_STORE_MAX_RUN_BYTES | 16777216 | gzip bytes of one run (5) |
-| pool_size        | AUTOGRAD_LAB_POOL_SIZE        | cores     | ready sandboxed workers (3)   |
-| selftest         | AUTOGRAD_LAB_SELFTEST         | true      | sandbox self-test at start    |
-| run_memory_mb    | AUTOGRAD_LAB_RUN_MEMORY_MB    | 3072      | memory of a whole run (6)     |
-| allowed_hosts    | AUTOGRAD_LAB_ALLOWED_HOSTS    | (none)    | other names it answers to (4) |
-| max_classes      | AUTOGRAD_LAB_MAX_CLASSES      | 50        | class sessions open at once   |
-| forkserver       | AUTOGRAD_LAB_FORKSERVER       | true      | fork workers from a warm one (10) |
-
-(1) When set, every upload needs it, on loopback too; bound to another address, uploads are
-    refused without one (auth.py).
-(2) ~/.cache/autograd-lab/runs.sqlite3
-(3) Pre-started workers kept ready; 0 starts a fresh worker for each run.
-(4) Comma-separated host names (the Host header, port aside) besides localhost, 127.0.0.1, ::1
-    and the bind address; any other is refused (guards.py). Bound to 0.0.0.0 or :: with none
-    given, every name is accepted (uploads there need the token anyway).
-(5) A larger run is stored as its script and an error saying so (store.py).
-(6) All of a run's processes together, files in memory and shared memory included (a cgroup,
-    where the machine has one; each process also has its own address-space limit).
-(7) A class's default: the built-in lessons take under 2 s each in a warm worker, and a
-    tutorial-style script (a few hundred steps of a small model) a few seconds; 20 s leaves room
-    on a busy 2-core machine and bounds what a stuck script costs the room.
-(8) Per person: the session cookie the pages set, else the client's address. Past both, 429.
-(9) Lessons (built-in scenarios) have workers, a queue and a cache of their own: they never
-    wait behind uploaded code, and uploads run at a lower CPU priority.
-(10) A fork server imports torch once, and each run's worker is forked from it and then
-    confined (app/runner/forkserver.py): a worker starts in ~0.1 s instead of ~3 s of CPU.
-    Needs root; elsewhere, or switched off, every run starts a fresh worker.
-(11) 0 (auto): 3 x max_workers with a fork server (a forked run costs little to start, so a
-    few endless scripts cannot hold every worker while the room waits), max_workers without.
-With the self-test off, /healthz and the page say so and uploads from other hosts are refused.
-Booleans are written 1/true/yes/on or 0/false/no/off.
+Each field of `Settings` is one setting: its environment variable is `AUTOGRAD_LAB_` and the
+name in capitals; its type says how the variable is parsed (booleans are written 1/true/yes/on
+or 0/false/no/off); its `help` and the default a person is shown are in the field's metadata.
+`settings_table()` makes the README's table from these declarations (a test holds the README to
+it), so the defaults are written nowhere else: `autograd-lab serve`'s flags read them from here.
+Bad values are refused at start with a message naming the setting.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
-__all__ = ["Settings", "SettingsError"]
+from app.runner import ResourceLimits
+
+__all__ = ["Settings", "SettingsError", "settings_table"]
 
 _ENV_PREFIX = "AUTOGRAD_LAB_"
 
@@ -77,32 +35,76 @@ def _boolean(raw: str) -> bool:
     raise ValueError(raw)
 
 
+def _cores() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def setting(default, help: str, shown: str | None = None, factory=None):
+    """One setting's declaration: its default (or a `factory` that works it out on this
+    machine: the number of cores, a home folder), what it means, and how its default is shown
+    when that differs from the value."""
+    meta = {"help": help, "shown": shown}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    trace_timeout: float = 60.0
-    upload_timeout: float = 20.0
-    per_client_running: int = 1
-    per_client_queued: int = 2
-    lesson_workers: int = 1
-    warm_lessons: bool = True
-    max_workers: int = max(1, os.cpu_count() or 1)
-    upload_workers: int = 0
-    cache_size: int = 64
-    queue_size: int = 32
-    token: str = ""
-    max_upload_bytes: int = 64 * 1024
-    store_path: str = str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3")
-    store_max_runs: int = 500
-    store_max_bytes: int = 256 * 1024 * 1024
-    store_max_run_bytes: int = 16 * 1024 * 1024
-    pool_size: int = max(1, os.cpu_count() or 1)
-    selftest: bool = True
-    allowed_hosts: str = ""
-    run_memory_mb: int = 3072
-    max_classes: int = 50
-    forkserver: bool = True
+    host: str = setting("127.0.0.1", "address the server binds")
+    port: int = setting(8000, "port the server binds")
+    trace_timeout: float = setting(60.0, "wall-clock limit of a lesson's run, seconds")
+    upload_timeout: float = setting(
+        20.0, "wall-clock limit of uploaded code, seconds: the lessons take under 2 s in a warm "
+        "worker and a tutorial-style script a few seconds; 20 s leaves room on a busy 2-core "
+        "machine and bounds what a stuck script costs the room")
+    per_client_running: int = setting(
+        1, "runs one person may have running (the session cookie the pages set, else the "
+        "client's address); past it and per_client_queued, 429")
+    per_client_queued: int = setting(2, "runs one person may have waiting")
+    lesson_workers: int = setting(
+        1, "workers kept for lessons: lessons have workers, a queue and a cache of their own "
+        "and never wait behind uploaded code")
+    warm_lessons: bool = setting(True, "trace every lesson at start-up")
+    max_workers: int = setting(None, "drawings (graphviz) at once", shown="cores", factory=_cores)
+    upload_workers: int = setting(
+        0, "uploads running at once; 0 (auto): 3 x max_workers with a fork server (a forked run "
+        "costs little to start, so a few endless scripts cannot hold every worker), max_workers "
+        "without", shown="0 (auto)")
+    cache_size: int = setting(64, "lesson Traces kept in memory (drawings: twice as many)")
+    queue_size: int = setting(32, "runs that may wait for a worker (then 503)")
+    token: str = setting(
+        "", "when set, every upload needs it, on loopback too; bound to another address, "
+        "uploads are refused without one", shown="(none)")
+    max_upload_bytes: int = setting(64 * 1024, "largest script, bytes (then 413)")
+    store_path: str = setting(
+        None, "the SQLite file where submitted runs are kept",
+        shown="~/.cache/autograd-lab/runs.sqlite3",
+        factory=lambda: str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3"))
+    store_max_runs: int = setting(500, "runs kept; the oldest go first")
+    store_max_bytes: int = setting(256 * 1024 * 1024, "gzip bytes kept; the oldest go first")
+    store_max_run_bytes: int = setting(
+        16 * 1024 * 1024, "gzip bytes of one run; a larger run is stored as its script and an "
+        "error saying so")
+    pool_size: int = setting(
+        None, "sandboxed workers started ahead of time; 0 starts a fresh worker for each run",
+        shown="cores", factory=_cores)
+    selftest: bool = setting(
+        True, "the sandbox self-test at start-up; off, /healthz and the page say so and uploads "
+        "from other hosts are refused")
+    allowed_hosts: str = setting(
+        "", "comma-separated host names (the Host header, port aside) it answers to besides "
+        "localhost, 127.0.0.1, ::1 and the bind address; bound to 0.0.0.0 or :: with none "
+        "given, every name is accepted (uploads there need the token anyway)", shown="(none)")
+    run_memory_mb: int = setting(
+        ResourceLimits.run_memory_mb, "memory of a whole run, MiB: all its processes, files in "
+        "memory and shared memory included (a cgroup where the machine has one; each process "
+        "also has its own address-space limit)")
+    max_classes: int = setting(50, "class sessions open at once")
+    forkserver: bool = setting(
+        True, "fork each run's worker from a warm process that imported torch once (~0.1 s "
+        "instead of ~3 s of CPU); needs root: elsewhere, or off, every run starts a fresh "
+        "worker")
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -143,14 +145,36 @@ class Settings:
         environ = os.environ if environ is None else environ
         values: dict = {}
         for f in fields(cls):
-            raw = environ.get(_ENV_PREFIX + f.name.upper())
+            raw = environ.get(env_name(f.name))
             if raw is None:
                 continue
-            kind = type(f.default)
+            kind = type(default_of(f.name))
             try:
                 values[f.name] = _boolean(raw) if kind is bool else kind(raw)
             except ValueError as exc:
-                raise SettingsError(f"{_ENV_PREFIX}{f.name.upper()}={raw!r} is not a valid "
+                raise SettingsError(f"{env_name(f.name)}={raw!r} is not a valid "
                                     f"{kind.__name__}") from exc
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def env_name(name: str) -> str:
+    return _ENV_PREFIX + name.upper()
+
+
+def default_of(name: str):
+    """A setting's default as this machine works it out (cores, a home folder)."""
+    f = {f.name: f for f in fields(Settings)}[name]
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def settings_table() -> str:
+    """Every setting as a Markdown table, from the declarations: the README carries it."""
+    rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
+    for f in fields(Settings):
+        shown = f.metadata["shown"]
+        if shown is None:
+            value = f.default
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+        rows.append(f"| {f.name} | `{env_name(f.name)}` | {shown} | {f.metadata['help']} |")
+    return "\n".join(rows) + "\n"
