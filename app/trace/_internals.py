@@ -23,7 +23,9 @@ __all__ = [
     "is_custom_function_node",
     "is_data_getter",
     "is_grad_getter",
+    "is_detach_call",
     "is_inplace_call",
+    "is_requires_grad_call",
     "is_update_call",
     "is_view_node",
     "node_metadata",
@@ -140,6 +142,16 @@ def is_inplace_call(name: str) -> bool:
     `__setitem__`)?"""
     return (name.endswith("_") and not name.startswith("__")) or name == "__setitem__" or (
         name.startswith("__i") and name.endswith("__"))
+
+
+def is_detach_call(name: str) -> bool:
+    """Does a torch call of this name return its argument cut from the graph?"""
+    return name in ("detach", "detach_")
+
+
+def is_requires_grad_call(name: str) -> bool:
+    """Is this the in-place switch of a tensor's requires_grad (`t.requires_grad_(False)`)?"""
+    return name == "requires_grad_"
 
 
 def accumulated_leaf(fn: Any) -> Any:

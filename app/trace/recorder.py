@@ -303,8 +303,7 @@ class Recorder:
             return
         name = getattr(func, "__name__", "")
         made = tensors_of(out)
-        if args and isinstance(args[0], torch.Tensor) and (
-                name == "__setitem__" or internals.is_inplace_call(name)):
+        if args and isinstance(args[0], torch.Tensor) and internals.is_inplace_call(name):
             made.append(args[0])  # an in-place change gives its target a new node
         self.tag_nodes(made)
         if torch.is_grad_enabled() and internals.is_inplace_call(name):
@@ -316,10 +315,10 @@ class Recorder:
                 self.nonleaf_grad_reads.append(line)
         if internals.is_data_getter(func):
             self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
-        elif name in ("detach", "detach_"):
+        elif internals.is_detach_call(name):
             self.cut_log.note_escape(_flat(args[:1]), "detach()", self.current_line)
             self._note_cut(args[:1], "detach()")
-        elif name == "requires_grad_" and not (args[1] if len(args) > 1
+        elif internals.is_requires_grad_call(name) and not (args[1] if len(args) > 1
                                                else kwargs.get("requires_grad", True)):
             self.cut_log.note_escape(_flat(args[:1]), "requires_grad_(False)", self.current_line,
                                      switched_off=True)

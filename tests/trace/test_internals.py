@@ -140,3 +140,24 @@ def test_saved_tensor_modified_in_place_is_told_apart_from_freed():
     h[0] = 0  # tanh saved its result; this changes it
     (name, value), = internals.saved_values(h.grad_fn.next_functions[0][0])
     assert name == "result" and value is internals.MODIFIED
+
+
+def test_op_names_the_recorder_matches_are_the_names_torch_gives_in_a_mode():
+    """`detach`, `requires_grad_` and `__setitem__` reach a TorchFunctionMode under these names
+    (the recorder matches them through _internals, never by its own strings)."""
+    names = []
+
+    class Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            names.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    t = torch.randn(3)
+    with Mode():
+        t.detach()
+        t.detach_()
+        t.requires_grad_(False)
+        t[0] = 1.0
+    assert [internals.is_detach_call(n) for n in names] == [True, True, False, False]
+    assert [internals.is_requires_grad_call(n) for n in names] == [False, False, True, False]
+    assert [internals.is_inplace_call(n) for n in names] == [False, True, True, True]
