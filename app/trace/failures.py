@@ -304,23 +304,39 @@ def explain(doc: dict, source: str, recorder: Recorder) -> None:
                 f" Fix: {found['fix']['say']}." if found["fix"] else ""), nodes=found["nodes"],
                 event=found["event"])
             doc["diagnostics"].append({**finding, "explanation": found})
-    for line in sorted(set(recorder.nonleaf_grad_reads))[:5]:
-        doc["diagnostics"].append(_nonleaf_grad(script, line, doc))
+    names_by_line: dict[int, list[str | None]] = {}
+    for line, name in recorder.nonleaf_grad_reads:
+        names = names_by_line.setdefault(line, [])
+        if name not in names:
+            names.append(name)
+    for line in sorted(names_by_line)[:5]:
+        doc["diagnostics"].append(_nonleaf_grad(script, line, names_by_line[line], doc))
 
 
-def _nonleaf_grad(script: _Script, line: int, doc: dict) -> dict:
+def _nonleaf_grad(script: _Script, line: int, held_in: list[str | None], doc: dict) -> dict:
+    """The warning for a line that read `.grad` of non-leaves, naming the variables that held
+    them (the recorder saw which), not the first `.grad` written on the line."""
     text = script.line(line)
-    m = re.search(r"([A-Za-z_]\w*)\.grad\b", text)
-    name = m.group(1) if m else "the tensor"
+    names = [n for n in held_in if n and re.search(rf"\b{re.escape(n)}\.grad\b", text)]
+    # held in no variable (`model(x).grad`): said as "the tensor", with no edit to guess
     backward = next((e["line"] for e in _backward_events(doc) if e.get("line")), None)
     where = f" before the backward at line {backward}" if backward else ""
     edits = []
-    if m and backward:
+    if names and backward:
         call = script.line(backward)
-        edits = [script.edit(backward, f"{script.indent(call)}{name}.retain_grad()\n{call}")]
-    found = _explanation(
-        "nonleaf_grad", f"Line {line} reads `{name}.grad`, but `{name}` is computed, not a "
-        "leaf: autograd passes its gradient on without keeping it, so `.grad` is None.", line,
-        f"call `{name}.retain_grad()`{where} to keep it", edits, "tensor_hooks")
+        keep = "".join(f"{script.indent(call)}{n}.retain_grad()\n" for n in names)
+        edits = [script.edit(backward, f"{keep}{call}")]
+    if len(names) > 1:
+        listed = ", ".join(f"`{n}`" for n in names[:-1]) + f" and `{names[-1]}`"
+        reads = ", ".join(f"`{n}.grad`" for n in names[:-1]) + f" and `{names[-1]}.grad`"
+        what = (f"Line {line} reads {reads}, but {listed} are computed, not leaves: autograd "
+                "passes their gradients on without keeping them, so their `.grad` is None.")
+        say = f"call {', '.join(f'`{n}.retain_grad()`' for n in names)}{where} to keep them"
+    else:
+        name = names[0] if names else "the tensor"
+        what = (f"Line {line} reads `{name}.grad`, but `{name}` is computed, not a leaf: "
+                "autograd passes its gradient on without keeping it, so `.grad` is None.")
+        say = f"call `{name}.retain_grad()`{where} to keep it"
+    found = _explanation("nonleaf_grad", what, line, say, edits, "tensor_hooks")
     return {**diagnostic("nonleaf_grad", "warning", f"{found['what']} Fix: "
                          f"{found['fix']['say']}."), "explanation": found}

@@ -71,7 +71,9 @@ class Recorder:
         self._submodule_names: dict[int, tuple[Any, dict[int, str]]] = {}
         self.cut_log = CutLog()
         self.inplace: list[InPlace] = []
-        self.nonleaf_grad_reads: list[int] = []  # lines that read .grad of a non-leaf
+        # (line, variable) of each read of a non-leaf's .grad: the variable the script holds
+        # it in, found by identity (a line may read a leaf's .grad beside it: `w.grad, y.grad`)
+        self.nonleaf_grad_reads: list[tuple[int, str | None]] = []
         # what the script computed that the tracer does not draw: line -> the calls made there
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
@@ -312,7 +314,7 @@ class Recorder:
                 and not args[0].is_leaf and not args[0].retains_grad:
             line = self.current_line()
             if line is not None and len(self.nonleaf_grad_reads) < MAX_NOTES:
-                self.nonleaf_grad_reads.append(line)
+                self.nonleaf_grad_reads.append((line, self.namer.variable_name_of(args[0])))
         if internals.is_data_getter(func):
             self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
         elif internals.is_detach_call(name):

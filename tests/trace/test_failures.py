@@ -198,3 +198,28 @@ def test_a_failure_it_does_not_know_is_shown_as_it_was_and_marked(trace_source):
     assert err["type"] == "ValueError" and err["message"] == "a script's own error"
     assert err["explanation"]["code"] == "unrecognised"
     assert not any(d.get("explanation") for d in doc["diagnostics"])
+
+
+def test_nonleaf_grad_names_the_non_leaves_read_not_the_first_grad_on_the_line(trace_source):
+    """`print(w.grad, x.grad, a.grad, b.grad, y.grad)`: w and x are leaves (their .grad is
+    set), a, b and y are computed; the warning once named `w`."""
+    code = textwrap.dedent("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        x = torch.randn(3, requires_grad=True)
+        a = w * x
+        b = a.exp()
+        y = (a + b).sum()
+        y.backward()
+        print(w.grad, x.grad, a.grad, b.grad, y.grad)
+        """).lstrip("\n")
+    doc = trace_source(code)
+    found = [d for d in doc["diagnostics"] if d["code"] == "nonleaf_grad"]
+    assert len(found) == 1
+    ex = found[0]["explanation"]
+    assert ex["line"] == 8
+    assert "`a.grad`, `b.grad` and `y.grad`" in ex["what"]
+    assert "`w`" not in ex["what"] and "`x`" not in ex["what"]
+    fixed = trace_source(apply(code, ex["fix"]), name="fixed.py")
+    assert fixed["error"] is None
+    assert not any(d["code"] == "nonleaf_grad" for d in fixed["diagnostics"])
