@@ -35,6 +35,7 @@ def test_every_contract_is_kept():
     ("app/trace/graph.py", "import fastapi", "know nothing of the web"),
     ("app/runner/pool.py", "from . import sandboxed_trace", "No import cycles"),
     ("app/runner/child.py", "from app.trace import tracer", "Only the tracer imports torch"),
+    ("app/web/routers/runs.py", "from app.runner import Pool", "Routes reach the runner only"),
 ])
 def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract):
     shutil.copytree(ROOT / "app", tmp_path / "app",

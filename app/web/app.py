@@ -16,17 +16,19 @@ from app.render.legend import UNIT_KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
 
-from .classroom import ClassError, Classroom
+from .classroom import Classroom
 from .clients import ClientCookie
 from .errors import install_error_handlers
 from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from .highlight import source_lines
 from .narration import inline_html, narration_html
 from .routers import api, classes, docs, pages, runs
+from .run_queue import InProcessQueue
 from .sandbox_status import announce
 from .settings import Settings
 from .store import RunStore
 from .traces import TraceService
+from .uploads import UploadService
 
 __all__ = ["create_app"]
 
@@ -60,6 +62,11 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.classroom = Classroom(settings.max_classes)
     app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
                                settings.store_max_bytes, settings.store_max_run_bytes)
+    # uploads run in the lessons' service's upload lane (one fork server for both), queued in
+    # this process; a queue on other machines would replace only InProcessQueue here
+    queue = InProcessQueue(app.state.traces.uploads, app.state.store,
+                           settings.per_client_running, settings.per_client_queued)
+    app.state.uploads = UploadService(queue, app.state.store, settings.upload_timeout)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)
     templates.env.filters.update(narration=narration_html, inline=inline_html,
@@ -67,7 +74,6 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.templates = templates
     app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
     install_error_handlers(app)
-    app.add_exception_handler(ClassError, classes.class_error)
     # outermost last: the Host is checked first, then where a state change comes from
     app.add_middleware(ClientCookie)
     app.add_middleware(SecurityHeaders)

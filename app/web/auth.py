@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import secrets
 
-from fastapi import HTTPException, Request
+from fastapi import Request
 
+from .errors import AppError
 from .guards import forwarded
 from .sandbox_status import sandbox_status
 
@@ -40,25 +41,25 @@ def _client(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
-def _refusal(request: Request, status: dict) -> HTTPException | None:
+def _refusal(request: Request, status: dict) -> AppError | None:
     """Why this client may not upload at all (a token would not help), or None."""
     settings = request.app.state.settings
     client = _client(request)
     if not settings.token and not (is_loopback(settings.host) and is_loopback(client)):
-        return HTTPException(403, f"this server is reachable from other hosts (it listens on "
-                                  f"{settings.host}) and has no token, so it runs no uploaded "
-                                  "code; start it with `autograd-lab serve --host "
-                                  f"{settings.host} --token SECRET` (or set AUTOGRAD_LAB_TOKEN)"
-                                  " and give that token here")
+        return AppError(403, f"this server is reachable from other hosts (it listens on "
+                             f"{settings.host}) and has no token, so it runs no uploaded "
+                             "code; start it with `autograd-lab serve --host "
+                             f"{settings.host} --token SECRET` (or set AUTOGRAD_LAB_TOKEN)"
+                             " and give that token here", "no_token_configured")
     if is_loopback(client) or status["ok"]:
         return None
     if status["state"] == "running":
-        return HTTPException(503, "the server is still checking its sandbox (the start-up "
-                                  "self-test); try again in a few seconds",
-                             headers={"Retry-After": "10"})
-    return HTTPException(403, f"this server's sandbox is not complete ({status['summary']}), so "
-                              "it runs uploaded code only for people on the server's own "
-                              "machine")
+        return AppError(503, "the server is still checking its sandbox (the start-up "
+                             "self-test); try again in a few seconds", "sandbox_checking",
+                        headers={"Retry-After": "10"})
+    return AppError(403, f"this server's sandbox is not complete ({status['summary']}), so "
+                         "it runs uploaded code only for people on the server's own machine",
+                    "sandbox_incomplete")
 
 
 def upload_policy(request: Request) -> dict:
@@ -82,9 +83,9 @@ def has_token(request: Request) -> bool:
 def _require_token(request: Request, doing: str) -> None:
     """401 unless the request carries the token, when this server has one."""
     if request.app.state.settings.token and not has_token(request):
-        raise HTTPException(401, f"{doing} needs the server's token: send the header "
-                                 "'Authorization: Bearer TOKEN' (the page asks for it once)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise AppError(401, f"{doing} needs the server's token: send the header "
+                            "'Authorization: Bearer TOKEN' (the page asks for it once)",
+                       "token_needed", headers={"WWW-Authenticate": "Bearer"})
 
 
 def check_uploader(request: Request) -> None:
@@ -105,7 +106,8 @@ def check_teacher(request: Request) -> None:
         _require_token(request, "starting a class")
         return
     if not (is_loopback(settings.host) and is_loopback(_client(request))):
-        raise HTTPException(403, "this server is reachable from other hosts and has no token, "
-                                 "so nobody here can start a class; start it with "
-                                 f"`autograd-lab serve --host {settings.host} --token SECRET` "
-                                 "and give that token when you start the class")
+        raise AppError(403, "this server is reachable from other hosts and has no token, "
+                            "so nobody here can start a class; start it with "
+                            f"`autograd-lab serve --host {settings.host} --token SECRET` "
+                            "and give that token when you start the class",
+                       "no_token_configured")

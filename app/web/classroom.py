@@ -21,6 +21,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
+from .errors import AppError
+
 __all__ = ["ClassError", "ClassSession", "Classroom", "check_view"]
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read aloud and typed on phones
@@ -39,12 +41,9 @@ VIEW_PATH = re.compile(r"/|/scenarios/[a-z][a-z0-9_]{0,63}|/runs/[A-Za-z0-9_-]{1
 QUERY = re.compile(r"[A-Za-z0-9_.,~%=&+*-]*")  # what URLSearchParams leaves unescaped
 
 
-class ClassError(ValueError):
-    """A request the session cannot take; `status` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+class ClassError(AppError):
+    """A request the session cannot take: an AppError (errors.py answers it), named so that a
+    caller can tell a class's refusals from others."""
 
 
 def check_view(path: str, query: str) -> dict:
@@ -272,15 +271,16 @@ class Classroom:
         session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
         if session is None:
             raise ClassError(404, f"there is no class {code[:12]!r} here: check the code, or "
-                                  "ask the teacher for the link")
+                                  "ask the teacher for the link", "no_class")
         return session
 
     def teaching(self, code: str, client: str) -> ClassSession:
         session = self.get(code)
         if session.teacher != client:
-            raise ClassError(403, "only the teacher who started this class can do that")
+            raise ClassError(403, "only the teacher who started this class can do that",
+                             "not_the_teacher")
         if session.ended:
-            raise ClassError(409, "this class has ended")
+            raise ClassError(409, "this class has ended", "class_ended")
         return session
 
     def end(self, session: ClassSession) -> None:

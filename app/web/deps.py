@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi import Depends, Path, Query, Request
 
 from app.catalog import Scenario, load_catalog
 
+from .errors import AppError
 from .traces import Layout, TraceService
 
 __all__ = ["ScenarioDep", "TracesDep", "CatalogDep", "LayoutDep"]
@@ -39,8 +40,8 @@ CatalogDep = Annotated[dict[str, Scenario], Depends(get_catalog)]
 def get_scenario(catalog: CatalogDep, name: Annotated[str, Path()]) -> Scenario:
     scenario = catalog.get(name)
     if scenario is None:
-        raise HTTPException(404, f"no scenario named {name!r}; the scenarios are: "
-                                 f"{', '.join(catalog) or 'none'} (GET /api/scenarios)")
+        raise AppError(404, f"no scenario named {name!r}; the scenarios are: "
+                            f"{', '.join(catalog) or 'none'} (GET /api/scenarios)", "no_scenario")
     return scenario
 
 
@@ -64,7 +65,7 @@ def get_layout(
     fold: bool = True,
 ) -> Layout:
     if any(len(path) > 1000 for path in open_):
-        raise HTTPException(422, "a module path in `open` is longer than 1000 characters")
+        raise AppError(422, "a module path in `open` is longer than 1000 characters")
     return Layout(flat=layout == "flat", depth=depth, opened=frozenset(open_), fold=fold)
 
 

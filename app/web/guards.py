@@ -69,8 +69,10 @@ def forwarded(scope) -> bool:
     return any(name in headers for name in _FORWARDING)
 
 
-async def _refuse(send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
+async def _refuse(send, status: int, detail: str, code: str) -> None:
+    """An AppError's JSON answer, written here: these guards run outside the app, before its
+    error handlers (errors.py), and a refused request is no page to render."""
+    body = json.dumps({"detail": detail, "code": code}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
@@ -88,7 +90,8 @@ class HostGuard:
             if host not in self.names:
                 await _refuse(send, 400, f"this server does not answer to the name {host!r} "
                               f"(it answers to {', '.join(sorted(self.names))}); to serve it "
-                              "under that name, start it with AUTOGRAD_LAB_ALLOWED_HOSTS=NAME")
+                              "under that name, start it with AUTOGRAD_LAB_ALLOWED_HOSTS=NAME",
+                              "unknown_host")
                 return
         await self.app(scope, receive, send)
 
@@ -101,7 +104,7 @@ class CrossSiteGuard:
         if scope["type"] == "http" and scope["method"] not in _SAFE_METHODS:
             problem = self.problem(_headers(scope), scope["method"])
             if problem:
-                await _refuse(send, 403, problem)
+                await _refuse(send, 403, problem, "cross_site")
                 return
         await self.app(scope, receive, send)
 

@@ -5,6 +5,9 @@ Every upload goes through two gates: its person's (at most `per_client_running` 
 `per_client_queued` waiting: past that, TooMany, 429) and then the server's (the upload
 workers, first come first served). A stop ends a waiting run at once (it leaves the line) and a
 running one within a second or two (its worker and everything it started are killed).
+
+Used by the in-process queue (run_queue.py), and only there: the rest of the app asks the
+queue.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Job:
     finished: float | None = None
     state: str = "queued"  # queued, running, done, stopped, failed (refused: 429, 503)
     error: BaseException | None = None
+    result: dict | None = None  # its Trace, once stored
     stop_event: threading.Event = field(default_factory=threading.Event)
     ticket: object | None = None   # its place in the server's line
     child: Child | None = None
@@ -67,9 +71,12 @@ class JobBook:
         """Book the job; TooMany or Busy at once when its person's share or the line is full
         (checked again when it takes its places: two at once may still find it full then)."""
         with self._lock:
-            held = self._client_gates.get(job.client)
             running, queued = self.per_client
-            if held is not None and held[1] >= running + queued:
+            # the person's booked runs, not only those already at their gate: two sent at once
+            # must not both pass before either thread has reached it
+            mine = sum(1 for j in self._jobs.values()
+                       if j.client == job.client and j.finished is None)
+            if mine >= running + queued:
                 raise _too_many(self.per_client)
             # every booked job counts, waiting in its person's line or the server's: a thread
             # each, so the total is bounded whatever the cookies say

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from fastapi import HTTPException
 from fastapi.responses import Response
+
+from .errors import AppError
 
 __all__ = ["MEDIA", "drawing", "document"]
 
@@ -21,8 +22,8 @@ _SVG_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 def drawing(fmt: str, draw: Callable[[], bytes]) -> Response:
     """A graph as svg, png or dot; 404 for another format."""
     if fmt not in MEDIA:
-        raise HTTPException(404, f"no drawing as .{fmt}: use graph.svg, graph.png, graph.dot "
-                                 "or graph.json")
+        raise AppError(404, f"no drawing as .{fmt}: use graph.svg, graph.png, graph.dot "
+                            "or graph.json", "no_format")
     data = draw()
     headers = {"Content-Security-Policy": _SVG_POLICY} if fmt == "svg" else None
     return Response(data, media_type=MEDIA[fmt], headers=headers)

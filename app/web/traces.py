@@ -4,9 +4,9 @@
   uploads never take, their runs at normal CPU priority, and a cache, warmed at start-up with
   every variant at default options. A teacher's lesson opens at once whatever the room's code
   is doing.
-- Uploads go through `jobs.JobBook` (a fair share per person, a place in line, a way to stop)
-  and the upload lane: its own workers and pool, a shorter wall-clock limit, a lower CPU
-  priority.
+- Uploads have the upload lane: its own workers and pool, a shorter wall-clock limit, a lower
+  CPU priority. The in-process queue (run_queue.py) runs them in it, behind each person's
+  share; the upload service (uploads.py) owns their life.
 
 The web process is stateless apart from the caches (and the run store), so several can run side
 by side. Two requests for the same lesson wait for one run instead of starting two.
@@ -45,8 +45,7 @@ from app.runner import (
     zygote_supported,
 )
 
-from .gate import Gate, Stopped
-from .jobs import Job, JobBook
+from .gate import Gate
 from .settings import Settings
 
 __all__ = ["TraceService", "DeviceError"]
@@ -141,8 +140,6 @@ class TraceService:
                             Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
                             settings.upload_timeout)
         self.lessons.zygote = self.uploads.zygote = self.zygote
-        self.jobs = JobBook(settings.per_client_running, settings.per_client_queued,
-                            self.uploads.gate)
         # graphviz runs in the server's own processes: as many at once as there are cores,
         # a few waiting, the rest told to come back (Busy), whoever asks for how many drawings
         self.render_gate = Gate(settings.max_workers, settings.queue_size)
@@ -241,15 +238,6 @@ class TraceService:
                     while len(self._cache) > self.settings.cache_size:
                         self._cache.popitem(last=False)
         return key, doc
-
-    def run_upload(self, job: Job, source: str, device: str) -> Trace | None:
-        """Trace submitted code in the upload lane, within its person's share (TooMany, Busy,
-        DeviceError); None when it was stopped before it started."""
-        try:
-            with self.jobs.slot(job):
-                return self.uploads.run(source, job.name, [], device, started=job.attach)
-        except Stopped:
-            return None
 
     def _kept(self, rkey: tuple) -> bytes | None:
         with self._lock:

@@ -54,9 +54,10 @@ def test_scenario_page_source_is_escaped_and_highlighted(client):
 
 
 def test_unknown_scenario_page_is_404_with_the_list(client):
-    response = client.get("/scenarios/nope")
+    response = client.get("/scenarios/nope")  # a page: the error page (errors.py)
     assert response.status_code == 404
-    assert "tiny" in response.json()["detail"]
+    assert response.headers["content-type"].startswith("text/html")
+    assert "No such scenario" in response.text and "tiny" in response.text
 
 
 def test_own_code_page_has_the_form_and_says_what_the_sandbox_is(client):

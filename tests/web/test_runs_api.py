@@ -179,10 +179,12 @@ def test_graph_drawings_of_a_stored_run_share_the_trace_ids(client_):
 
 
 def test_unknown_run_is_404_with_a_sentence(client_):
-    for url in ("/api/runs/nope", "/api/runs/nope/graph.svg", "/runs/nope"):
+    for url in ("/api/runs/nope", "/api/runs/nope/graph.svg"):
         response = client_.get(url)
         assert response.status_code == 404
         assert "no run 'nope'" in response.json()["detail"]
+    page = client_.get("/runs/nope")  # a page: the error page (errors.py)
+    assert page.status_code == 404 and "no run &#39;nope&#39;" in page.text
 
 
 def test_store_survives_a_restart(runs):

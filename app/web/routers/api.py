@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.catalog import RESERVED_QUERY_NAMES, ScenarioSummary
@@ -11,6 +11,7 @@ from app.format import Trace, load_schema
 from app.format.flow import gradient_flow
 
 from ..deps import CatalogDep, LayoutDep, ScenarioDep, TracesDep
+from ..errors import AppError
 from ..responses import MEDIA, document, drawing
 from ..sandbox_status import sandbox_status
 
@@ -81,7 +82,8 @@ def devices(traces: TracesDep) -> dict:
     try:
         return traces.devices()
     except (RuntimeError, OSError) as exc:
-        raise HTTPException(503, f"cannot ask the worker which devices exist: {exc}") from exc
+        raise AppError(503, f"cannot ask the worker which devices exist: {exc}",
+                       "devices_unknown") from exc
 
 
 @router.get("/api/schema/trace")

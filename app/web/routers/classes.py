@@ -21,13 +21,12 @@ import json
 import re
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..auth import check_teacher
-from ..classroom import ClassError
 from ..clients import client_key
 from ..deps import get_catalog
+from ..errors import AppError
 
 router = APIRouter(tags=["classes"])
 
@@ -45,18 +44,18 @@ async def _body(request: Request) -> dict:
     """The request's JSON object, read no further than MAX_BODY bytes."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BODY:
-        raise ClassError(413, f"a class request is at most {MAX_BODY} bytes")
+        raise AppError(413, f"a class request is at most {MAX_BODY} bytes")
     data = bytearray()
     async for chunk in request.stream():
         data += chunk
         if len(data) > MAX_BODY:
-            raise ClassError(413, f"a class request is at most {MAX_BODY} bytes")
+            raise AppError(413, f"a class request is at most {MAX_BODY} bytes")
     try:
         body = json.loads(data)
     except (ValueError, RecursionError):
         body = None
     if not isinstance(body, dict):
-        raise ClassError(422, "send a JSON object")
+        raise AppError(422, "send a JSON object")
     return body
 
 
@@ -66,8 +65,8 @@ async def start_class(request: Request) -> dict:
     check_teacher(request)
     client = client_key(request)
     if not client.startswith("cookie:"):
-        raise ClassError(400, "open a page of this server first: the class is tied to your "
-                              "browser's session cookie")
+        raise AppError(400, "open a page of this server first: the class is tied to your "
+                            "browser's session cookie", "no_cookie")
     session = _classroom(request).start(client)
     return session.snapshot(client)
 
@@ -126,7 +125,8 @@ async def ask(request: Request, code: str) -> dict:
         scenario = get_catalog(request).get(str(body["lesson"]))
         asked = scenario.class_question if scenario else None
         if asked is None:
-            raise ClassError(404, f"no lesson {str(body['lesson'])[:64]!r} with a question")
+            raise AppError(404, f"no lesson {str(body['lesson'])[:64]!r} with a question",
+                           "no_question")
         body = asked
     question = session.ask(body.get("prompt"), body.get("choices"), body.get("answer"))
     return {"id": question["id"], "version": session.version}
@@ -164,7 +164,7 @@ async def send_run(request: Request, code: str) -> dict:
     doc = await asyncio.to_thread(store.get, run_id) if isinstance(run_id, str) and \
         len(run_id) <= 64 else None
     if doc is None:
-        raise ClassError(404, "no such run here: run your code first, then send it")
+        raise AppError(404, "no such run here: run your code first, then send it", "no_run")
     session.submit(client_key(request), run_id, str(doc.get("script", {}).get("name", "")))
     return {"version": session.version}
 
@@ -175,7 +175,3 @@ async def end_class(request: Request, code: str) -> dict:
     session = classroom.teaching(code, client_key(request))
     classroom.end(session)
     return {"ended": True}
-
-
-async def class_error(request: Request, exc: ClassError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=exc.status)

@@ -11,7 +11,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from ..auth import upload_policy
-from ..classroom import ClassError
 from ..deps import CatalogDep, ScenarioDep
 from .runs import stored_run
 
@@ -71,9 +70,5 @@ def run_page(request: Request, run_id: str):
 @router.get("/c/{code}", response_class=HTMLResponse)
 def join_class(request: Request, code: str):
     """A student's way in: the page joins the class and then opens what the teacher shows."""
-    try:
-        session = request.app.state.classroom.get(code)
-    except ClassError as exc:
-        return request.app.state.templates.TemplateResponse(
-            request, "class.html", {"error": str(exc), "code": None}, status_code=exc.status)
+    session = request.app.state.classroom.get(code)  # no such class: errors.py's page
     return _page(request, "class.html", code=session.code)

@@ -11,26 +11,25 @@ page (/own-code), so each page and its JSON twin come from one function.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
 import re
-import threading
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from app.devices import parse_device
-from app.format import Trace, error_record, new_document
+from app.format import Trace
 from app.format.flow import gradient_flow
 
 from ..auth import check_uploader, has_token, upload_policy
 from ..clients import client_key
 from ..deps import LayoutDep
-from ..jobs import Job
+from ..errors import AppError
 from ..responses import MEDIA, document, drawing
+from ..uploads import UploadService
 
 __all__ = ["router", "stored_run"]
 
@@ -42,7 +41,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,97}\.py")
 
 async def _read_capped(request: Request, cap: int) -> bytes:
     """The request body, refusing (413) as soon as it passes `cap` bytes."""
-    too_big = HTTPException(413, f"the upload is larger than {cap // 1024} KiB; send a smaller "
+    too_big = AppError(413, f"the upload is larger than {cap // 1024} KiB; send a smaller "
                                  "script (one file of Python source)")
     # JSON escapes (\n, \", \uXXXX) can double a script; multipart adds its framing. The
     # script's own size is checked exactly once decoded.
@@ -65,9 +64,9 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError) as exc:  # RecursionError: [[[[... nested deep
-            raise HTTPException(422, f"the body is not valid JSON: {exc}") from exc
+            raise AppError(422, f"the body is not valid JSON: {exc}") from exc
         if not isinstance(payload, dict) or not isinstance(payload.get("source"), str):
-            raise HTTPException(422, 'send {"source": "<python code>", "device": "cpu"}')
+            raise AppError(422, 'send {"source": "<python code>", "device": "cpu"}')
         source = payload["source"]
         name = str(payload.get("name") or "script.py")
         device = str(payload.get("device") or "cpu")
@@ -78,11 +77,11 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
         try:
             form = await Request(request.scope, replay).form()
         except Exception as exc:  # noqa: BLE001 - python-multipart's errors vary by version
-            raise HTTPException(422, f"the multipart form could not be read: {exc}") from exc
+            raise AppError(422, f"the multipart form could not be read: {exc}") from exc
         try:
             upload = form.get("file")
             if upload is None or isinstance(upload, str):
-                raise HTTPException(422, "the upload needs a file in the form field 'file'")
+                raise AppError(422, "the upload needs a file in the form field 'file'")
             raw = await upload.read()
             name = upload.filename or "script.py"
             device = str(form.get("device") or "cpu")
@@ -91,14 +90,14 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
         try:
             source = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise HTTPException(422, "the file is not UTF-8 text; upload a .py script") from exc
+            raise AppError(422, "the file is not UTF-8 text; upload a .py script") from exc
     else:
-        raise HTTPException(415, "send JSON ({\"source\": ..., \"device\": ...}) or a "
+        raise AppError(415, "send JSON ({\"source\": ..., \"device\": ...}) or a "
                                  "multipart form with the field 'file'")
     if len(source.encode("utf-8")) > cap:
-        raise HTTPException(413, f"the script is larger than {cap // 1024} KiB")
+        raise AppError(413, f"the script is larger than {cap // 1024} KiB")
     if not source.strip():
-        raise HTTPException(422, "the script is empty")
+        raise AppError(422, "the script is empty")
     if not _SAFE_NAME.fullmatch(name):  # a file name in the run folder: plain, short, .py
         name = "script.py"
     return source, name, parse_device(device)
@@ -115,109 +114,42 @@ def uploads(request: Request) -> dict:
 async def create_run(request: Request, wait: bool = True) -> Response:
     """Run a script; with `wait=false`, answer at once (202) with the run's id and status link."""
     check_uploader(request)
-    state = request.app.state
-    cap = state.settings.max_upload_bytes
+    cap = request.app.state.settings.max_upload_bytes
     source, name, device = await _submission(request, await _read_capped(request, cap), cap)
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
     # out of the server's thread pool)
-    job = Job(state.store.new_id(), client_key(request), name, state.settings.upload_timeout)
-    state.traces.jobs.open(job)
-    # every run has a thread of its own (the job book bounds how many): one waiting in line
-    # must not hold one of the server's request threads, which pages and Stop need
-    loop = asyncio.get_running_loop()
-    answer = loop.create_future()
-
-    def run() -> None:
-        try:
-            result = _run_job(state, job, source, device)
-        except BaseException as exc:  # noqa: BLE001 - handed to the request that waits
-            loop.call_soon_threadsafe(_settle, answer, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, answer, result, None)
-
-    threading.Thread(target=run, daemon=True, name=f"autograd-lab-run-{job.id}").start()
+    uploads = _uploads(request)
+    run_id = uploads.submit(client_key(request), name, source, device)
     if not wait:
-        return JSONResponse(state.traces.jobs.status(job), status_code=202)
-    return await run_in_threadpool(document, await answer)
+        return JSONResponse(uploads.status(run_id), status_code=202)
+    return await run_in_threadpool(document, await uploads.result(run_id))
 
 
-def _settle(future, result, exc) -> None:
-    if future.done():  # the client went away and the request was cancelled
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
-
-
-def _run_job(state, job: Job, source: str, device: str) -> Trace:
-    """Run, store, and close the job whatever happens (its errors still reach the caller)."""
-    outcome = "done"
-    try:
-        doc = state.traces.run_upload(job, source, device)
-        if doc is None:  # stopped while it waited: the script is kept, with what happened
-            outcome = "stopped"
-            doc = new_document(job.name, source, device, None)
-            doc["error"] = error_record("Stopped", "The run was stopped on request before it "
-                                        "started.")
-        elif doc.get("error") and doc["error"]["type"] == "Stopped":
-            outcome = "stopped"
-        state.store.put(doc, job.id)
-        return {**doc, "run": {"id": job.id, "link": f"/runs/{job.id}"}}
-    except BaseException as exc:
-        outcome = "failed"
-        job.error = exc
-        raise
-    finally:
-        state.traces.jobs.close(job, outcome)
-
-
-def _job(request: Request, run_id: str) -> Job:
-    job = request.app.state.traces.jobs.get(run_id)
-    if job is None:
-        if request.app.state.store.get(run_id) is not None:
-            raise HTTPException(409, f"run {run_id!r} has finished: GET /api/runs/{run_id}")
-        raise HTTPException(404, f"no run {run_id!r} is waiting or running here")
-    return job
+def _uploads(request: Request) -> UploadService:
+    return request.app.state.uploads
 
 
 @router.get("/api/runs/{run_id}/status")
 def run_status(request: Request, run_id: str) -> dict:
     """Where a run is: its state (queued, running, done, stopped, failed), its place in line,
     how long it has waited and run, and its wall-clock limit."""
-    job = request.app.state.traces.jobs.get(run_id)
-    if job is None:
-        if request.app.state.store.get(run_id) is None:
-            raise HTTPException(404, f"no run {run_id!r}")
-        return {"id": run_id, "state": "done", "link": f"/runs/{run_id}"}
-    status = request.app.state.traces.jobs.status(job)
-    if job.state == "failed":
-        status["detail"] = str(getattr(job, "error", "")) or "the run could not be started"
-    return status
+    return _uploads(request).status(run_id)
 
 
 @router.delete("/api/runs/{run_id}")
 def stop_run(request: Request, run_id: str) -> dict:
     """Stop a waiting or running run and everything it started: for the person who started it
     (their session) or whoever has the server's token."""
-    job = _job(request, run_id)
-    if job.client != client_key(request) and not has_token(request):
-        raise HTTPException(403, "only the person who started this run (or whoever has the "
-                                 "server's token) may stop it")
-    if job.state not in ("queued", "running"):
-        raise HTTPException(409, f"run {run_id!r} has already ended ({job.state})")
-    job.stop()
-    job.done.wait(10)  # a waiting run leaves the line at once, a running one within seconds
-    return request.app.state.traces.jobs.status(job)
+    return _uploads(request).cancel(run_id, client_key(request), has_token(request))
 
 
 def stored_run(request: Request, run_id: str) -> Trace:
     doc = request.app.state.store.get(run_id)
-    if doc is None and request.app.state.traces.jobs.get(run_id) is not None:
-        raise HTTPException(404, f"run {run_id!r} is still waiting or running; its page is "
+    if doc is None and _uploads(request).pending(run_id):
+        raise AppError(404, f"run {run_id!r} is still waiting or running; its page is "
                                  f"there once it is done (GET /api/runs/{run_id}/status)")
     if doc is None:
-        raise HTTPException(404, f"no run {run_id!r}: it never existed or was dropped to make "
+        raise AppError(404, f"no run {run_id!r}: it never existed or was dropped to make "
                                  "room for newer runs; run the script again")
     return {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}}
 
@@ -257,14 +189,14 @@ def run_figure(request: Request, run_id: str, index: int) -> Response:
     real PNG is served, as an image that can run nothing."""
     figures = stored_run(request, run_id).get("figures") or []
     if not 0 <= index < len(figures):
-        raise HTTPException(404, f"run {run_id!r} has {len(figures)} figure(s); figures are "
+        raise AppError(404, f"run {run_id!r} has {len(figures)} figure(s); figures are "
                                  "numbered from 0")
     try:
         data = base64.b64decode(figures[index]["png"], validate=True)
     except (binascii.Error, KeyError, TypeError):
         data = b""
     if not data.startswith(PNG_SIGNATURE):
-        raise HTTPException(422, f"figure {index} of run {run_id!r} is not a PNG image, so it "
+        raise AppError(422, f"figure {index} of run {run_id!r} is not a PNG image, so it "
                                  "is not served")
     return Response(data, media_type="image/png", headers={
         "Content-Security-Policy": "default-src 'none'; sandbox",

@@ -1,0 +1,171 @@
+"""The line uploads wait in, as an interface (`RunQueue`) and its one implementation today
+(`InProcessQueue`: the job book, the gates and the upload lane of this process).
+
+The upload service (uploads.py) and the routes above it know a queue only through `RunQueue`,
+so a queue whose workers are on other machines (a job table in PostgreSQL) can take this one's
+place without a route changing. Every implementation passes tests/web/test_queue_contract.py.
+
+What every implementation promises:
+- `submit` books a run against its person's share and the server's line, or refuses at once:
+  TooMany (429) past the person's share, Busy (503) when the line is full;
+- `status` says where a run is (queued with its place in line, running, done, stopped, failed)
+  while the queue knows it, None once only the run store does;
+- `cancel` takes a waiting run out of the line at once and ends a running one within seconds;
+- `result` waits (without holding a thread) for the run's Trace, stored in the run store
+  before it is handed out; a stop before the start still gives a Trace that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.format import Trace, error_record, new_document
+
+from .gate import Stopped
+from .jobs import Job, JobBook
+from .store import RunStore
+from .traces import Lane
+
+__all__ = ["InProcessQueue", "RunEnded", "RunQueue", "Submission", "UnknownRun"]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One upload as the queue takes it: everything a worker anywhere needs to run it."""
+    client: str   # whose share it counts against
+    name: str     # the script's file name in its run folder
+    source: str
+    device: str
+    limit: float  # wall-clock seconds
+
+
+class UnknownRun(KeyError):
+    """The queue does not know this run (never sent, or stored and forgotten)."""
+
+
+class RunEnded(Exception):
+    """The run has already ended, so there is nothing to stop."""
+
+    def __init__(self, run_id: str, state: str) -> None:
+        super().__init__(f"run {run_id!r} has already ended ({state})")
+        self.state = state
+
+
+class RunQueue(Protocol):
+    def submit(self, run: Submission) -> str:
+        """Book and queue the run (TooMany, Busy); its id (also its id in the run store). It
+        runs in the background."""
+
+    def status(self, run_id: str) -> dict | None:
+        """{id, state, place, waiting, running, limit_s, waited_s, elapsed_s, link[, detail]}."""
+
+    def owner(self, run_id: str) -> str | None:
+        """Whose share the run counts against (the client key), while the queue knows it."""
+
+    def cancel(self, run_id: str, wait: float = 10.0) -> dict:
+        """Stop it and wait up to `wait` s for it to end; its status (UnknownRun, RunEnded)."""
+
+    async def result(self, run_id: str) -> Trace:
+        """Its stored Trace once it ends, or the exception that ended it (UnknownRun)."""
+
+
+class InProcessQueue:
+    """Runs in this process's upload lane: a thread per booked run (the book bounds how many),
+    its person's gate, then the lane's gate, then a worker from the lane."""
+
+    def __init__(self, lane: Lane, store: RunStore, running: int, queued: int) -> None:
+        self.lane, self.store = lane, store
+        self.book = JobBook(running, queued, lane.gate)
+        self._lock = threading.Lock()
+        # run id -> requests awaiting its result, each on its own event loop
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
+
+    def submit(self, run: Submission) -> str:
+        job = Job(self.store.new_id(), run.client, run.name, run.limit)
+        self.book.open(job)
+        # a thread of its own, not one of the server's request threads: a run waiting in line
+        # must not keep pages and Stop from being answered
+        threading.Thread(target=self._run, args=(job, run), daemon=True,
+                         name=f"autograd-lab-run-{job.id}").start()
+        return job.id
+
+    def _run(self, job: Job, run: Submission) -> None:
+        """Run, store, and close the job whatever happens (its error goes to `result`)."""
+        outcome = "done"
+        try:
+            try:
+                with self.book.slot(job):
+                    doc = self.lane.run(run.source, run.name, [], run.device,
+                                        started=job.attach)
+            except Stopped:  # stopped while it waited: the script is kept, with what happened
+                outcome = "stopped"
+                doc = new_document(run.name, run.source, run.device, None)
+                doc["error"] = error_record("Stopped", "The run was stopped on request before "
+                                            "it started.")
+            else:
+                if doc.get("error") and doc["error"]["type"] == "Stopped":
+                    outcome = "stopped"
+            self.store.put(doc, job.id)
+            job.result = doc
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the result
+            outcome = "failed"
+            job.error = exc
+        finally:
+            self.book.close(job, outcome)
+            with self._lock:
+                waiters = self._waiters.pop(job.id, [])
+            for loop, future in waiters:
+                try:
+                    loop.call_soon_threadsafe(_settle, future)
+                except RuntimeError:  # its loop has closed (the server stopped): nobody waits
+                    pass
+
+    def _job(self, run_id: str) -> Job:
+        job = self.book.get(run_id)
+        if job is None:
+            raise UnknownRun(run_id)
+        return job
+
+    def status(self, run_id: str) -> dict | None:
+        job = self.book.get(run_id)
+        if job is None:
+            return None
+        status = self.book.status(job)
+        if job.state == "failed":
+            status["detail"] = str(job.error or "") or "the run could not be started"
+        return status
+
+    def owner(self, run_id: str) -> str | None:
+        job = self.book.get(run_id)
+        return None if job is None else job.client
+
+    def cancel(self, run_id: str, wait: float = 10.0) -> dict:
+        job = self._job(run_id)
+        if job.state not in ("queued", "running"):
+            raise RunEnded(run_id, job.state)
+        job.stop()
+        job.done.wait(wait)  # a waiting run leaves the line at once, a running one in seconds
+        return self.book.status(job)
+
+    async def result(self, run_id: str) -> Trace:
+        job = self._job(run_id)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:  # `_run` sets `done` before it takes this lock to wake the waiters
+            if not job.done.is_set():
+                self._waiters.setdefault(run_id, []).append((loop, future))
+            else:
+                future.set_result(None)
+        await future
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
+
+
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():  # else the request went away and its wait was cancelled
+        future.set_result(None)
