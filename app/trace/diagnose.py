@@ -38,6 +38,11 @@ def _not_drawn(line: int | None, calls: list[str]) -> str:
     if names == {"torchviz.make_dot_from_trace"}:
         return (f"`torchviz.make_dot_from_trace` {where}: not drawn (it draws a TorchScript "
                 "trace, not the autograd graph; `make_dot` on the output is drawn).")
+    if names <= {"torch.autograd.gradcheck", "torch.autograd.gradgradcheck"}:
+        checks = " and ".join(f"`{c}`" for c in sorted(names))
+        return (f"{checks} {where}: checked, not drawn (the check compares backward with "
+                "finite differences through backward passes torch makes itself; the script's "
+                "own backward() and grad() calls are the ones drawn).")
     if {"torch.func.vmap", "torch.func.grad"} <= names or {"torch.vmap", "torch.func.grad"} \
             <= names:
         what = "per-sample gradients via `torch.func.vmap(grad(...))`"

@@ -72,6 +72,11 @@ UNRECORDED = [
 ] + [
     ("torch.autograd.functional", name, f"torch.autograd.functional.{name}")
     for name in ("jacobian", "hessian", "vjp", "jvp", "hvp", "vhp")
+] + [
+    # checks that make their own backward passes (torch's, from inside gradcheck's code)
+    (module, name, f"torch.autograd.{name}") for module in ("torch.autograd",
+                                                            "torch.autograd.gradcheck")
+    for name in ("gradcheck", "gradgradcheck")
 ] + [("torchviz", "make_dot_from_trace", "torchviz.make_dot_from_trace")]
 
 

@@ -85,6 +85,10 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
             try:
                 if error is None and recorder.backward_count() == 0:
                     error = _backward_from_chosen_root(recorder, module.__dict__)
+                    if error and error["type"] == "NoGraph" and _computed_unrecorded(recorder):
+                        # its gradients came from calls noted under What to notice (gradcheck,
+                        # torch.func): a run that did what it meant to, not a failure
+                        error = None
                 custom_results = check_custom_functions(recorder)
             except TimeLimitExceeded as exc:
                 error = error_from_exception(exc, str(path))
@@ -131,6 +135,13 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     text = warnings.formatwarning(message, category, filename, lineno, line)
     (file or sys.stderr).write(scrub_frames(text))
+
+
+def _computed_unrecorded(recorder: Recorder) -> bool:
+    """Did the script compute gradients through calls this tracer notes but does not draw?
+    (make_dot_from_trace draws; it computes no gradient.)"""
+    return any(c != "torchviz.make_dot_from_trace"
+               for calls in recorder.unrecorded.values() for c in calls)
 
 
 def _backward_from_chosen_root(recorder: Recorder, namespace: dict) -> dict | None:

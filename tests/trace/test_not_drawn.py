@@ -74,3 +74,63 @@ def test_an_import_the_worker_lacks_names_the_module_and_what_it_offers(trace_so
 
     for name in OFFERED:
         importlib.import_module(name)
+
+
+GRADCHECK_ONLY = """\
+import torch
+
+
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x ** 2
+
+
+x = torch.randn(4, dtype=torch.double, requires_grad=True)
+print(torch.autograd.gradcheck(Cube.apply, (x,)))
+from torch.autograd import gradgradcheck
+print(gradgradcheck(Cube.apply, (x,)))
+"""
+
+
+def test_a_script_whose_only_autograd_work_is_gradcheck_succeeds_and_says_so(trace_source):
+    """The "Extending PyTorch" pattern: define a Function, gradcheck it, print True. It was
+    reported as an error ("no autograd graph to show") though torch ran hundreds of backward
+    passes inside the checks."""
+    doc = trace_source(GRADCHECK_ONLY)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].split() == ["True", "True"]  # the script's results are torch's
+    notes = [d["message"] for d in diagnostics(doc, "not_drawn")]
+    assert any(m.startswith("`torch.autograd.gradcheck` at line 17: checked, not drawn")
+               for m in notes), notes
+    assert any("`torch.autograd.gradgradcheck` at line 19" in m for m in notes), notes
+    assert backward_events(doc) == []  # torch's passes inside the checks are torch's
+
+
+def test_a_torch_func_only_script_succeeds_with_its_notes(trace_source):
+    """Gradients from torch.func alone (vmap(grad(...)) over a functional_call): no backward of
+    the script's, and no tensor with a grad_fn left to pick as a root."""
+    doc = trace_source(
+        "import torch\n"
+        "from torch.func import functional_call, grad, vmap\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "params = {k: v.detach() for k, v in model.named_parameters()}\n"
+        "x, y = torch.randn(5, 3), torch.randn(5, 1)\n"
+        "def loss(p, xi, yi):\n"
+        "    return ((functional_call(model, p, (xi,)) - yi) ** 2).sum()\n"
+        "g = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)\n"
+        "print(tuple(g['weight'].shape))\n")
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].strip() == "(5, 1, 3)"
+    assert any("line 8" in d["message"] for d in diagnostics(doc, "not_drawn"))
+
+
+def test_a_script_with_no_gradient_work_at_all_is_still_no_graph(trace_source):
+    doc = trace_source("import torch\nprint(torch.ones(2) * 2)\n")
+    assert doc["error"]["type"] == "NoGraph"
