@@ -48,6 +48,14 @@ class LRU(Generic[V]):
         with self._lock:
             return key in self._items
 
+    def items(self) -> list[tuple[Hashable, V]]:
+        """A snapshot, oldest first; looking does not count as use."""
+        with self._lock:
+            return list(self._items.items())
+
+    def __iter__(self):
+        return iter([key for key, _ in self.items()])
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)

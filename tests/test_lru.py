@@ -46,3 +46,12 @@ def test_threads_never_leave_it_over_size():
 def test_size_zero_is_refused():
     with pytest.raises(ValueError, match="at least one"):
         LRU(0)
+
+
+def test_looking_at_the_items_is_not_a_use():
+    cache: LRU[int] = LRU(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.items() == [("a", 1), ("b", 2)] and list(cache) == ["a", "b"]
+    cache.put("c", 3)
+    assert list(cache) == ["b", "c"]

@@ -18,6 +18,7 @@ from app.runner import SelfTest
 
 from .classroom import Classroom
 from .clients import ClientCookie
+from .drawings import Drawings
 from .errors import install_error_handlers
 from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from .highlight import source_lines
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.settings = settings
     app.state.scenarios_dir = scenarios_dir or resource_dir("scenarios")
     app.state.traces = TraceService(settings)
+    app.state.drawings = Drawings(settings)  # graphviz and grouping, cached apart from Traces
     # started with the server (lifespan), not with the app; its probes fork as runs do
     app.state.selftest = SelfTest(zygote=app.state.traces.zygote)
     app.state.classroom = Classroom(settings.max_classes)

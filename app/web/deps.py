@@ -9,8 +9,9 @@ from fastapi import Depends, Path, Query, Request
 
 from app.catalog import Scenario, load_catalog
 
+from .drawings import Layout
 from .errors import AppError
-from .traces import Layout, TraceService
+from .traces import TraceService
 
 __all__ = ["ScenarioDep", "TracesDep", "CatalogDep", "LayoutDep"]
 

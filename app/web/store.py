@@ -90,6 +90,11 @@ class RunStore:
             "script was kept. Run a smaller model or fewer backward passes.")
         return kept
 
+    def exists(self, run_id: str) -> bool:
+        """Is the run kept? (Its Trace is neither read nor parsed.)"""
+        with self._connect() as db:
+            return db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+
     def get(self, run_id: str) -> dict | None:
         with self._connect() as db:
             row = db.execute("SELECT doc FROM runs WHERE id = ?", (run_id,)).fetchone()

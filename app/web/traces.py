@@ -1,4 +1,5 @@
-"""Traces for the web app, computed by the runner in two lanes, and the caches.
+"""Traces for the web app, computed by the runner in two lanes, and the lessons' cache (their
+drawings are drawings.py's).
 
 - Lessons (the built-in scenarios) have a lane of their own: workers, a pool and a queue that
   uploads never take, their runs at normal CPU priority, and a cache, warmed at start-up with
@@ -16,25 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.catalog import Scenario, scenario_args
 from app.format import Trace
-from app.render import (
-    RenderError,
-    choose_grouping,
-    event_graph,
-    group_graph,
-    layout_document,
-    render_graph,
-)
-from app.render.group import Analysis, analyze
+from app.lru import LRU
 from app.runner import (
     Policy,
     Pool,
@@ -67,17 +58,6 @@ def _torch_version() -> str:
         return "unknown"
 
 
-
-ANALYSES_KEPT = 16  # graphs whose grouping facts are kept (a big one's are a few MB)
-
-@dataclass(frozen=True)
-class Layout:
-    """How a drawing is asked for: flat, or by module (a depth, 0 for every module open; the
-    module paths opened; repeats folded). No depth: the readable grouping for its size."""
-    flat: bool = False
-    depth: int | None = None
-    opened: frozenset[str] = frozenset()
-    fold: bool = True
 
 class DeviceError(ValueError):
     """The requested device is not on this machine (422, errors.py)."""
@@ -116,10 +96,8 @@ class Lane:
 class TraceService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._cache: OrderedDict[tuple, dict] = OrderedDict()
-        self._renders: OrderedDict[tuple, bytes | RenderError] = OrderedDict()
-        self._analyses: OrderedDict[tuple, Analysis] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: LRU[dict] = LRU(settings.cache_size)
+        self._lock = threading.Lock()  # guards _key_locks
         self._key_locks: dict[tuple, threading.Lock] = {}
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
         # one fork server for every lane: workers start in a tenth of a second (zygote.py)
@@ -140,9 +118,6 @@ class TraceService:
                             Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
                             settings.upload_timeout)
         self.lessons.zygote = self.uploads.zygote = self.zygote
-        # graphviz runs in the server's own processes: as many at once as there are cores,
-        # a few waiting, the rest told to come back (Busy), whoever asks for how many drawings
-        self.render_gate = Gate(settings.max_workers, settings.queue_size)
         self._probe: dict | None = None
         self.torch_version = _torch_version()
         self.warmed = threading.Event()
@@ -212,15 +187,15 @@ class TraceService:
         source = scenario.path.read_bytes()
         key = (scenario.name, hashlib.sha256(source).hexdigest(), tuple(args), device,
                self.torch_version)
+        kept = self._cache.get(key)
+        if kept is not None:
+            return key, kept
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return key, self._cache[key]
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:
-            with self._lock:
-                if key in self._cache:
-                    return key, self._cache[key]
+            kept = self._cache.get(key)  # traced while this request waited for the key
+            if kept is not None:
+                return key, kept
             try:
                 with self.lessons.gate.enter():
                     doc = self.lessons.run(source.decode("utf-8", errors="replace"),
@@ -234,69 +209,5 @@ class TraceService:
                 # a run that failed for a passing reason (a slow moment, a lost worker) is
                 # not kept: the next visitor gets a fresh try instead of the same error
                 if not (doc.get("error") and doc["error"]["type"] in _PASSING):
-                    self._cache[key] = doc
-                    while len(self._cache) > self.settings.cache_size:
-                        self._cache.popitem(last=False)
+                    self._cache.put(key, doc)
         return key, doc
-
-    def _kept(self, rkey: tuple) -> bytes | None:
-        with self._lock:
-            kept = self._renders.get(rkey)
-            if kept is not None:
-                self._renders.move_to_end(rkey)
-        if isinstance(kept, RenderError):
-            raise kept  # a graph that cannot be drawn is not drawn again and again
-        return kept
-
-    def _analysis(self, gkey: tuple, graph: dict) -> Analysis:
-        """A graph's module paths and folds, worked out once for all its groupings."""
-        with self._lock:
-            found = self._analyses.get(gkey)
-            if found is not None:
-                self._analyses.move_to_end(gkey)
-                return found
-        found = analyze(graph)
-        with self._lock:
-            self._analyses[gkey] = found
-            while len(self._analyses) > ANALYSES_KEPT:
-                self._analyses.popitem(last=False)
-        return found
-
-    def drawing(self, key: tuple, doc: dict, event: int | None, fmt: str,
-                view: int | None = None, layout: Layout | None = None) -> bytes:
-        """The graph of one event (or one of the script's views) as svg, png, dot, or json
-        (its units and grouping), drawn as `layout` asks: by default a big graph by module
-        (RenderError, EventNotFound, Busy). Kept by (trace, event, view, layout, format)."""
-        layout = layout or Layout()
-        rkey = (key, event, view, layout, fmt)
-        kept = self._kept(rkey)
-        if kept is not None:
-            return kept
-        graph = event_graph(doc, event, view)
-        # grouping a big (or forged) graph is work too: it waits its turn with the drawings
-        with self.render_gate.enter():
-            analysis = self._analysis((key, event, view), graph)
-            grouping = choose_grouping(graph, flat=layout.flat, depth=layout.depth,
-                                       opened=layout.opened, fold=layout.fold,
-                                       analysis=analysis)
-            # requests that differ only in paths the graph lacks draw the same picture
-            dkey = (key, event, view, grouping, fmt)
-            kept = self._kept(dkey)
-            if kept is not None:
-                return kept
-            if fmt == "json":
-                data: bytes | RenderError = json.dumps(
-                    layout_document(graph, grouping, analysis)).encode("utf-8")
-            else:
-                try:
-                    data = render_graph(group_graph(graph, grouping, analysis), fmt)
-                except RenderError as exc:
-                    data = exc
-        with self._lock:
-            self._renders[rkey] = self._renders[dkey] = data
-            while len(self._renders) > self.settings.cache_size * 2:
-                self._renders.popitem(last=False)
-        if isinstance(data, RenderError):
-            raise data
-        return data
-

@@ -65,7 +65,8 @@ def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, f
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before any run
     key, doc = scenario_run(request, scenario, traces, variant, device)
-    return drawing(fmt, lambda: traces.drawing(key, doc, event, fmt, view, layout))
+    return drawing(fmt, lambda: request.app.state.drawings.drawing(
+        key, lambda: doc, event, fmt, view, layout))
 
 
 @router.get("/api/scenarios/{name}/gradient-flow")

@@ -174,9 +174,12 @@ def run_graph(request: Request, run_id: str, fmt: str, layout: LayoutDep,
     graph is drawn by module unless `layout=flat`; graph.json says how it was drawn."""
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before reading the store
-    doc = stored_run(request, run_id)
-    return drawing(fmt, lambda: request.app.state.traces.drawing(("run", run_id), doc, event,
-                                                                 fmt, view, layout))
+    # a stored run never changes: its drawing, once made, is served without reading the
+    # Trace (only whether the run is still kept); drawn, the Trace is parsed once
+    if not request.app.state.store.exists(run_id):
+        stored_run(request, run_id)  # its 404, still waiting or never existed
+    return drawing(fmt, lambda: request.app.state.drawings.drawing(
+        ("run", run_id), lambda: stored_run(request, run_id), event, fmt, view, layout))
 
 
 

@@ -1,0 +1,83 @@
+"""Drawings apart from Traces (drawings.py): a stored run's drawing, once made, is served
+without reading its Trace again, and a request reads a stored Trace at most once. Counted on
+the real run store (a spy that calls the real `RunStore.get`: read, un-gzip, parse)."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.web.app import create_app
+from app.web.store import RunStore
+
+from .conftest import LOCAL
+
+SCRIPT = """\
+import torch
+w = torch.randn(3, requires_grad=True)
+loss = (w * 2).sum() + (w * w).sum()
+loss.backward()
+"""
+
+
+@pytest.fixture(scope="module")
+def client_(settings, tiny_dir):
+    with TestClient(create_app(settings(), scenarios_dir=tiny_dir), client=LOCAL) as c:
+        yield c
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """How many times a stored Trace was read and parsed, by run id."""
+    counted: dict[str, int] = {}
+    real = RunStore.get
+
+    def get(self, run_id):
+        counted[run_id] = counted.get(run_id, 0) + 1
+        return real(self, run_id)
+
+    monkeypatch.setattr(RunStore, "get", get)
+    return counted
+
+
+def _run(client) -> str:
+    response = client.post("/api/runs", json={"source": SCRIPT, "name": "two_uses.py"})
+    assert response.status_code == 200, response.text
+    assert response.json()["error"] is None
+    return response.json()["run"]["id"]
+
+
+def test_a_cached_drawing_of_a_stored_run_is_served_without_parsing_its_trace(client_, reads):
+    run_id = _run(client_)
+    reads.clear()
+    first = client_.get(f"/api/runs/{run_id}/graph.svg")
+    assert first.status_code == 200 and first.text.lstrip().startswith("<?xml")
+    assert reads == {run_id: 1}  # drawn: the Trace read once, not once per step
+    for _ in range(3):
+        again = client_.get(f"/api/runs/{run_id}/graph.svg")
+        assert again.status_code == 200 and again.content == first.content
+    assert reads == {run_id: 1}, "a kept drawing read the stored Trace again"
+    # another format or layout is another drawing: read once more, then kept too
+    assert client_.get(f"/api/runs/{run_id}/graph.dot?layout=flat").status_code == 200
+    assert client_.get(f"/api/runs/{run_id}/graph.dot?layout=flat").status_code == 200
+    assert reads == {run_id: 2}
+
+
+def test_a_dropped_run_is_not_served_from_the_drawing_cache(client_, reads):
+    run_id = _run(client_)
+    assert client_.get(f"/api/runs/{run_id}/graph.svg").status_code == 200
+    store = client_.app.state.store
+    with store._connect() as db:  # as the store drops its oldest runs to make room
+        db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+    gone = client_.get(f"/api/runs/{run_id}/graph.svg")
+    assert gone.status_code == 404 and "no run" in gone.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/runs/{id}", "/api/runs/{id}", "/api/runs/{id}/gradient-flow",
+                                  "/api/runs/{id}/graph.json"])
+def test_each_request_reads_a_stored_trace_at_most_once(client_, reads, path):
+    run_id = _run(client_)
+    reads.clear()
+    response = client_.get(path.format(id=run_id))
+    assert response.status_code == 200, response.text
+    assert reads.get(run_id, 0) <= 1, reads
