@@ -23,11 +23,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import sandbox
-from .protocol import RESULT_FILE, Job, app_root, parse_ready, worker_env
+from .process_group import kill_group
+from .protocol import RESULT_FILE, Job, LaunchPlan, app_root, parse_ready, worker_env
 from .sandbox import identity, namespaces
 from .sandbox.cgroups import RunCgroups
 from .zygote import Zygote, ZygoteUnavailable
@@ -162,27 +163,27 @@ class Child:
             self.cgroups = RunCgroups.create(self.run_dir.name, lim.run_memory_mb << 20,
                                              lim.processes)
         limits = self.policy.limits.to_json() if self.layers["rlimits"] else {}
-        plan = {"uid": self.uid, "gid": self.uid, "run_dir": str(self.run_dir),
-                # mounts are only ever made inside the run's own mount namespace: made without
-                # one they would cover the server's (and everyone's) /root
-                "expose": sandbox.paths_to_expose()
-                if self.lease and self.layers["namespaces"] else [],
-                "private_folder": self.layers["namespaces"] and self.layers["rlimits"],
-                "private_shm": self.layers["namespaces"],
-                "user_namespace": self.layers["namespaces"] and namespaces.in_user_namespace(),
-                "nice": self.policy.nice,
-                "server_mnt_ns": os.readlink("/proc/self/ns/mnt"),
-                "limits": self.policy.limits.to_json(),
-                # the launcher moves itself into these before anything else
-                "cgroups": self.cgroups.procs_files if self.cgroups else [],
-                "env": worker_env(self.run_dir)}
+        plan = LaunchPlan(
+            uid=self.uid, gid=self.uid, run_dir=str(self.run_dir),
+            # mounts are only ever made inside the run's own mount namespace: made without
+            # one they would cover the server's (and everyone's) /root
+            expose=sandbox.paths_to_expose() if self.lease and self.layers["namespaces"] else [],
+            private_folder=bool(self.layers["namespaces"] and self.layers["rlimits"]),
+            private_shm=bool(self.layers["namespaces"]),
+            user_namespace=bool(self.layers["namespaces"] and namespaces.in_user_namespace()),
+            nice=self.policy.nice or 0,
+            server_mnt_ns=os.readlink("/proc/self/ns/mnt"),
+            limits=self.policy.limits.to_json(),
+            # the launcher moves itself into these before anything else
+            cgroups=list(self.cgroups.procs_files) if self.cgroups else [],
+            env=worker_env(self.run_dir))
         # /dev/shm may be written only where it is the run's own (a mount namespace)
         worker_opts = {"landlock": self.layers["landlock"], "limits": limits,
                        "shm": self.layers["namespaces"]}
         if self._fork(plan, worker_opts):
             return
         python = sys.executable
-        cmd = [python, "-S", "-m", "app.runner.sandbox.enter", json.dumps(plan), "--",
+        cmd = [python, "-S", "-m", "app.runner.sandbox.enter", plan.to_json(), "--",
                python, "-m", self._program, "--serve", str(self.run_dir),
                "--sandbox", json.dumps(worker_opts)]
         if self.layers["namespaces"]:
@@ -195,13 +196,13 @@ class Child:
         self._drain = _Drain(self.proc.stdout)
         self._drain.start()
 
-    def _fork(self, plan: dict, worker_opts: dict) -> bool:
+    def _fork(self, plan: LaunchPlan, worker_opts: dict) -> bool:
         """Ask the fork server for this worker; False when it cannot (then exec afresh)."""
         program = FORKABLE.get(self._program)
         if self._zygote is None or program is None or not self._zygote.usable() or \
                 (self.layers["namespaces"] and namespaces.in_user_namespace()):
             return False  # (its children make namespaces as root: no user namespace path)
-        request = {"plan": plan, "sandbox": worker_opts, "program": program,
+        request = {"plan": asdict(plan), "sandbox": worker_opts, "program": program,
                    "namespaces": self.layers["namespaces"]}
         try:
             self.proc = self._zygote.spawn(request)
@@ -305,10 +306,7 @@ class Child:
             if cgroups is not None:
                 cgroups.kill(timeout=1.0)
             _kill(self.worker_pid or proc.pid, signal.SIGKILL)
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(proc.pid)
 
     # -- the one job -------------------------------------------------------------------------
 
@@ -385,10 +383,7 @@ class Child:
         if self.cgroups is not None:
             # everything the run started, wherever it detached to; what survives is reported
             self.status_cgroup_left = self.cgroups.kill()
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -58,7 +58,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .protocol import ready_line
+from .process_group import kill_group
+from .protocol import LaunchPlan, ready_line
 from .sandbox import enter
 
 __all__ = ["main"]
@@ -97,7 +98,7 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         os.setsid()
-        plan = request["plan"]
+        plan = LaunchPlan.from_dict(request["plan"])
         if request.get("namespaces"):
             _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID),
                    "unshare")
@@ -111,15 +112,13 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
                                ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None),
                    "mounting /proc")
         # the worker (not its waiting parent) is the run: counted, limited and killed with it
-        enter.join_cgroups(plan.get("cgroups", []))
-        if plan.get("nice"):
-            os.nice(plan["nice"])
+        enter.prepare(plan)
         enter.confine(plan)
         if request.get("namespaces"):
             # the uid switch cleared it: the worker ends with the parent that waits for it
             _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
         _fresh_process_state(plan)
-        run_dir = Path(plan["run_dir"])
+        run_dir = Path(plan.run_dir)
         if request["program"] == "selftest":
             from . import selftest_worker
 
@@ -154,15 +153,15 @@ def _pass_status_on(worker: int) -> None:
     os._exit(_exit_code(status))
 
 
-def _fresh_process_state(plan: dict) -> None:
+def _fresh_process_state(plan: LaunchPlan) -> None:
     """What an exec in the run folder would have given the worker: its own environment, the
     folder as the current directory, first import path and temp dir (a fork keeps the fork
     server's), and random seeds of its own for Python (numpy's and torch's: worker.py)."""
     os.environ.clear()
-    os.environ.update(plan["env"])
-    os.chdir(plan["run_dir"])
+    os.environ.update(plan.env)
+    os.chdir(plan.run_dir)
     if sys.path and sys.path[0] == _START_DIR:
-        sys.path[0] = plan["run_dir"]
+        sys.path[0] = plan.run_dir
     tempfile.tempdir = None
     random.seed()
 
@@ -254,10 +253,7 @@ class ForkServer:
         conn = self.runs.pop(pid, None)
         if conn is None:
             return
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(pid)
         self.selector.unregister(conn)
         conn.close()
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "READY", "MAX_JOB_LINE", "RESULT_FILE", "PARTIAL_FILE", "THREAD_VARS", "ALLOWED_ENV", "Job",
+    "LaunchPlan", "PlanError",
     "app_root", "ready_line", "parse_ready", "worker_env", "write_result",
 ]
 
@@ -88,6 +89,79 @@ class Job:
         own = {k: data.pop(k) for k in ("script", "name", "device", "args", "max_events",
                                         "timeout") if k in data}
         return cls(**own, extra=data)
+
+
+class PlanError(ValueError):
+    """A launch plan that is not one: a key missing, unknown or of the wrong type (named)."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How a run's worker is started and confined, the same for an exec'd worker (the
+    launcher, sandbox/enter.py, gets it as JSON on its command line) and a forked one (the fork
+    server gets it over its socket). The supervisor (child.py) makes it."""
+    run_dir: str
+    env: dict[str, str]            # the worker's whole environment (worker_env)
+    limits: dict[str, Any]         # ResourceLimits.to_json()
+    uid: int | None = None         # the run's own uid (a root server), else None
+    gid: int | None = None
+    expose: list[str] = field(default_factory=list)  # paths the run's uid must reach
+    private_folder: bool = False   # the run folder as a tmpfs of its own (a mount namespace)
+    private_shm: bool = False      # a /dev/shm of its own
+    user_namespace: bool = False   # inside a user namespace of the run's own (not root)
+    nice: int = 0                  # added to the CPU niceness: only ever lower priority
+    server_mnt_ns: str = ""        # the server's mount namespace: mounts refused inside it
+    cgroups: list[str] = field(default_factory=list)  # cgroup.procs files to join first
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> LaunchPlan:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise PlanError(f"the launch plan is not JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LaunchPlan:
+        """Checked key by key: a plan is read by the launcher before any layer is in place,
+        so a wrong one must stop it with a sentence rather than half-confine a run."""
+        if not isinstance(data, dict):
+            raise PlanError(f"the launch plan must be a JSON object, not {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise PlanError(f"the launch plan has unknown keys: {', '.join(unknown)}")
+        for name in ("run_dir", "env", "limits"):
+            if name not in data:
+                raise PlanError(f"the launch plan lacks {name!r}")
+        for name, value in data.items():
+            if not _PLAN_TYPES[name](value):
+                raise PlanError(f"the launch plan's {name!r} has the wrong type: {value!r}")
+        return cls(**data)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_PLAN_TYPES = {
+    "run_dir": lambda v: isinstance(v, str) and bool(v),
+    "env": lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    "limits": lambda v: isinstance(v, dict),
+    "uid": lambda v: v is None or _is_int(v),
+    "gid": lambda v: v is None or _is_int(v),
+    "expose": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "private_folder": lambda v: isinstance(v, bool),
+    "private_shm": lambda v: isinstance(v, bool),
+    "user_namespace": lambda v: isinstance(v, bool),
+    "nice": _is_int,
+    "server_mnt_ns": lambda v: isinstance(v, str),
+    "cgroups": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+}
 
 
 def ready_line(status: dict) -> str:

@@ -22,6 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .process_group import kill_group
 from .protocol import parse_ready, worker_env
 
 __all__ = ["ForkedProcess", "Zygote", "ZygoteUnavailable", "zygote_supported"]
@@ -59,10 +60,7 @@ class ForkedProcess:
             pass
         if not isinstance(code, int):
             # the fork server went away before it could say: make sure the run ends
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(self.pid)
             code = -signal.SIGKILL
         self.returncode = code
         self._conn.close()

@@ -10,12 +10,12 @@ in this process tree. Torch-free, and quick to import (-S: no site).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import resource
 import sys
 from pathlib import Path
 
+from ..protocol import LaunchPlan, PlanError
 from .identity import blocked_ancestors
 from .rlimits import ResourceLimits, apply_early
 
@@ -87,38 +87,45 @@ def join_cgroups(procs_files: list[str]) -> None:
             f.write("0")
 
 
-def enter(plan: dict) -> None:
-    join_cgroups(plan.get("cgroups", []))
-    if plan.get("nice"):
-        os.nice(plan["nice"])  # only ever lower: the run cannot take it back
+def prepare(plan: LaunchPlan) -> None:
+    """The first step of every run's worker, exec'd or forked: into the run's cgroups (so that
+    everything after is counted, limited and killed with it), then its CPU priority (only ever
+    lower: the run cannot take it back)."""
+    join_cgroups(plan.cgroups)
+    if plan.nice:
+        os.nice(plan.nice)
+
+
+def enter(plan: LaunchPlan) -> None:
+    prepare(plan)
     confine(plan)
 
 
-def confine(plan: dict) -> None:
+def confine(plan: LaunchPlan) -> None:
     """Everything after the cgroups: the mounts (only in a mount namespace of the run's own),
     the early limits, the run's uid for good, no_new_privs. The fork server's children call
     this too, after their own cgroups and namespaces (app/runner/forkserver.py)."""
-    limits = ResourceLimits.from_json(plan["limits"])
-    uid = plan.get("uid")
-    wants_mounts = plan.get("expose") or plan.get("private_shm") or plan.get("private_folder")
-    if wants_mounts and not _own_mount_namespace(plan.get("server_mnt_ns")):
+    limits = ResourceLimits.from_json(plan.limits)
+    uid = plan.uid
+    wants_mounts = plan.expose or plan.private_shm or plan.private_folder
+    if wants_mounts and not _own_mount_namespace(plan.server_mnt_ns):
         raise OSError("refusing to mount: not in a mount namespace of the run's own")
-    if uid is not None and plan.get("expose"):
-        expose(plan["expose"], uid, plan["gid"], Path(plan["run_dir"]))
-    if plan.get("private_shm"):
+    if uid is not None and plan.expose:
+        expose(plan.expose, uid, plan.gid, Path(plan.run_dir))
+    if plan.private_shm:
         # POSIX shared memory and semaphores (multiprocessing, DataLoader workers) get their
         # own small /dev/shm: writable for the run, invisible to everyone else
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
                f"size={limits.folder_mb}m,nr_inodes={limits.folder_files},mode=1777")
-    if plan.get("private_folder"):
-        private_folder(plan["run_dir"], limits, uid or 0, plan.get("gid") or 0)
-        os.chdir(plan["run_dir"])  # the old cwd is the folder below the new tmpfs
+    if plan.private_folder:
+        private_folder(plan.run_dir, limits, uid or 0, plan.gid or 0)
+        os.chdir(plan.run_dir)  # the old cwd is the folder below the new tmpfs
     if uid is not None:
         apply_early(limits)  # NPROC counts the new uid's processes, none yet
         os.setgroups([])
-        os.setresgid(plan["gid"], plan["gid"], plan["gid"])
+        os.setresgid(plan.gid, plan.gid, plan.gid)
         os.setresuid(uid, uid, uid)
-    elif plan.get("user_namespace"):
+    elif plan.user_namespace:
         # a user namespace of the run's own: NPROC counts the processes in it, only the run's
         apply_early(limits)
     else:
@@ -144,16 +151,16 @@ def raise_stack_limit() -> None:
 
 
 def main(argv: list[str]) -> None:
-    plan = json.loads(argv[0])
     program = argv[argv.index("--") + 1:]
     try:
+        plan = LaunchPlan.from_json(argv[0])
         enter(plan)
-    except OSError as exc:
+    except (OSError, PlanError) as exc:
         # the supervisor reads this line from the worker's output and names the failing layer
         print(f"autograd-lab sandbox launcher failed: {exc}", file=sys.stderr, flush=True)
         os._exit(70)
     try:
-        os.execve(program[0], program, plan["env"])
+        os.execve(program[0], program, plan.env)
     except OSError as exc:
         print(f"autograd-lab sandbox launcher failed: cannot start {program[0]}: {exc}",
               file=sys.stderr, flush=True)
