@@ -89,14 +89,18 @@ export function graphUrl(name, run, event, fmt = "svg") {
   return scenarioSubject({ name }).graphUrl(run, event, fmt);
 }
 
-async function request(url, { signal, as = "json", method = "GET", body, headers = {} } = {}) {
-  let response;
+// the one place the page calls fetch: a server that does not answer is one ApiError for all
+async function send(url, { signal, as = "json", method = "GET", body, headers = {} } = {}) {
   try {
-    response = await fetch(url, { signal, method, body, headers: { Accept: as === "json" ? "application/json" : "*/*", ...headers } });
+    return await fetch(url, { signal, method, body, headers: { Accept: as === "json" ? "application/json" : "*/*", ...headers } });
   } catch (err) {
     if (err.name === "AbortError") throw err;
     throw new ApiError(0, "The server did not answer. Is `autograd-lab serve` still running?");
   }
+}
+
+async function request(url, { signal, as = "json", method = "GET", body, headers = {} } = {}) {
+  const response = await send(url, { signal, as, method, body, headers });
   if (!response.ok) {
     let detail = `${response.status} ${response.statusText}`;
     try {
@@ -167,4 +171,17 @@ export function fetchGradientFlow(subject, run, { signal } = {}) {
 
 export function fetchDevices({ signal } = {}) {
   return request("/api/devices", { signal });
+}
+
+/** A JSON call whose every HTTP answer is the caller's to judge (a class, classroom.js acts on
+ *  404, 401, 409...): {ok, status, data}, data being the JSON body (the server's `detail` and
+ *  `code` on an error) or null. Throws ApiError(0) only when the server did not answer. */
+export async function callJson(method, url, body, { token = "" } = {}) {
+  const response = await send(url, { method, headers: tokenHeaders(token),
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  let data = null;
+  try {
+    data = await response.json();
+  } catch { /* no body, or not JSON */ }
+  return { ok: response.ok, status: response.status, data };
 }

@@ -6,8 +6,10 @@
 //
 // This tab's part in a class is kept in sessionStorage: {code, role, following}.
 
+import { callJson } from "./api.js";
 import { fill, h } from "./dom.js";
 import { questionsFor } from "./questions.js";
+import { apply as applyView, subscribe, subscribeShown } from "./view_state.js";
 
 const KEY = "autograd-lab-class";
 const TOKEN_KEY = "autograd-lab-token";
@@ -48,15 +50,9 @@ function save(value) {
   else s.removeItem(KEY);
 }
 
-async function call(method, path, body, token = "") {
-  const headers = { "Content-Type": "application/json", Accept: "application/json" };
-  if (token) headers.Authorization = `Bearer ${token}`;
-  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  let data = null;
-  try {
-    data = await response.json();
-  } catch { /* not JSON */ }
-  return { ok: response.ok, status: response.status, data };
+// every call of a class goes through api.js; its answers are judged here (404: the class ended)
+function call(method, path, body, token = "") {
+  return callJson(method, path, body, { token });
 }
 
 function say(message, level = "error") {
@@ -111,14 +107,7 @@ async function ask(question) {
 
 function follow(view) {
   if (!view || !mine || mine.role !== "student" || !mine.following) return;
-  const target = view.path + (view.query ? `?${view.query}` : "");
-  if (location.pathname !== view.path) {
-    location.assign(target);
-  } else if (location.search.replace(/^\?/, "") !== view.query) {
-    // the same page: change its address and let it redraw from there, as Back would
-    history.replaceState(null, "", target);
-    window.dispatchEvent(new PopStateEvent("popstate"));
-  }
+  applyView(view);
 }
 
 function setFollowing(on) {
@@ -279,10 +268,10 @@ async function endClass() {
 
 if (startButton) startButton.addEventListener("click", startClass);
 // the page changed its address (permalink.js): the teacher's class sees it
-window.addEventListener("view-changed", publish);
+subscribe(publish);
 // a trace page says which run and event it shows: the teacher may ask about it
-window.addEventListener("trace-shown", (e) => {
-  shown = e.detail;
+subscribeShown((detail) => {
+  shown = detail;
   render();
 });
 // the join page (/c/CODE) says which class this tab joins

@@ -3,6 +3,8 @@
 // heat-map entry, and how a big graph is grouped). Option names are used as they are (?k=2), like the API and the CLI. A stored
 // run of your own code has no run settings (it is what ran): its URL holds the view only.
 
+import { changedByPerson } from "./view_state.js";
+
 const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell", "present", "say", "layout",
   "depth", "open"];
 const RUN_KEYS = ["variant", "device"];
@@ -64,7 +66,7 @@ export function writeUrl(url, { newEntry = false } = {}) {
   if (url === location.pathname + location.search) return;
   if (newEntry) history.pushState(null, "", url);
   else history.replaceState(null, "", url);
-  window.dispatchEvent(new Event("view-changed")); // a teacher's class follows (classroom.js)
+  changedByPerson(); // a teacher's class follows (classroom.js, through view_state.js)
 }
 
 // module paths in `open` are joined by commas, and a module's name may hold one

@@ -15,6 +15,7 @@ import { paramView } from "./accumulation.js";
 import { lineView, nodeView } from "./panel.js";
 import { paramList } from "./params.js";
 import { readUrl, viewUrl, writeUrl } from "./permalink.js";
+import { onApply, setShown } from "./view_state.js";
 import { Progress } from "./progress.js";
 import { renderPresenter, stepView } from "./presenter.js";
 import { renderReplayStatus, replayState } from "./replay.js";
@@ -433,8 +434,8 @@ function render() {
   renderLayoutBar();
   renderFlowSection();
   // classroom.js asks the class about what is shown
-  window.dispatchEvent(new CustomEvent("trace-shown", { detail: { doc, event: ev,
-    lesson: page.class_question ? { ...page.class_question, lesson: page.scenario.name } : null } }));
+  setShown({ doc, event: ev,
+    lesson: page.class_question ? { ...page.class_question, lesson: page.scenario.name } : null });
   const url = viewUrl(subject, run, view);
   if (doc) writeUrl(url);
   $("permalink").value = location.origin + url;
@@ -541,14 +542,17 @@ $("permalink-copy").addEventListener("click", async () => {
   }
   setTimeout(() => { $("permalink-copy").textContent = "Copy link to this view"; }, 2500);
 });
-window.addEventListener("popstate", () => {
+// Back/Forward, and a view applied by following a teacher (view_state.js): redraw from the URL
+function redrawFromUrl() {
   const next = readUrl(subject);
   const sameRun = JSON.stringify(next.run) === JSON.stringify(run);
   run = next.run;
   view = next.view;
   if (sameRun && doc) showGraph().then(render);
   else loadRun();
-});
+}
+window.addEventListener("popstate", redrawFromUrl);
+onApply(redrawFromUrl);
 let resizeTimer = null;
 window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
