@@ -3,7 +3,6 @@ request gets JSON `{"detail", "code"}`, whichever part of the app refused it (is
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -114,28 +113,6 @@ def test_the_guards_answer_in_the_same_shape(client):
     assert "ALLOWED_HOSTS" in detail
     api_error(client.post("/api/classes", headers={"Sec-Fetch-Site": "cross-site"}), 403,
               "cross_site")
-
-
-def test_busy_keeps_its_retry_after(tiny_dir, settings):
-    app = create_app(settings(lesson_workers=1, queue_size=0), scenarios_dir=tiny_dir)
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with app.state.traces.lessons.gate.enter():
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    try:
-        assert held.wait(5)
-        with TestClient(app, client=LOCAL) as c:
-            response = c.get("/api/scenarios/tiny/trace")
-        assert "try again" in api_error(response, 503, "busy")
-        assert response.headers["retry-after"] == "5"
-    finally:
-        release.set()
-        thread.join()
 
 
 def test_no_router_raises_anything_but_app_error():
