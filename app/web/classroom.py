@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from .errors import AppError
+from .settings import default_of
 
 __all__ = ["ClassError", "ClassSession", "Classroom", "check_view"]
 
@@ -248,7 +249,8 @@ def _alias(client: str) -> str:
 class Classroom:
     """Every open class session of this server, bounded in number and idle time."""
 
-    def __init__(self, max_sessions: int = 50, idle_hours: float = 12) -> None:
+    def __init__(self, max_sessions: int = default_of("max_classes"),
+                 idle_hours: float = 12) -> None:
         self.max_sessions = max_sessions
         self.idle_seconds = idle_hours * 3600
         self.sessions: dict[str, ClassSession] = {}

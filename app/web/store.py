@@ -17,6 +17,8 @@ from pathlib import Path
 
 from app.format import error_record, new_document
 
+from .settings import default_of
+
 __all__ = ["RunStore"]
 
 _SCHEMA = """
@@ -31,8 +33,10 @@ CREATE TABLE IF NOT EXISTS runs (
 
 
 class RunStore:
-    def __init__(self, path: Path, max_runs: int = 500, max_bytes: int = 256 * 1024 * 1024,
-                 max_run_bytes: int = 16 * 1024 * 1024):
+    # the defaults are the settings' own, declared once in settings.py
+    def __init__(self, path: Path, max_runs: int = default_of("store_max_runs"),
+                 max_bytes: int = default_of("store_max_bytes"),
+                 max_run_bytes: int = default_of("store_max_run_bytes")):
         self.path = Path(path)
         self.max_runs = max_runs
         self.max_bytes = max_bytes

@@ -80,3 +80,18 @@ def test_uploads_run_three_per_core_with_a_fork_server_one_without(monkeypatch):
     assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 2
     with pytest.raises(SettingsError):
         Settings(upload_workers=-1)
+
+
+def test_the_store_and_the_classroom_take_their_defaults_from_the_declarations():
+    """They once restated 500, 256 MiB, 16 MiB and 50 beside the settings."""
+    import inspect
+
+    from app.web.classroom import Classroom
+    from app.web.store import RunStore
+
+    store = inspect.signature(RunStore).parameters
+    s = Settings()
+    assert (store["max_runs"].default, store["max_bytes"].default,
+            store["max_run_bytes"].default) == (s.store_max_runs, s.store_max_bytes,
+                                                s.store_max_run_bytes)
+    assert inspect.signature(Classroom).parameters["max_sessions"].default == s.max_classes
