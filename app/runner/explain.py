@@ -44,6 +44,8 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
         doc["error"] = _no_document(outcome, timeout, limits, script_file)
         doc["stderr"] = outcome.log
     elif outcome.timed_out and doc.get("error") and doc["error"]["type"] == "Timeout":
+        if not doc["error"].get("line"):
+            doc["error"]["line"] = _crash_line(outcome.log, script_file)
         doc["error"]["message"] = _timeout_message(timeout, doc["error"].get("line"))
     elif doc.get("error"):
         _explain_exception(doc["error"], limits)
@@ -110,7 +112,10 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
             "TraceTooLarge", f"The trace is larger than the {limits.report_mb} MiB a run may "
             "return. Make the model or the number of backward passes smaller.")
     if o.timed_out:
-        return error_record("Timeout", _timeout_message(timeout, None))
+        # killed after the grace period with no report: the stack the worker wrote when the
+        # limit came still says where it was (worker.py registers faulthandler for SIGTERM)
+        line = _crash_line(o.log, script_file)
+        return error_record("Timeout", _timeout_message(timeout, line), line)
     sig = o.signal
     line = _crash_line(o.log, script_file)
     at = f" at line {line}" if line else ""

@@ -193,6 +193,11 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     signal.signal(signal.SIGTERM, _on_term)
     # a crash in native code (a segfault through ctypes) still names the script's line
     faulthandler.enable(all_threads=False)
+    # and so does the time limit: the stack is written to stderr the moment SIGTERM comes,
+    # even inside a long native call (a backward through a million nodes), before the handler
+    # above raises; if the report is not written within the grace period (a busy machine),
+    # the supervisor still finds the line there (explain.py)
+    faulthandler.register(signal.SIGTERM, all_threads=False, chain=True)
     # a write past the file-size limit fails with EFBIG instead of killing the worker
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     if not prepared:

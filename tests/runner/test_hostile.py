@@ -106,6 +106,11 @@ CASES = [
          stdout=r"^x{1000}.*more characters of output were not kept"),
     Case("nan-gradients", "import torch\nx = torch.zeros(3, requires_grad=True)\n"
          "loss = (x / x).sum()\nloss.backward()\n", None),
+    # a native call that never returns to Python within the grace period: the worker is
+    # killed before it can write its report, and its line still comes from the stack it wrote
+    # the moment the limit came (faulthandler on SIGTERM; it once said no line under load)
+    Case("native-call-past-the-grace", "x = 1\ny = sum(range(10**13))\n", "Timeout",
+         r"longer than the 2 s limit and was stopped at line 2\.", line=2, timeout=2),
     Case("million-node-graph", "import torch\nx = torch.ones(1, requires_grad=True)\ny = x\n"
          "for _ in range(10**6):\n    y = y * 1.0\ny.backward()\n", "Timeout",
          r"longer than the 3 s limit and was stopped at line [45]", line=(4, 5), timeout=3),

@@ -11,6 +11,7 @@ one and queue one, and has room for two runs in all (one running, one waiting).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -68,7 +69,12 @@ def submit(queue: RunQueue, client: str, source: str) -> str:
 
 
 def result(queue: RunQueue, run_id: str, timeout: float = 120) -> dict:
-    return asyncio.run(asyncio.wait_for(queue.result(run_id), timeout))
+    """Await `result` on an event loop of its own thread: the test's thread may already have a
+    running loop (Playwright's sync API leaves one behind after the browser tests), and
+    asyncio.run refuses to start inside it."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run,
+                           asyncio.wait_for(queue.result(run_id), timeout)).result()
 
 
 def wait_for(predicate, timeout: float = 90) -> None:
