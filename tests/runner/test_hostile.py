@@ -176,7 +176,8 @@ def test_hostile_script(case: Case, pool, outside, listener):
 
 
 def test_nan_gradients_are_reported_not_fatal(pool):
-    doc = trace_in_sandbox(pool=pool, source=CASES[-2].source, name="nan.py", timeout=20, wait=60)
+    nan = next(c for c in CASES if c.id == "nan-gradients")  # by name: cases get added
+    doc = trace_in_sandbox(pool=pool, source=nan.source, name="nan.py", timeout=20, wait=60)
     assert doc["error"] is None
     assert doc["params"]["x"]["grad"]["nonfinite"] == 3
     assert any(d["code"] == "nonfinite_gradient" for d in doc["diagnostics"])
