@@ -142,7 +142,9 @@ class Child:
     def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER,
               zygote: Zygote | None = None) -> Child:
         """Start a worker: forked from `zygote` when it is ready (and the program is one it
-        serves), exec'd afresh otherwise."""
+        serves), exec'd afresh otherwise. A fork server still starting is waited for."""
+        if zygote is not None and zygote.started():
+            zygote.settle()
         child = cls(policy or sandbox.Policy(), program, zygote)
         try:
             child._start()
@@ -199,9 +201,8 @@ class Child:
     def _fork(self, plan: LaunchPlan, worker_opts: dict) -> bool:
         """Ask the fork server for this worker; False when it cannot (then exec afresh)."""
         program = FORKABLE.get(self._program)
-        if self._zygote is None or program is None or not self._zygote.usable() or \
-                (self.layers["namespaces"] and namespaces.in_user_namespace()):
-            return False  # (its children make namespaces as root: no user namespace path)
+        if self._zygote is None or program is None or not self._zygote.usable():
+            return False
         request = {"plan": asdict(plan), "sandbox": worker_opts, "program": program,
                    "namespaces": self.layers["namespaces"]}
         try:

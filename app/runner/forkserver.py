@@ -40,8 +40,11 @@ What a fork shares and an exec would not: the fork server's memory layout (libra
 the stack canary) is the same in every run. Nothing in a run parses another run's data, and
 the supervisor is a separate, exec'd process.
 
-Only used where the server is root (namespaces without a user namespace); elsewhere every run
-starts a fresh worker, as the self-test and the page say.
+A server that is not root has one too: each child then creates a user namespace of its own
+first (the server's uid mapped to its root, as `unshare --user --map-root-user` does for the
+exec'd path), so the same layers follow. Where the kernel refuses user namespaces to an
+unprivileged user (some containers, a sysctl), there is no fork server: every run starts a
+fresh worker, and the self-test and /healthz say why.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ __all__ = ["main"]
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID = 0x20000, 0x08000000, 0x40000000, \
     0x20000000
+CLONE_NEWUSER = 0x10000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 _PR_SET_PDEATHSIG = 1
 MAX_REQUEST = 256 * 1024
@@ -100,8 +104,7 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
         os.setsid()
         plan = LaunchPlan.from_dict(request["plan"])
         if request.get("namespaces"):
-            _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID),
-                   "unshare")
+            _unshare(user=os.geteuid() != 0)
             # nothing mounted from here on may reach the server's mount namespace
             _check(_libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None),
                    "making the mounts private")
@@ -135,6 +138,25 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
             os.write(2, f"autograd-lab sandbox launcher failed: {exc}\n".encode())
         finally:
             os._exit(70)
+
+
+def _unshare(user: bool) -> None:
+    """New net, PID, IPC and mount namespaces. A server that is not root gets them as
+    `unshare --user --map-root-user` does: a user namespace of the run's own is created first
+    and owns the others; in it the server's uid (and only it) is mapped to root, which may
+    mount the run's private folders and nothing outside. The fork server is one thread, as
+    CLONE_NEWUSER requires."""
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID
+    if not user:
+        _check(_libc.unshare(flags), "unshare")
+        return
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc.unshare(flags | CLONE_NEWUSER), "unshare (with a user namespace)")
+    # setgroups must be denied before an unprivileged process may write its gid_map
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"),
+                       ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
 
 
 def _pass_status_on(worker: int) -> None:

@@ -95,6 +95,9 @@ class Pool:
         self.stop()
 
     def _fill(self) -> None:
+        if self.zygote is not None and self.zygote.started():
+            # fork the first workers too: exec'd ones would each import torch meanwhile
+            self.zygote.settle(cancel=self._stopped)
         backoff = 1.0
         while True:
             self._room.acquire()

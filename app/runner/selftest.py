@@ -171,7 +171,7 @@ def run_selftest(zygote: Zygote | None = None) -> dict:
     from it, as the runs will be (it is waited for until it is ready or has failed)."""
     global _zygote
     if zygote is not None:
-        zygote.ready.wait(ZYGOTE_WAIT)
+        zygote.settle(ZYGOTE_WAIT)
     _zygote = zygote if zygote is not None and zygote.usable() else None
     started = time.monotonic()
     avail = sandbox.availability()

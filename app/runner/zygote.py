@@ -20,10 +20,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from .process_group import kill_group
 from .protocol import parse_ready, worker_env
+from .sandbox import namespaces
 
 __all__ = ["ForkedProcess", "Zygote", "ZygoteUnavailable", "zygote_supported"]
 
@@ -84,6 +86,9 @@ class Zygote:
         self.control: socket.socket | None = None
         self.home: Path | None = None
         self.ready = threading.Event()
+        # ready, or known not to be: what waits for the fork server waits for this (a fork
+        # server that fails at start must not keep the self-test and the pools waiting)
+        self.settled = threading.Event()
         self.failed = ""  # why it is not running, when it is not
         self.served = 0
         self._tail = bytearray()
@@ -103,19 +108,37 @@ class Zygote:
                 cwd="/", env=worker_env(self.home), pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True)
+        except OSError as exc:
+            self.failed = f"the fork server could not be started: {exc}"
+            self.settled.set()
+            log.warning("%s; runs start fresh workers", self.failed)
+            return self
         finally:
             theirs.close()
         threading.Thread(target=self._read, daemon=True,
                          name="autograd-lab-forkserver-output").start()
         if wait:
-            self.ready.wait(START_TIMEOUT)
+            self.settle()
         return self
+
+    def settle(self, timeout: float = START_TIMEOUT,
+               cancel: threading.Event | None = None) -> bool:
+        """Wait until the fork server is ready or known to have failed (or `cancel` is set);
+        True when it is usable. Whoever would start a worker waits here first: an exec'd
+        worker started meanwhile imports torch on its own, seconds of CPU the start-up
+        cannot spare."""
+        deadline = time.monotonic() + timeout
+        while not self.settled.wait(0.1 if cancel is not None else timeout):
+            if (cancel is not None and cancel.is_set()) or time.monotonic() > deadline:
+                break
+        return self.usable()
 
     def _read(self) -> None:
         """Its output: the READY line, then anything it says (kept, the tail only)."""
         for line in iter(self.proc.stdout.readline, b""):
             if not self.ready.is_set() and parse_ready(line) is not None:
                 self.ready.set()
+                self.settled.set()
                 log.info("fork server ready (pid %d)", self.proc.pid)
                 continue
             self._tail += line
@@ -125,6 +148,7 @@ class Zygote:
             self.failed = (f"the fork server ended (exit status {self.proc.returncode}): "
                            + self._tail.decode("utf-8", "replace")[-500:])
         self.ready.clear()
+        self.settled.set()
         log.warning("%s; runs start fresh workers", self.failed)
 
     def spawn(self, request: dict) -> ForkedProcess:
@@ -160,8 +184,12 @@ class Zygote:
         return ForkedProcess(reply["pid"], mine, os.fdopen(stdin_w, "wb"),
                              os.fdopen(out_r, "rb"))
 
+    def started(self) -> bool:
+        return self.proc is not None or self.settled.is_set()
+
     def stop(self) -> None:
         self.failed = self.failed or "stopped"
+        self.settled.set()
         if self.control is not None:
             self.control.close()  # the fork server kills what runs and ends
         if self.proc is not None and self.proc.poll() is None:
@@ -183,9 +211,13 @@ class Zygote:
 
 
 def zygote_supported() -> tuple[bool, str]:
-    """The fork server creates namespaces and switches uids itself: it needs root."""
-    if os.geteuid() != 0:
-        return False, ("the fork server needs root (its children create namespaces without a "
-                       "user namespace); each run starts a fresh worker")
-    return True, "root"
-
+    """Root's fork server makes its children's namespaces directly; another user's makes each
+    child a user namespace of its own first, so it needs the kernel to allow that (the same
+    check as the exec'd path's `unshare --user`)."""
+    if os.geteuid() == 0:
+        return True, "root"
+    ok, why = namespaces.check()
+    if not ok:
+        return False, ("the server is not root and user namespaces are not available here ("
+                       + why + "); each run starts a fresh worker")
+    return True, "not root: each child enters a user namespace of its own"

@@ -66,6 +66,14 @@ class Gate:
                 self._running -= 1
                 self._cond.notify_all()
 
+    def resize(self, workers: int) -> None:
+        """Let `workers` runs go at once from now on (the queue keeps its length); runs past
+        the new number finish, and no new one starts until the count is below it."""
+        with self._cond:
+            self.capacity += workers - self.workers
+            self.workers = workers
+            self._cond.notify_all()
+
     def position(self, ticket: object) -> int | None:
         """1 for the next to go, 2 for the one after...; None once it runs (or never waited)."""
         with self._cond:

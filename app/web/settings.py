@@ -103,8 +103,8 @@ class Settings:
     max_classes: int = setting(50, "class sessions open at once")
     forkserver: bool = setting(
         True, "fork each run's worker from a warm process that imported torch once (~0.1 s "
-        "instead of ~3 s of CPU); needs root: elsewhere, or off, every run starts a fresh "
-        "worker")
+        "instead of ~3 s of CPU); not root, each child enters a user namespace of its own; "
+        "where the kernel allows none, or off, every run starts a fresh worker")
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

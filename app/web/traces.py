@@ -102,11 +102,13 @@ class TraceService:
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
         # one fork server for every lane: workers start in a tenth of a second (zygote.py)
         self.zygote: Zygote | None = None
+        self.no_fork_server = "turned off (AUTOGRAD_LAB_FORKSERVER=0)"
         if settings.forkserver:
             supported, why = zygote_supported()
             if supported:
                 self.zygote = Zygote()
             else:
+                self.no_fork_server = why
                 log.warning("no fork server: %s", why)
         # one ready worker more than may run at once: the warm-up below uses only that spare,
         # so a teacher's request finds a worker with torch loaded
@@ -121,28 +123,65 @@ class TraceService:
         self._probe: dict | None = None
         self.torch_version = _torch_version()
         self.warmed = threading.Event()
+        self.started_at = time.monotonic()
+        self.warmed_in: float | None = None  # seconds from start until every lesson was traced
+        self.warm_count = self.warm_total = 0
 
-    def upload_workers(self) -> int:
+    def upload_workers(self, forked: bool | None = None) -> int:
         """Uploads that may run at once. Forked workers cost little to start and a small run
         little CPU, so with a fork server three per core: a few endless scripts then cannot hold
         every worker while the rest of the room waits (bench/classroom.py). Exec'd workers each
         spend seconds of CPU starting torch: one per core."""
         if self.settings.upload_workers:
             return self.settings.upload_workers
-        return self.settings.max_workers * (UPLOADS_PER_CORE_FORKED if self.zygote else 1)
+        if forked is None:
+            forked = self.zygote is not None
+        return self.settings.max_workers * (UPLOADS_PER_CORE_FORKED if forked else 1)
 
     def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None) -> None:
         """Start the pools of ready workers (pool_size 0: each run starts a fresh worker) and,
         with `catalog`, trace every lesson in the background."""
+        self.started_at = time.monotonic()
         if self.zygote is not None:
-            self.zygote.start()  # ready in a few seconds; until then workers are exec'd
+            # first: the pools and the warm-up fork their workers from it once it is ready
+            # (or exec them, once it is known to have failed), never both at once
+            self.zygote.start()
+            threading.Thread(target=self._size_after_fork_server, daemon=True,
+                             name="autograd-lab-fork-server-settle").start()
         self.lessons.start()
         self.uploads.start()
         if catalog is not None and self.settings.warm_lessons:
             threading.Thread(target=self._warm, args=(catalog,), daemon=True,
                              name="autograd-lab-warm-lessons").start()
         else:
-            self.warmed.set()
+            self._warm_done()
+
+    def _size_after_fork_server(self) -> None:
+        """A fork server that failed leaves exec'd workers, each seconds of CPU to start: the
+        upload lane is sized for those."""
+        if not self.zygote.settle():
+            workers = self.upload_workers(forked=False)
+            log.warning("no fork server (%s): %d uploads at once", self.zygote.failed, workers)
+            self.uploads.gate.resize(workers)
+
+    def _warm_done(self) -> None:
+        self.warmed_in = round(time.monotonic() - self.started_at, 2)
+        self.warmed.set()
+
+    def workers(self) -> dict:
+        """For /healthz: how runs' workers start, and how many uploads go at once."""
+        forked = self.zygote is not None and self.zygote.usable()
+        if self.zygote is not None:
+            detail = self.zygote.describe()
+        else:
+            detail = f"runs start fresh workers: no fork server ({self.no_fork_server})"
+        return {"forked": forked, "detail": detail, "uploads_at_once": self.uploads.gate.workers,
+                "lessons_at_once": self.lessons.gate.workers}
+
+    def warmth(self) -> dict:
+        """For /healthz: whether every lesson is traced, and how long that took from start."""
+        return {"warm": self.warmed.is_set(), "warmed_in_s": self.warmed_in,
+                "traced": self.warm_count, "of": self.warm_total}
 
     def stop(self) -> None:
         self.lessons.stop()
@@ -153,16 +192,20 @@ class TraceService:
     def _warm(self, catalog: Callable[[], dict[str, Scenario]]) -> None:
         """Every lesson's every variant at its default options, on the CPU, into the cache."""
         try:
+            todo = []
             for scenario in catalog().values():
                 defaults = {k: str(spec["default"]) for k, spec in scenario.options.items()
                             if "default" in spec}
-                for variant in scenario.variants or [None]:
-                    self._wait_until_idle()
-                    self.scenario_trace(scenario, variant, defaults, "cpu")
+                todo += [(scenario, variant, defaults) for variant in scenario.variants or [None]]
+            self.warm_total = len(todo)
+            for scenario, variant, defaults in todo:
+                self._wait_until_idle()
+                self.scenario_trace(scenario, variant, defaults, "cpu")
+                self.warm_count += 1
         except Exception:  # noqa: BLE001 - a lesson that cannot be warmed is traced when asked
             log.exception("warming the lessons' traces failed")
         finally:
-            self.warmed.set()
+            self._warm_done()
 
     def _wait_until_idle(self, patience: float = 120.0) -> None:
         """The warm-up gives way: it traces only while no lesson runs or waits and every lesson

@@ -94,4 +94,19 @@ def test_a_hostile_script_is_contained_without_root(base, name):
     after = post(base, SMALL)
     assert after["error"] is None and after["params"]["w"]["uses"] == {"0": 2}
     assert doc["sandbox"]["namespaces"] == {"net": True, "pid": True, "ipc": True, "mnt": True}
+    # forked from the fork server, as root's runs are (issue 19): the next one too
+    assert doc["sandbox"]["forked"] is True and after["sandbox"]["forked"] is True
     assert before & _processes_of(NOBODY)  # the server survived the run
+
+
+def test_runs_are_forked_without_root_and_healthz_says_so(base):
+    health = httpx.get(base + "/healthz", timeout=10).json()
+    assert health["workers"]["forked"] is True, health["workers"]
+    assert "fork server" in health["workers"]["detail"]
+    # forked workers cost little to start: three uploads per core, as root's server
+    assert health["workers"]["uploads_at_once"] == 3
+    doc = post(base, "import os, torch\nw = torch.ones(2, requires_grad=True)\n"
+                     "(w * w).sum().backward()\nprint(open('/proc/self/uid_map').read())\n")
+    assert doc["sandbox"]["forked"] is True
+    # the run's root is the server's user (nobody) and nothing else: a user namespace of its own
+    assert doc["stdout"].split() == ["0", str(NOBODY), "1"], doc["stdout"]

@@ -33,9 +33,11 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
 @router.get("/healthz")
 def healthz(request: Request) -> dict:
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
-    until it is done)."""
+    until it is done); `workers` says whether runs are forked from the fork server; `lessons`
+    whether every lesson is traced yet, and how many seconds after start that was done."""
     state = request.app.state
-    return {"status": "ok", "sandbox": sandbox_status(state.settings, state.selftest)}
+    return {"status": "ok", "sandbox": sandbox_status(state.settings, state.selftest),
+            "workers": state.traces.workers(), "lessons": state.traces.warmth()}
 
 
 @router.get("/api/scenarios")
