@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pwd
 import signal
 import time
 from dataclasses import dataclass, field
@@ -134,8 +135,32 @@ def _detect() -> tuple[_Backend | None, str]:
     if not mounts:
         return None, "no cgroup file system is mounted"
     return None, ("no cgroup with the memory and pids controllers is writable by the server "
-                  f"(uid {os.getuid()}): run it as root, or delegate a cgroup v2 subtree with "
-                  "memory and pids to its user")
+                  f"(uid {os.getuid()}): run it as root, or " + _how_to_delegate(mounts))
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def _how_to_delegate(mounts: list[tuple[str, str, set[str], str]]) -> str:
+    """The commands that give this user a subtree, for the hierarchies this machine has: v1
+    folders an administrator makes and hands over (the limits in them stay root's), or a v2
+    subtree from systemd (README, *As an ordinary user*)."""
+    user = _user_name()
+    v1 = {c: point for point, fs, options, _ in mounts if fs == "cgroup"
+          for c in ("memory", "pids") if c in options}
+    if len(v1) == 2:
+        dirs = " ".join(f"{v1[c]}/autograd-lab-{user}" for c in ("memory", "pids"))
+        return (f"delegate cgroup v1 memory and pids folders to {user}: `sudo sh -c 'for d in "
+                f"{dirs}; do mkdir -p $d && chown {user} $d $d/cgroup.procs $d/tasks; done'`, "
+                f"then start the server from inside them: `for d in {dirs}; do echo $$ > "
+                "$d/cgroup.procs; done; make serve`")
+    return ("start it with a delegated cgroup v2 subtree: as a systemd service with "
+            "Delegate=yes (deploy/autograd-lab.service), or `systemd-run --user --scope -p "
+            "Delegate=yes make serve`")
 
 
 def sweep() -> list[str]:
