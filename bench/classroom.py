@@ -8,7 +8,12 @@
    delivery latency p50/p95/p99 (from the teacher's change to each student's event), errors
    (streams that failed or missed a change), and the server process's memory.
 
-    .venv/bin/python bench/classroom.py [--against REV] [--limit 20] [--follow-seconds 60]
+    .venv/bin/python bench/classroom.py [--against REV] [--as-user NAME] [--limit 20]
+                                        [--follow-seconds 60] [--early-follow 60]
+
+`--as-user NAME` also measures this revision's server started as that ordinary user (the way
+the tests start one: tests/unprivileged.py; needs root), beside root's. `--early-follow S`
+first measures the class for S seconds from the moment the server answers, while it warms up.
 
 `--against REV` also measures the server of another revision (exported with `git archive`,
 started the same way), the "previous design" this one is compared with (a revision without
@@ -20,6 +25,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import os
+import pwd
 import statistics
 import subprocess
 import sys
@@ -35,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.server import serve  # noqa: E402
+from tests.unprivileged import as_unprivileged  # noqa: E402
 
 LOOP = "import torch\nw = torch.ones(2, requires_grad=True)\nwhile True:\n    (w * w).sum()\n"
 SMALL = ("import torch\ntorch.manual_seed(0)\nlayer = torch.nn.Linear(3, 2)\n"
@@ -218,22 +227,33 @@ def _room(base: str, limit: float) -> dict:
             "lesson": lesson.get("seconds", float("nan")), "lesson_code": lesson.get("code")}
 
 
-def _measure(name: str, tree: Path, limit: float, follow_seconds: float) -> dict:
+def _measure(name: str, tree: Path, limit: float, follow_seconds: float,
+             early_follow: float = 0.0, uid: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as store:
+        wrap = None
+        if uid is not None:
+            os.chown(store, uid, uid)
+            wrap = functools.partial(as_unprivileged, uid=uid)
         # the same settings for both, where both have them; an older server ignores the rest
         info: dict = {}
         # QUEUE_SIZE: a burst of 30 fits the line of a server of either design
         with serve(Path(store), name=f"bench-{name}", start_timeout=120, cwd=tree, info=info,
-                   TRACE_TIMEOUT=str(limit), UPLOAD_TIMEOUT=str(limit),
+                   wrap=wrap, TRACE_TIMEOUT=str(limit), UPLOAD_TIMEOUT=str(limit),
                    QUEUE_SIZE="64") as base:
-            time.sleep(20)  # the pools (and the lessons, and a fork server) are ready first
+            started = time.monotonic()
+            early = asyncio.run(_follow(base, info["pid"], 100, early_follow, 2.0)) \
+                if early_follow > 0 else None
+            # the pools (and the lessons, and a fork server) are ready first
+            time.sleep(max(0.0, 20 - (time.monotonic() - started)))
+            health = httpx.get(base + "/healthz", timeout=10).json()
             burst = _burst(base, limit)
             time.sleep(5)
             room = _room(base, limit)
             time.sleep(5)
             follow = asyncio.run(_follow(base, info["pid"], 100, follow_seconds, 2.0)) \
                 if follow_seconds > 0 else {"skipped": "--follow-seconds 0"}
-            return {"burst": burst, "room": room, "follow": follow}
+            return {"burst": burst, "room": room, "follow": follow, "early": early,
+                    "workers": health.get("workers", {}), "lessons": health.get("lessons", {})}
 
 
 def main() -> int:
@@ -242,12 +262,30 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=20.0, help="upload wall-clock limit, s")
     parser.add_argument("--follow-seconds", type=float, default=60.0,
                         help="how long the teacher changes the view (0: skip)")
+    parser.add_argument("--as-user", metavar="NAME",
+                        help="also measure this server started as that ordinary user (root only)")
+    parser.add_argument("--early-follow", type=float, default=0.0, metavar="S",
+                        help="first follow the class for S s from the server's first answer")
     args = parser.parse_args()
-    rows = {"this": _measure("this", ROOT, args.limit, args.follow_seconds)}
+    if args.as_user and os.geteuid() != 0:
+        parser.error("--as-user needs root (the server is started as root, then as NAME)")
+    this = "this (root)" if args.as_user and os.geteuid() == 0 else "this"
+    rows = {this: _measure("this", ROOT, args.limit, args.follow_seconds, args.early_follow)}
+    if args.as_user:
+        rows[f"this ({args.as_user})"] = _measure(
+            f"as-{args.as_user}", ROOT, args.limit, args.follow_seconds, args.early_follow,
+            uid=pwd.getpwnam(args.as_user).pw_uid)
     with tempfile.TemporaryDirectory() as tmp:
         if args.against:
             rows[args.against] = _measure("previous", _archive(args.against, Path(tmp)),
-                                          args.limit, args.follow_seconds)
+                                          args.limit, args.follow_seconds, args.early_follow)
+    print("\nHow each server starts its workers (its /healthz, 20 s after start)\n")
+    print("| server | forked | uploads at once | lessons warm after s |")
+    print("|---|---|---|---|")
+    for name, r in rows.items():
+        w, lessons = r["workers"], r["lessons"]
+        print(f"| {name} | {w.get('forked', '?')} | {w.get('uploads_at_once', '?')} | "
+              f"{lessons.get('warmed_in_s', '?')} |")
     print("\n30 students press Run on a small script at the same moment (2-core machine, "
           "loopback)\n")
     print("| server | answered | refused | p50 s | p95 s | max s |")
@@ -278,8 +316,24 @@ def main() -> int:
         print(f"| {name} | {f['changes']} | {f['p50'] * 1000:.0f} | {f['p95'] * 1000:.0f} | "
               f"{f['p99'] * 1000:.0f} | {f['max'] * 1000:.0f} | {f['errors']} | {f['missed']} "
               f"| {f['rss_before']:.0f} → {f['rss_peak']:.0f} |")
+    if args.early_follow:
+        print(f"\nThe same class from the server's first answer, for {args.early_follow:g} s "
+              "(while it starts and warms the lessons), against later\n")
+        print("| server | delivered p50 ms early | p95 ms early | p95 ms later | errors early |")
+        print("|---|---|---|---|---|")
+        for name, r in rows.items():
+            e, f = r["early"], r["follow"]
+            later = f"{f['p95'] * 1000:.0f}" if "p95" in f else "-"
+            print(f"| {name} | {e['p50'] * 1000:.0f} | {e['p95'] * 1000:.0f} | {later} | "
+                  f"{e['errors']} |")
+    if args.as_user:
+        root, user = rows[this], rows[f"this ({args.as_user})"]
+        print(f"\nratios {args.as_user} / root: burst p95 "
+              f"{user['burst']['p95'] / root['burst']['p95']:.2f}, room normal p95 "
+              f"{user['room']['p95'] / root['room']['p95']:.2f}, lesson "
+              f"{user['room']['lesson'] / root['room']['lesson']:.2f}")
     if args.against:
-        this, old = rows["this"], rows[args.against]
+        this, old = rows[this], rows[args.against]
         print(f"\nratios this / {args.against}: burst p95 "
               f"{this['burst']['p95'] / old['burst']['p95']:.2f}, room normal p95 "
               f"{this['room']['p95'] / old['room']['p95']:.2f}, lesson "

@@ -65,23 +65,40 @@ def _fork_many(count: int):
 
 
 def _touch_in_children(count: int, mb: int):
-    """`count` processes each touching `mb` MiB: together past the run's memory limit."""
+    """`count` processes each touching `mb` MiB: together past the run's memory limit. Each
+    child keeps its pages until every child has touched its own (or died): all of them are
+    resident at once, however the machine's load orders them, so a limit that holds is
+    certain to be reached."""
+    touched_r, touched_w = os.pipe()
+    release_r, release_w = os.pipe()
     pids = []
     for _ in range(count):
         pid = os.fork()
         if pid == 0:
+            os.close(touched_r)
+            os.close(release_w)
             block = bytearray(mb * MIB)
             for i in range(0, len(block), 4096):
                 block[i] = 1
+            os.write(touched_w, b"t")
+            os.close(touched_w)  # the parent's EOF: every child has touched its pages or died
+            os.read(release_r, 1)  # EOF once the parent has heard from everyone
             os._exit(0)
         pids.append(pid)
+    os.close(touched_w)
+    os.close(release_r)
+    heard = 0
+    while heard < count and os.read(touched_r, 1):  # EOF: every child touched or died
+        heard += 1
+    os.close(release_w)
+    os.close(touched_r)
     killed = 0
     for pid in pids:
         _, status = os.waitpid(pid, 0)
         killed += os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     if killed:
         raise MemoryError(f"{killed} of {count} processes of {mb} MiB were killed")
-    return f"{count} processes of {mb} MiB each ran to the end"
+    return f"{count} processes of {mb} MiB each were resident at once and ran to the end"
 
 
 def _open_many(count: int):

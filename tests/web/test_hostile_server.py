@@ -16,15 +16,28 @@ SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().back
 
 EIGHT_CHILDREN = """
 import os
+touched_r, touched_w = os.pipe()
+release_r, release_w = os.pipe()
 pids = []
 for _ in range(8):
     pid = os.fork()
     if pid == 0:
+        os.close(touched_r)
+        os.close(release_w)
         block = bytearray(1 << 30)
         for i in range(0, len(block), 4096):
             block[i] = 1
+        os.write(touched_w, b"t")
+        os.close(touched_w)
+        os.read(release_r, 1)  # keeps its GiB until all eight have touched theirs (or died)
         os._exit(0)
     pids.append(pid)
+os.close(touched_w)
+os.close(release_r)
+heard = 0
+while heard < 8 and os.read(touched_r, 1):
+    heard += 1
+os.close(release_w)
 for pid in pids:
     os.waitpid(pid, 0)
 """
