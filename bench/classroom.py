@@ -12,7 +12,8 @@
                                         [--follow-seconds 60] [--early-follow 60]
 
 `--as-user NAME` also measures this revision's server started as that ordinary user (the way
-the tests start one: tests/unprivileged.py; needs root), beside root's. `--early-follow S`
+the tests start one: tests/unprivileged.py; needs root), beside root's (with `--against`, the
+other revision's too). `--early-follow S`
 first measures the class for S seconds from the moment the server answers, while it warms up.
 
 `--against REV` also measures the server of another revision (exported with `git archive`,
@@ -277,8 +278,14 @@ def main() -> int:
             uid=pwd.getpwnam(args.as_user).pw_uid)
     with tempfile.TemporaryDirectory() as tmp:
         if args.against:
-            rows[args.against] = _measure("previous", _archive(args.against, Path(tmp)),
-                                          args.limit, args.follow_seconds, args.early_follow)
+            tree = _archive(args.against, Path(tmp))
+            os.chmod(tmp, 0o755)  # the other user reads the tree too
+            rows[args.against] = _measure("previous", tree, args.limit, args.follow_seconds,
+                                          args.early_follow)
+            if args.as_user:
+                rows[f"{args.against} ({args.as_user})"] = _measure(
+                    f"previous-as-{args.as_user}", tree, args.limit, args.follow_seconds,
+                    args.early_follow, uid=pwd.getpwnam(args.as_user).pw_uid)
     print("\nHow each server starts its workers (its /healthz, 20 s after start)\n")
     print("| server | forked | uploads at once | lessons warm after s |")
     print("|---|---|---|---|")
@@ -332,6 +339,12 @@ def main() -> int:
               f"{user['burst']['p95'] / root['burst']['p95']:.2f}, room normal p95 "
               f"{user['room']['p95'] / root['room']['p95']:.2f}, lesson "
               f"{user['room']['lesson'] / root['room']['lesson']:.2f}")
+    if args.against and args.as_user:
+        old_user = rows[f"{args.against} ({args.as_user})"]
+        user = rows[f"this ({args.as_user})"]
+        print(f"\nratios this / {args.against}, both as {args.as_user}: burst p95 "
+              f"{user['burst']['p95'] / old_user['burst']['p95']:.2f}, room normal p95 "
+              f"{user['room']['p95'] / old_user['room']['p95']:.2f}")
     if args.against:
         this, old = rows[this], rows[args.against]
         print(f"\nratios this / {args.against}: burst p95 "

@@ -1,6 +1,6 @@
 """One start, warm fast (issue 19): a lesson asked for while the server still warms every
 lesson's variants is answered before that warm-up ends (it gives way), and /healthz says when
-every lesson was warm."""
+every lesson was warm. Nothing starts an exec'd worker while the fork server starts."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def test_a_lesson_asked_for_while_warming_goes_first(tmp_path):
         answered = httpx.get(base + "/healthz", timeout=10).json()["lessons"]
         assert doc["error"] is None, doc["error"]
         assert answered["warm"] is False and answered["traced"] < answered["of"], answered
+        # even the first lesson's worker was forked: nothing exec'd a worker (importing torch
+        # beside the fork server) while the fork server started
+        assert doc["sandbox"]["forked"] is True
         deadline = time.monotonic() + 300
         while not (health := httpx.get(base + "/healthz", timeout=10).json()["lessons"])["warm"]:
             assert time.monotonic() < deadline, health

@@ -37,8 +37,10 @@ UID_COUNT = 4096
 
 def can_switch() -> tuple[bool, str]:
     if os.geteuid() != 0:
-        return False, (f"the server runs as uid {os.geteuid()}, not root, so runs keep the "
-                       "server's uid (start it as root, it then gives each run its own uid)")
+        return False, (f"the server runs as uid {os.geteuid()}, not root: each run is root of "
+                       "a user namespace of its own that maps it to the server's uid, and no "
+                       "other (subordinate uids from /etc/subuid are not used); started as "
+                       "root, the server gives each run a uid of its own")
     return True, f"each run gets its own uid from {UID_BASE}-{UID_BASE + UID_COUNT - 1}"
 
 
