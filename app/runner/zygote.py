@@ -81,6 +81,9 @@ class Zygote:
     """One fork server process, owned by the server. It is reached through one end of a socket
     pair that only the server holds: it has no name a run could connect to."""
 
+    # what starts it (a test starts one that fails, to see the server go on without it)
+    command: tuple[str, ...] = (sys.executable, "-m", "app.runner.forkserver")
+
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.control: socket.socket | None = None
@@ -104,7 +107,7 @@ class Zygote:
         self.home = Path(tempfile.mkdtemp(prefix="autograd-lab-forkserver-"))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app.runner.forkserver", "--fd", str(theirs.fileno())],
+                [*self.command, "--fd", str(theirs.fileno())],
                 cwd="/", env=worker_env(self.home), pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True)

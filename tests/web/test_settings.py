@@ -76,8 +76,12 @@ def test_uploads_run_three_per_core_with_a_fork_server_one_without(monkeypatch):
     assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 6
     assert TraceService(Settings(max_workers=2, forkserver=False)).uploads.gate.workers == 2
     assert TraceService(Settings(max_workers=2, upload_workers=3)).uploads.gate.workers == 3
-    monkeypatch.setattr(traces, "zygote_supported", lambda: (False, "not root"))
-    assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 2
+    monkeypatch.setattr(traces, "zygote_supported", lambda: (False, "no user namespaces"))
+    service = TraceService(Settings(max_workers=2))
+    assert service.uploads.gate.workers == 2
+    # /healthz says runs start fresh workers, and why
+    assert service.workers()["forked"] is False
+    assert "no user namespaces" in service.workers()["detail"]
     with pytest.raises(SettingsError):
         Settings(upload_workers=-1)
 

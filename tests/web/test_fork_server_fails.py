@@ -1,0 +1,66 @@
+"""A fork server that fails at start (issue 19) is settled at once: the self-test and the pools
+do not wait for it, the upload lane is sized for exec'd workers, /healthz says why, and runs
+are exec'd and still answered."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.runner import Zygote, zygote_supported
+from app.runner.selftest import run_selftest
+from app.web.settings import Settings
+from app.web.traces import TraceService
+
+pytestmark = pytest.mark.skipif(not zygote_supported()[0], reason=zygote_supported()[1])
+
+
+@pytest.fixture
+def failing_fork_server(monkeypatch):
+    # a fork server that ends at once, saying why, as one whose torch import broke would
+    monkeypatch.setattr(Zygote, "command", ("/bin/sh", "-c", "echo torch is broken; exit 3",
+                                            "sh"))
+
+
+def test_a_failed_fork_server_is_settled_and_the_lanes_sized_for_what_works(
+        failing_fork_server, tmp_path):
+    service = TraceService(Settings(max_workers=2, pool_size=1, warm_lessons=False,
+                                    store_path=str(tmp_path / "runs.sqlite3")))
+    assert service.uploads.gate.workers == 6  # sized for forked workers while it starts
+    service.start()
+    try:
+        # settled as failed, well before the 180 s a start is given
+        assert service.zygote.settle(timeout=30) is False
+        assert service.zygote.settled.is_set() and "exit status 3" in service.zygote.failed
+        assert "torch is broken" in service.zygote.failed
+        # the lane is resized by a thread of its own once it is known: wait for it
+        for _ in range(300):
+            if service.uploads.gate.workers == 2:
+                break
+            service.zygote.settled.wait(0.1)
+        workers = service.workers()
+        assert workers["uploads_at_once"] == 2 and workers["forked"] is False
+        assert "exit status 3" in workers["detail"]
+        # a run still goes: exec'd
+        doc = service.uploads.run("import torch\nw = torch.ones(2, requires_grad=True)\n"
+                                  "(w * w).sum().backward()\n", "s.py", [], "cpu")
+        assert doc["error"] is None and doc["sandbox"]["forked"] is False
+    finally:
+        service.stop()
+
+
+def test_the_self_test_does_not_wait_for_a_failed_fork_server(failing_fork_server):
+    zygote = Zygote().start()
+    done: dict = {}
+    try:
+        # it once waited the fork server's whole start time (180 s) for a READY never coming
+        worker = threading.Thread(target=lambda: done.update(report=run_selftest(zygote)))
+        worker.start()
+        worker.join(120)
+        assert "report" in done, "the self-test still waits for a fork server that has failed"
+        report = done["report"]
+        assert report["layers"]["exec"]["holds"] is True
+        assert "fork server ended" in report["layers"]["exec"]["detail"]
+    finally:
+        zygote.stop()
