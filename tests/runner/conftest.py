@@ -4,6 +4,7 @@ behind: no process and no file outside its folder."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -71,13 +72,31 @@ def _same_namespace_alive(box: dict) -> bool:
         return False
 
 
+def _leased_now(uid: int) -> bool:
+    """Does a run hold this uid now? Once a run ends its uid is free, and a suite running beside
+    this one (the loaded case of issue 19) may lease it at once: its processes are its run's,
+    not leftovers of ours (a lease kills whatever its uid still ran first: identity.lease_uid)."""
+    try:
+        fd = os.open(identity._lock_dir() / str(uid), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops our own lock, if we took it
+    return False
+
+
 def leftovers(doc: dict) -> list[int]:
     """Live processes of the run: of its uid, its session (process group), its cgroup, or its
     PID namespace while that still exists."""
     box = doc.get("sandbox") or {}
     uid, session, pid_ns = box.get("uid"), box.get("session"), box.get("pid_ns")
     cgroup = f"/autograd-lab/{box['cgroup']}" if box.get("cgroup") else None
-    found = identity.processes_of(uid) if uid and uid >= identity.UID_BASE else []
+    found = identity.processes_of(uid) if uid and uid >= identity.UID_BASE and \
+        not _leased_now(uid) else []
     namespace_alive = _same_namespace_alive(box)
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in (os.getpid(), *found):
