@@ -16,7 +16,7 @@ from app.format import InvalidTrace, Trace, error_record, new_document, validate
 
 from .child import Outcome
 from .protocol import Job
-from .sandbox import ResourceLimits
+from .sandbox import ResourceLimits, seccomp
 
 __all__ = ["to_document"]
 
@@ -48,7 +48,7 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
             doc["error"]["line"] = _crash_line(outcome.log, script_file)
         doc["error"]["message"] = _timeout_message(timeout, doc["error"].get("line"))
     elif doc.get("error"):
-        _explain_exception(doc["error"], limits)
+        _explain_exception(doc["error"], limits, source)
     if outcome.oom_kills:
         doc["error"] = _run_memory_error(outcome.oom_kills, limits, doc.get("error"))
     if outcome.stopped:
@@ -139,9 +139,15 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
                         f"{o.returncode}) without writing a trace.", log=o.log)
 
 
-def _explain_exception(err: dict, limits: ResourceLimits) -> None:
+def _line_text(source: str, line: int | None) -> str:
+    lines = source.splitlines()
+    return lines[line - 1] if isinstance(line, int) and 0 < line <= len(lines) else ""
+
+
+def _explain_exception(err: dict, limits: ResourceLimits, source: str = "") -> None:
     """Add the reason to an exception that a sandbox layer or a limit caused."""
     kind, message = err.get("type", ""), err.get("message", "")
+    refused = seccomp.refusal_of(_line_text(source, err.get("line")))
     if kind == "MemoryError" or "can't allocate memory" in message or \
             "Cannot allocate memory" in message:
         err["exception"] = kind
@@ -164,6 +170,13 @@ def _explain_exception(err: dict, limits: ResourceLimits) -> None:
     elif kind == "ProcessLookupError":
         err["message"] = (f"{message} - a run sees only its own processes; the server and "
                           "everything else on the machine are out of its reach.")
+    elif refused and (f"[Errno {errno.EPERM}]" in message or
+                      f"[Errno {errno.EAFNOSUPPORT}]" in message or kind == "PermissionError"):
+        err["message"] = (f"{message} - refused by the sandbox: a script may not use {refused}. "
+                          f"{_ALLOWED}")
+    elif f"[Errno {errno.EAFNOSUPPORT}]" in message:
+        err["message"] = (f"{message} - refused by the sandbox: a script may open no socket but "
+                          f"AF_UNIX ones between its own processes. {_ALLOWED}")
     elif kind == "PermissionError" or f"[Errno {errno.EACCES}]" in message or \
             f"[Errno {errno.EPERM}]" in message or f"[Errno {errno.ENETUNREACH}]" in message:
         err["message"] = f"{message} - refused by the sandbox. {_ALLOWED}"

@@ -55,14 +55,16 @@ def _checks(outcome) -> dict:
 
 
 def _layer_landlock(ctx: dict) -> dict:
-    policy = sandbox.Policy(namespaces=False, own_uid=False, landlock=True, rlimits=False)
+    policy = sandbox.Policy(namespaces=False, own_uid=False, landlock=True, rlimits=False,
+                            seccomp=False)
     outcome, _ = _probe(policy, {**ctx, "checks": ["read_passwd", "read_app", "write_outside",
                                                     "exec", "connect"]})
     return _checks(outcome)
 
 
 def _layer_namespaces(ctx: dict) -> dict:
-    policy = sandbox.Policy(namespaces=True, own_uid=False, landlock=False, rlimits=False)
+    policy = sandbox.Policy(namespaces=True, own_uid=False, landlock=False, rlimits=False,
+                            seccomp=False)
     outcome, _ = _probe(policy, {**ctx, "checks": ["connect", "pid"]})
     checks = _checks(outcome)
     for kind, own in outcome.status.get("namespaces", {}).items():
@@ -72,13 +74,13 @@ def _layer_namespaces(ctx: dict) -> dict:
 
 
 def _layer_uid(ctx: dict) -> dict:
-    policy = sandbox.Policy(own_uid=True, landlock=False, rlimits=False)
+    policy = sandbox.Policy(own_uid=True, landlock=False, rlimits=False, seccomp=False)
     outcome, _ = _probe(policy, {**ctx, "checks": ["uid", "write_outside"]})
     return _checks(outcome)
 
 
 def _layer_rlimits(ctx: dict) -> dict:
-    policy = sandbox.Policy(landlock=False, rlimits=True, cgroups=False)
+    policy = sandbox.Policy(landlock=False, rlimits=True, cgroups=False, seccomp=False)
     names = ["memory", "open_files", "file_size"]
     layers = sandbox.effective(policy)
     if layers["uid"] or (layers["namespaces"] and namespaces.in_user_namespace()):
@@ -91,12 +93,27 @@ def _layer_rlimits(ctx: dict) -> dict:
     return _checks(outcome)
 
 
+def _layer_seccomp(ctx: dict) -> dict:
+    """The filter alone: a new user namespace, a key in the user keyring (which would outlive
+    the run), a netlink socket and bpf are refused (the namespace last: were it allowed, the
+    probe would be in it)."""
+    policy = sandbox.Policy(namespaces=False, own_uid=False, landlock=False, rlimits=False,
+                            cgroups=False, seccomp=True)
+    outcome, _ = _probe(policy, {**ctx, "checks": ["keyring", "netlink_socket", "bpf",
+                                                    "new_user_namespace"]})
+    checks = _checks(outcome)
+    enforced = outcome.status.get("seccomp", {})
+    if not enforced.get("enforced"):
+        checks["filter"] = {"held": False, "detail": f"not installed: {enforced}"}
+    return checks
+
+
 def _layer_cgroups(ctx: dict) -> dict:
     """The run's cgroup alone: its processes together may not pass its memory or its process
     count (small limits, so the check is quick), and the sleepers it leaves are killed."""
     limits = sandbox.ResourceLimits(run_memory_mb=256, processes=16)
     policy = sandbox.Policy(namespaces=False, own_uid=False, landlock=False, rlimits=False,
-                            cgroups=True, limits=limits)
+                            cgroups=True, seccomp=False, limits=limits)
     outcome, _ = _probe(policy, {**ctx, "checks": ["run_memory", "processes"],
                                  "child_mb": limits.run_memory_mb // 2})
     checks = _checks(outcome)
@@ -161,7 +178,8 @@ def _environment(ctx: dict) -> dict:
     return checks
 
 
-_LAYERS = {"landlock": _layer_landlock, "namespaces": _layer_namespaces, "uid": _layer_uid,
+_LAYERS = {"landlock": _layer_landlock, "seccomp": _layer_seccomp,
+           "namespaces": _layer_namespaces, "uid": _layer_uid,
            "rlimits": _layer_rlimits, "cgroups": _layer_cgroups, "environment": _environment,
            "supervisor": _supervisor}
 

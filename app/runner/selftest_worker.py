@@ -9,6 +9,7 @@ each, whether the sandbox stopped it. No torch, so a probe starts in a fraction 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 from .protocol import MAX_JOB_LINE, Job, app_root, ready_line, write_result
-from .sandbox.confine import apply_landlock, drop_stdin
+from .sandbox.confine import apply_landlock, apply_seccomp, drop_stdin
 from .sandbox.rlimits import MIB, ResourceLimits, apply_job
 
 
@@ -101,6 +102,18 @@ def _touch_in_children(count: int, mb: int):
     return f"{count} processes of {mb} MiB each were resident at once and ran to the end"
 
 
+_SYSCALLS = {"unshare": 272, "add_key": 248, "bpf": 321}  # x86_64
+
+
+def _syscall(name: str, *args):
+    """The raw call (no Python wrapper exists for these): OSError when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYSCALLS[name], *args) == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+    return f"{name} was allowed"
+
+
 def _open_many(count: int):
     files = [open(os.devnull) for _ in range(count)]
     return f"{len(files)} files open"
@@ -137,6 +150,14 @@ def run_checks(job: dict, run_dir: Path, limits: ResourceLimits) -> dict:
         # the job says how much: the probe's rlimits (and so its ResourceLimits) may be off
         "run_memory": lambda: _refused(lambda: _touch_in_children(4, job["child_mb"])),
         "output": lambda: (True, _flood(10 * MIB)),
+        # seccomp: each of these returns -1 with EPERM (or raises) when refused
+        "new_user_namespace": lambda: _refused(lambda: _syscall("unshare", 0x10000000)),
+        "keyring": lambda: _refused(lambda: _syscall(
+            "add_key", b"user", b"autograd-lab-probe", b"left for the next run", 20,
+            ctypes.c_int(-4))),  # the user keyring, which outlives the run
+        "netlink_socket": lambda: _refused(
+            lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW).close()),
+        "bpf": lambda: _refused(lambda: _syscall("bpf", 0, 0, 0)),
     }
     results = {}
     for name in job["checks"]:
@@ -167,6 +188,8 @@ def serve(run_dir: Path, opts: dict) -> int:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(143))  # the wall clock: stop at once
     status = {"pid": os.getpid(), "uid": os.getuid()}
+    if opts.get("seccomp"):
+        status["seccomp"] = apply_seccomp()
     if opts.get("landlock"):
         status["landlock"] = apply_landlock(run_dir, app_root() / "app",
                                             private_shm=bool(opts.get("shm")))

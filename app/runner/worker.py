@@ -127,6 +127,9 @@ def prepare() -> None:
     from app.trace import tracer  # noqa: F401 - the tracer and everything it imports
 
     _warm_up(torch)
+    from .sandbox import seccomp
+
+    seccomp.preload()
 
 
 def _plotting() -> None:
@@ -206,10 +209,12 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     from app.trace.tracer import trace_script
 
     from .protocol import app_root
-    from .sandbox.confine import apply_landlock, drop_stdin
+    from .sandbox.confine import apply_landlock, apply_seccomp, drop_stdin
     from .sandbox.rlimits import ResourceLimits, apply_job
 
     status: dict = {"pid": main_pid, "uid": os.getuid(), "gid": os.getgid()}
+    if sandbox.get("seccomp"):
+        status["seccomp"] = apply_seccomp()
     if sandbox.get("landlock", True):
         status["landlock"] = apply_landlock(run_dir, app_root() / "app",
                                             private_shm=bool(sandbox.get("shm")))

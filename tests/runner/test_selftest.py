@@ -33,7 +33,7 @@ def report(request):
 
 def test_report_names_every_layer(report):
     assert set(report["layers"]) == {"exec", "namespaces", "uid", "rlimits", "cgroups",
-                                     "landlock", "environment", "supervisor"}
+                                     "landlock", "seccomp", "environment", "supervisor"}
     for name, layer in report["layers"].items():
         assert layer["detail"], name
         if not layer["available"]:
@@ -41,7 +41,7 @@ def test_report_names_every_layer(report):
 
 
 @pytest.mark.parametrize("layer", ["namespaces", "uid", "rlimits", "cgroups", "landlock",
-                                   "environment", "supervisor"])
+                                   "seccomp", "environment", "supervisor"])
 def test_layer_holds_on_its_own(report, layer):
     info = report["layers"][layer]
     if not info["available"]:
@@ -59,6 +59,17 @@ def test_landlock_alone_refuses_each_thing(report):
     # the probe ran as root (no uid layer): only Landlock can have refused these
     assert "Permission denied: '/etc/passwd'" in checks["read_passwd"]["detail"]
     assert "Permission denied: '/bin/true'" in checks["exec"]["detail"]
+
+
+def test_seccomp_alone_refuses_each_thing(report):
+    """The filter's probe runs with no other layer: the kernel itself says no to each call."""
+    info = report["layers"]["seccomp"]
+    if not info["available"]:
+        pytest.skip(info["detail"])
+    checks = info["checks"]
+    assert set(checks) == {"keyring", "netlink_socket", "bpf", "new_user_namespace"}
+    assert "Operation not permitted" in checks["keyring"]["detail"]
+    assert "Address family not supported" in checks["netlink_socket"]["detail"]
 
 
 def test_whole_report_ok_here(report):

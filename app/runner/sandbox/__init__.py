@@ -8,6 +8,8 @@ Layers, each standing on its own:
 - rlimits: CPU time, address space, file size, open files, processes (`rlimits.py`);
 - cgroups: memory and process count of the whole run, killed as one (`cgroups.py`);
 - landlock: read-only interpreter, writable run folder only, no exec, no TCP (`landlock.py`);
+- seccomp: no namespaces, keyrings, sockets but AF_UNIX, bpf, perf, io_uring, ptrace,
+  mounts (`seccomp.py`);
 - environment: nothing of the server's environment reaches the script;
 - output, wall clock, result: enforced by the supervisor (`app/runner/child.py`).
 Torch-free: the web process imports this.
@@ -21,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..protocol import app_root
-from . import cgroups, identity, landlock, namespaces
+from . import cgroups, identity, landlock, namespaces, seccomp
 from .rlimits import ResourceLimits
 
 __all__ = ["ResourceLimits", "Policy", "availability", "effective", "paths_to_expose"]
@@ -33,6 +35,7 @@ class Policy:
     namespaces: bool = True
     own_uid: bool = True
     landlock: bool = True
+    seccomp: bool = True
     rlimits: bool = True
     cgroups: bool = True
     nice: int = 0  # CPU priority of the run (uploads go after lessons)
@@ -65,6 +68,7 @@ def availability() -> dict[str, dict]:
         elif blocked:
             uid_detail += f" ({', '.join(blocked)} exposed read-only in the run's mount namespace)"
     cg_ok, cg_detail = cgroups.available()
+    sc_ok, sc_detail = seccomp.available()
     abi = landlock.abi_version()
     ll_detail = (f"Landlock ABI {abi}" + ("" if abi >= 4 else " (no TCP rules before ABI 4)")
                  if abi else "the kernel offers no Landlock (Linux 5.13+, lsm=landlock)")
@@ -76,6 +80,7 @@ def availability() -> dict[str, dict]:
         "rlimits": {"available": True, "detail": "setrlimit"},
         "cgroups": {"available": cg_ok, "detail": cg_detail},
         "landlock": {"available": abi > 0, "detail": ll_detail},
+        "seccomp": {"available": sc_ok, "detail": sc_detail},
         "environment": {"available": True, "detail": "the worker gets a fixed, minimal env"},
     }
 
@@ -89,5 +94,6 @@ def effective(policy: Policy) -> dict[str, bool]:
             "uid": policy.own_uid and avail["uid"]["available"] and
             (ns or not avail["uid"]["needs_mount_ns"]),
             "landlock": policy.landlock and avail["landlock"]["available"],
+            "seccomp": policy.seccomp and avail["seccomp"]["available"],
             "rlimits": policy.rlimits,
             "cgroups": policy.cgroups and avail["cgroups"]["available"]}

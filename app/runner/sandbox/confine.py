@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import landlock
 
-__all__ = ["apply_landlock", "landlock_rules"]
+__all__ = ["apply_landlock", "apply_seccomp", "landlock_rules"]
 
 _SYSTEM_READ = ["/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/proc",
                 "/sys/devices/system/cpu", "/sys/fs/cgroup"]
@@ -55,6 +55,17 @@ def apply_landlock(run_dir: Path, app_dir: Path, private_shm: bool = False) -> d
         return {"enforced": True, **landlock.restrict(**rules)}
     except OSError as exc:
         return {"enforced": False, "reason": str(exc)}
+
+
+def apply_seccomp() -> dict:
+    """The seccomp filter (seccomp.py), before Landlock (its library is found by running
+    ldconfig) and READY; the result (or why not) goes into the sandbox report."""
+    from . import seccomp
+
+    try:
+        return seccomp.install()
+    except Exception as exc:  # noqa: BLE001 - a missing library is a finding, said in the report
+        return {"enforced": False, "reason": f"{type(exc).__name__}: {exc}"}
 
 
 def drop_stdin() -> None:

@@ -32,7 +32,9 @@ __all__ = [
 ]
 
 UID_BASE = int(os.environ.get("AUTOGRAD_LAB_UID_BASE", "3500000000"))
-UID_COUNT = 4096
+# a test makes the range small to see a uid used again by a later run (tests/web/
+# test_strangers_server.py); a server uses all of it
+UID_COUNT = int(os.environ.get("AUTOGRAD_LAB_UID_COUNT", "4096"))
 
 
 def can_switch() -> tuple[bool, str]:
