@@ -61,13 +61,15 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.drawings = Drawings(settings)  # graphviz and grouping, cached apart from Traces
     # started with the server (lifespan), not with the app; its probes fork as runs do
     app.state.selftest = SelfTest(zygote=app.state.traces.zygote)
-    app.state.classroom = Classroom(settings.max_classes)
+    app.state.classroom = Classroom(settings.max_classes,
+                                    people_per_address=settings.per_address_people)
     app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
                                settings.store_max_bytes, settings.store_max_run_bytes)
     # uploads run in the lessons' service's upload lane (one fork server for both), queued in
     # this process; a queue on other machines would replace only InProcessQueue here
     queue = InProcessQueue(app.state.traces.uploads, app.state.store,
-                           settings.per_client_running, settings.per_client_queued)
+                           settings.per_client_running, settings.per_client_queued,
+                           settings.per_address_people)
     app.state.uploads = UploadService(queue, app.state.store, settings.upload_timeout)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)

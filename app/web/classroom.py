@@ -35,6 +35,7 @@ MAX_TEXT = 300
 MAX_SUBMISSIONS = 200
 MAX_ANSWERS = 1000  # per question: a class, not a poll of the internet
 STREAMS_PER_CLIENT = 4  # a student's tabs in one class
+SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
 STREAMS_PER_CLASS = 500
 STREAMS_IN_ALL = 3000
 # the pages a class can be shown: the index, a scenario, a stored run
@@ -79,6 +80,12 @@ class ClassSession:
     submissions: list[dict] = field(default_factory=list)
     followers: dict[str, int] = field(default_factory=dict)  # following student -> streams
     streams: dict[str, int] = field(default_factory=dict)  # client -> open event streams
+    # one address may stand for at most `people` students (cookies are free: a machine could
+    # otherwise be a whole class); votes, streams and runs sent in count per address too
+    people: int = 4
+    answered_from: dict[str, str] = field(default_factory=dict)  # client -> its address
+    address_streams: dict[str, int] = field(default_factory=dict)
+    sent_by: dict[str, int] = field(default_factory=dict)  # client or address -> runs sent
     audience: int = 0  # changes only the teacher sees: the followers' count, the tally
     ended: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -126,10 +133,12 @@ class ClassSession:
         self.question = {"id": secrets.token_hex(4), "prompt": _text(prompt, "the question"),
                          "choices": texts, "answer": answer, "revealed": False}
         self.answers = {}
+        self.answered_from = {}
         self._bump()
         return self.question
 
-    def answer(self, client: str, question_id: object, choice: object) -> None:
+    def answer(self, client: str, question_id: object, choice: object,
+               address: str = "") -> None:
         if client == self.teacher:
             raise ClassError(409, "the teacher asks; the students answer")
         q = self.question
@@ -142,7 +151,11 @@ class ClassSession:
             raise ClassError(422, "pick one of the choices")
         if client not in self.answers and len(self.answers) >= MAX_ANSWERS:
             raise ClassError(429, f"this question has {MAX_ANSWERS} answers already")
+        if client not in self.answers and address and \
+                sum(1 for a in self.answered_from.values() if a == address) >= self.people:
+            raise ClassError(429, _per_address(self.people, "answers to this question"))
         self.answers[client] = choice
+        self.answered_from[client] = address
         self._bump_teacher()
 
     def reveal(self) -> None:
@@ -154,13 +167,24 @@ class ClassSession:
     def clear_question(self) -> None:
         self.question = None
         self.answers = {}
+        self.answered_from = {}
         self._bump()
 
-    def submit(self, client: str, run_id: str, name: str) -> None:
+    def submit(self, client: str, run_id: str, name: str, address: str = "") -> None:
         if len(self.submissions) >= MAX_SUBMISSIONS:
             raise ClassError(429, f"this class has {MAX_SUBMISSIONS} runs sent in already")
         if any(s["run"] == run_id for s in self.submissions):
             return
+        if self.sent_by.get(client, 0) >= SUBMISSIONS_PER_STUDENT:
+            raise ClassError(429, f"you have sent the teacher {SUBMISSIONS_PER_STUDENT} runs "
+                                  "already: that is as many as one student may")
+        if address and self.sent_by.get("address:" + address, 0) >= \
+                SUBMISSIONS_PER_STUDENT * self.people:
+            raise ClassError(429, _per_address(self.people, "runs sent to the teacher"))
+        self.sent_by[client] = self.sent_by.get(client, 0) + 1
+        if address:
+            key = "address:" + address
+            self.sent_by[key] = self.sent_by.get(key, 0) + 1
         self.submissions.append({"run": run_id, "link": f"/runs/{run_id}", "name": name[:100],
                                  "by": _alias(client),
                                  "at": time.time()})
@@ -170,11 +194,17 @@ class ClassSession:
         self.ended = True
         self._bump()
 
-    def open_stream(self, client: str, following: bool, in_all: int) -> None:
+    def open_stream(self, client: str, following: bool, in_all: int,
+                    address: str = "") -> None:
         """Count a reader's event stream in (ClassError 429 past the caps)."""
         if self.streams.get(client, 0) >= STREAMS_PER_CLIENT:
             raise ClassError(429, f"this browser has {STREAMS_PER_CLIENT} pages following this "
                                   "class already: close one")
+        if address and self.address_streams.get(address, 0) >= \
+                STREAMS_PER_CLIENT * self.people:
+            raise ClassError(429, _per_address(self.people, "pages following this class"))
+        if address:
+            self.address_streams[address] = self.address_streams.get(address, 0) + 1
         if sum(self.streams.values()) >= STREAMS_PER_CLASS or in_all >= STREAMS_IN_ALL:
             raise ClassError(429, "this class (or this server) has as many followers as it "
                                   "can serve")
@@ -182,7 +212,13 @@ class ClassSession:
         if following:
             self._follow(client, +1)
 
-    def close_stream(self, client: str, following: bool) -> None:
+    def close_stream(self, client: str, following: bool, address: str = "") -> None:
+        if address:
+            count = self.address_streams.get(address, 0) - 1
+            if count > 0:
+                self.address_streams[address] = count
+            else:
+                self.address_streams.pop(address, None)
         left = self.streams.get(client, 0) - 1
         if left > 0:
             self.streams[client] = left
@@ -241,6 +277,12 @@ class ClassSession:
         return True
 
 
+def _per_address(people: int, what: str) -> str:
+    return (f"one network address may stand for at most {people} people here, and it has as "
+            f"many {what} as that: a room whose devices share one address (one NAT) needs a "
+            "server started with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the class's size")
+
+
 def _alias(client: str) -> str:
     """A short stable name for a student (their cookie is a secret: never show it)."""
     return "student-" + hashlib.sha256(client.encode()).hexdigest()[:6]
@@ -250,8 +292,10 @@ class Classroom:
     """Every open class session of this server, bounded in number and idle time."""
 
     def __init__(self, max_sessions: int = default_of("max_classes"),
-                 idle_hours: float = 12) -> None:
+                 idle_hours: float = 12,
+                 people_per_address: int = default_of("per_address_people")) -> None:
         self.max_sessions = max_sessions
+        self.people_per_address = people_per_address
         self.idle_seconds = idle_hours * 3600
         self.sessions: dict[str, ClassSession] = {}
         self.open_streams = 0  # event streams of every class, for the server-wide cap
@@ -265,7 +309,8 @@ class Classroom:
             raise ClassError(429, f"this server has {self.max_sessions} class sessions open; "
                                   "end one (or wait for idle ones to expire) and try again")
         code = self._new_code()
-        session = self.sessions[code] = ClassSession(code=code, teacher=teacher)
+        session = self.sessions[code] = ClassSession(code=code, teacher=teacher,
+                                                     people=self.people_per_address)
         return session
 
     def get(self, code: str) -> ClassSession:

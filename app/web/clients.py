@@ -18,7 +18,7 @@ from fastapi import Request
 
 from .middleware import ResponseHeaders
 
-__all__ = ["COOKIE", "ClientCookie", "client_key", "new_cookie_value"]
+__all__ = ["COOKIE", "ClientCookie", "client_address", "client_key", "new_cookie_value"]
 
 COOKIE = "autograd_lab_client"
 _KEY = secrets.token_bytes(32)  # a restart hands out new cookies: nothing else is lost
@@ -45,6 +45,12 @@ def client_key(request: Request) -> str:
     if _valid(value):
         return "cookie:" + value.split(".", 1)[0]
     return "address:" + (request.client.host if request.client else "unknown")
+
+
+def client_address(request: Request) -> str:
+    """The address the connection comes from: a browser's limits also hold per address, times
+    `per_address_people` (settings.py), because a fresh cookie is one page load away."""
+    return request.client.host if request.client else "unknown"
 
 
 class ClientCookie(ResponseHeaders):

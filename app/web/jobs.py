@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .gate import Busy, Gate
+from .settings import default_of
 
 if TYPE_CHECKING:
     from app.runner.child import Child
@@ -35,6 +36,7 @@ class Job:
     client: str
     name: str
     limit: float
+    address: str = ""  # where it was sent from: bounded per address too (cookies are free)
     created: float = field(default_factory=time.monotonic)
     started: float | None = None
     finished: float | None = None
@@ -59,8 +61,10 @@ class Job:
 
 
 class JobBook:
-    def __init__(self, running: int, queued: int, gate: Gate) -> None:
+    def __init__(self, running: int, queued: int, gate: Gate,
+                 people_per_address: int = default_of("per_address_people")) -> None:
         self.per_client = (running, queued)
+        self.people_per_address = people_per_address
         self.gate = gate  # the server's upload workers
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
@@ -78,6 +82,16 @@ class JobBook:
                        if j.client == job.client and j.finished is None)
             if mine >= running + queued:
                 raise _too_many(self.per_client)
+            # a fresh cookie is one page load away: one address stands for a few people at most
+            if job.address:
+                from_there = sum(1 for j in self._jobs.values()
+                                 if j.address == job.address and j.finished is None)
+                if from_there >= (running + queued) * self.people_per_address:
+                    raise TooMany(
+                        f"this network address has {from_there} runs running or waiting, as "
+                        f"many as {self.people_per_address} people may: wait for one to "
+                        "finish (a room whose devices share one address needs a server "
+                        "started with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the class's size)")
             # every booked job counts, waiting in its person's line or the server's: a thread
             # each, so the total is bounded whatever the cookies say
             booked = sum(1 for j in self._jobs.values() if j.finished is None)

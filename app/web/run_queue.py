@@ -26,6 +26,7 @@ from app.format import Trace, error_record, new_document
 
 from .gate import Stopped
 from .jobs import Job, JobBook
+from .settings import default_of
 from .store import RunStore
 from .traces import Lane
 
@@ -40,6 +41,7 @@ class Submission:
     source: str
     device: str
     limit: float  # wall-clock seconds
+    address: str = ""  # the connection's address: its runs are bounded too (JobBook.open)
 
 
 class UnknownRun(KeyError):
@@ -76,15 +78,16 @@ class InProcessQueue:
     """Runs in this process's upload lane: a thread per booked run (the book bounds how many),
     its person's gate, then the lane's gate, then a worker from the lane."""
 
-    def __init__(self, lane: Lane, store: RunStore, running: int, queued: int) -> None:
+    def __init__(self, lane: Lane, store: RunStore, running: int, queued: int,
+                 people_per_address: int = default_of("per_address_people")) -> None:
         self.lane, self.store = lane, store
-        self.book = JobBook(running, queued, lane.gate)
+        self.book = JobBook(running, queued, lane.gate, people_per_address)
         self._lock = threading.Lock()
         # run id -> requests awaiting its result, each on its own event loop
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
 
     def submit(self, run: Submission) -> str:
-        job = Job(self.store.new_id(), run.client, run.name, run.limit)
+        job = Job(self.store.new_id(), run.client, run.name, run.limit, address=run.address)
         self.book.open(job)
         # a thread of its own, not one of the server's request threads: a run waiting in line
         # must not keep pages and Stop from being answered

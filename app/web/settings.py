@@ -101,6 +101,11 @@ class Settings:
         "memory and shared memory included (a cgroup where the machine has one; each process "
         "also has its own address-space limit)")
     max_classes: int = setting(50, "class sessions open at once")
+    per_address_people: int = setting(
+        4, "people one network address may stand for: a browser's limits (runs running and "
+        "waiting, answers to a question, pages following a class, runs sent to the teacher) "
+        "also hold per address, times this, since fresh cookies cost nothing; a room whose "
+        "devices share one address (one NAT) needs the class's size here")
     forkserver: bool = setting(
         True, "fork each run's worker from a warm process that imported torch once (~0.1 s "
         "instead of ~3 s of CPU); not root, each child enters a user namespace of its own; "

@@ -27,9 +27,11 @@ class UploadService:
         self.queue, self.store = queue, store
         self.limit = limit  # each run's wall-clock seconds
 
-    def submit(self, client: str, name: str, source: str, device: str) -> str:
-        """Queue a run for `client`; its id (TooMany: 429, Busy: 503)."""
-        return self.queue.submit(Submission(client, name, source, device, self.limit))
+    def submit(self, client: str, name: str, source: str, device: str,
+               address: str = "") -> str:
+        """Queue a run for `client` (sent from `address`); its id (TooMany: 429, Busy: 503)."""
+        return self.queue.submit(Submission(client, name, source, device, self.limit,
+                                            address))
 
     async def result(self, run_id: str) -> Trace:
         """The run's Trace with its id and link, once it is stored (or the error that ended

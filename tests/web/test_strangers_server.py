@@ -4,6 +4,11 @@ case fails on the revision before the seccomp layer; after each, a normal run st
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import pytest
 
@@ -100,3 +105,112 @@ def test_a_dataloader_with_worker_processes_still_runs(base):
                      "num_workers=2))\n"
                      "w = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n")
     assert doc["error"] is None, doc["error"]
+
+
+# ---- one machine cannot pass for thirty people (findings 3 to 6) ------------------------------
+
+SLEEP = "import time\ntime.sleep(2)\n" + SMALL
+ELSEWHERE = "127.0.0.2"  # another machine, as far as the server can tell (loopback is a /8)
+
+
+def _browser(base: str, address: str = "127.0.0.1") -> httpx.Client:
+    """A new browser: its own session cookie, from the first page it opens."""
+    client = httpx.Client(base_url=base, timeout=120,
+                          transport=httpx.HTTPTransport(local_address=address))
+    assert client.get("/").status_code == 200 and client.cookies
+    return client
+
+
+@pytest.fixture(scope="module")
+def room(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("store"), name="strangers-room", MAX_WORKERS="1",
+               UPLOAD_WORKERS="2", POOL_SIZE="1", WARM_LESSONS="false", SELFTEST="false",
+               QUEUE_SIZE="32") as url:
+        yield url
+
+
+def test_forty_fresh_cookies_from_one_address_do_not_fill_the_queue(room):
+    """Before: 34 of 40 runs were booked (the whole queue) and the next real person got 503."""
+    browsers = [_browser(room) for _ in range(40)]
+    codes: list[int] = []
+    with ThreadPoolExecutor(len(browsers)) as pool:
+        sent = [pool.submit(b.post, "/api/runs", json={"source": SLEEP}) for b in browsers]
+        # the refused ones answer at once; the booked ones wait for their turn
+        deadline = time.monotonic() + 30
+        while sum(f.done() for f in sent) < 28 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        refused = [f.result().status_code for f in sent if f.done()]
+        assert refused.count(429) >= 28, refused
+        person = _browser(room, ELSEWHERE)
+        theirs = person.post("/api/runs", json={"source": SMALL})
+        assert theirs.status_code == 200, theirs.text
+        codes = [f.result().status_code for f in sent]
+    assert codes.count(200) == 12 and codes.count(429) == 28, codes  # (1 + 2) x 4 people
+    assert "network address" in next(f for f in sent if f.result().status_code == 429) \
+        .result().json()["detail"]
+    for b in browsers:
+        b.close()
+
+
+@pytest.fixture
+def a_class(room):
+    teacher = _browser(room)
+    code = teacher.post("/api/classes", json={}).json()["code"]
+    yield teacher, code
+    teacher.delete(f"/api/classes/{code}")
+    teacher.close()
+
+
+def test_one_address_casts_at_most_a_few_votes(room, a_class):
+    """Before: 51 votes from one machine went into the tally."""
+    teacher, code = a_class
+    asked = teacher.post(f"/api/classes/{code}/question",
+                         json={"prompt": "How many uses?", "choices": ["1", "2", "3"],
+                               "answer": 2})
+    assert asked.status_code == 200, asked.text
+    question = asked.json()["id"]
+    codes = []
+    for _ in range(12):
+        with contextlib.closing(_browser(room)) as voter:
+            codes.append(voter.post(f"/api/classes/{code}/answer",
+                                    json={"question": question, "choice": 0}).status_code)
+    assert codes.count(200) == 4 and codes.count(429) == 8, codes
+    with contextlib.closing(_browser(room, ELSEWHERE)) as student:  # someone else answers
+        assert student.post(f"/api/classes/{code}/answer",
+                            json={"question": question, "choice": 2}).status_code == 200
+    tally = teacher.get(f"/api/classes/{code}").json()["question"]["tally"]
+    assert sum(tally) == 5, tally
+
+
+def test_one_address_opens_at_most_a_few_event_streams(room, a_class):
+    """Before: 195 event streams from one machine (the cap was 4 per browser)."""
+    _, code = a_class
+
+    async def open_streams(count: int) -> list[int]:
+        async with contextlib.AsyncExitStack() as stack:
+            codes = []
+            for _ in range(count):
+                browser = await stack.enter_async_context(httpx.AsyncClient(
+                    base_url=room, timeout=30))
+                await browser.get("/")
+                response = await stack.enter_async_context(
+                    browser.stream("GET", f"/api/classes/{code}/events"))
+                codes.append(response.status_code)
+            return codes
+
+    codes = asyncio.run(open_streams(20))
+    assert codes.count(200) == 16 and codes.count(429) == 4, codes  # 4 tabs x 4 people
+
+
+def test_one_student_sends_the_teacher_a_few_runs_not_the_whole_list(room, a_class):
+    """Before: one student's 200 runs filled the class's list and the next student got 429."""
+    _, code = a_class
+    with contextlib.closing(_browser(room)) as student:
+        runs = [student.post("/api/runs", json={"source": SMALL}).json()["run"]["id"]
+                for _ in range(6)]
+        codes = [student.post(f"/api/classes/{code}/runs", json={"run": run}).status_code
+                 for run in runs]
+        assert codes == [200] * 5 + [429], codes
+    with contextlib.closing(_browser(room, ELSEWHERE)) as other:
+        assert other.post(f"/api/classes/{code}/runs", json={"run": runs[-1]}).status_code \
+            == 200

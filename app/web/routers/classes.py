@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..auth import check_teacher
-from ..clients import client_key
+from ..clients import client_address, client_key
 from ..deps import get_catalog
 from ..errors import AppError
 
@@ -86,7 +86,8 @@ async def class_events(request: Request, code: str, following: bool = True):
     last = request.headers.get("last-event-id", "")
     seen = int(last) if _EVENT_ID.fullmatch(last) else -1
     following = following and client != session.teacher
-    session.open_stream(client, following, classroom.open_streams)  # 429 past the caps
+    address = client_address(request)
+    session.open_stream(client, following, classroom.open_streams, address)  # 429 past caps
     classroom.open_streams += 1
 
     async def events():
@@ -101,7 +102,7 @@ async def class_events(request: Request, code: str, following: bool = True):
             yield ServerSentEvent(data=json.dumps(session.snapshot(client)),
                                   id=str(session.mark(client)), event="ended")
         finally:
-            session.close_stream(client, following)
+            session.close_stream(client, following, address)
             classroom.open_streams -= 1
 
     return EventSourceResponse(events(), ping=PING_SECONDS, send_timeout=10,
@@ -150,7 +151,8 @@ async def put_question_away(request: Request, code: str) -> dict:
 async def answer(request: Request, code: str) -> dict:
     session = _classroom(request).get(code)
     body = await _body(request)
-    session.answer(client_key(request), body.get("question"), body.get("choice"))
+    session.answer(client_key(request), body.get("question"), body.get("choice"),
+                   client_address(request))
     return {"version": session.version}
 
 
@@ -165,7 +167,8 @@ async def send_run(request: Request, code: str) -> dict:
         len(run_id) <= 64 else None
     if doc is None:
         raise AppError(404, "no such run here: run your code first, then send it", "no_run")
-    session.submit(client_key(request), run_id, str(doc.get("script", {}).get("name", "")))
+    session.submit(client_key(request), run_id, str(doc.get("script", {}).get("name", "")),
+                   client_address(request))
     return {"version": session.version}
 
 

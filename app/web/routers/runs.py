@@ -25,7 +25,7 @@ from app.format import Trace
 from app.format.flow import gradient_flow
 
 from ..auth import check_uploader, has_token, upload_policy
-from ..clients import client_key
+from ..clients import client_address, client_key
 from ..deps import LayoutDep
 from ..errors import AppError
 from ..responses import MEDIA, document, drawing
@@ -119,7 +119,8 @@ async def create_run(request: Request, wait: bool = True) -> Response:
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
     # out of the server's thread pool)
     uploads = _uploads(request)
-    run_id = uploads.submit(client_key(request), name, source, device)
+    run_id = uploads.submit(client_key(request), name, source, device,
+                            client_address(request))
     if not wait:
         return JSONResponse(uploads.status(run_id), status_code=202)
     return await run_in_threadpool(document, await uploads.result(run_id))
