@@ -172,6 +172,9 @@ class Child:
             expose=sandbox.paths_to_expose() if self.lease and self.layers["namespaces"] else [],
             private_folder=bool(self.layers["namespaces"] and self.layers["rlimits"]),
             private_shm=bool(self.layers["namespaces"]),
+            # nothing of the machine but what the run needs (own_root.py): no host socket
+            own_root=[*sandbox.paths_to_expose(), str(self.run_dir)]
+            if self.layers["namespaces"] else [],
             user_namespace=bool(self.layers["namespaces"] and namespaces.in_user_namespace()),
             nice=self.policy.nice or 0,
             server_mnt_ns=os.readlink("/proc/self/ns/mnt"),

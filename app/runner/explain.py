@@ -16,7 +16,7 @@ from app.format import InvalidTrace, Trace, error_record, new_document, validate
 
 from .child import Outcome
 from .protocol import Job
-from .sandbox import ResourceLimits, seccomp
+from .sandbox import ResourceLimits, own_root, seccomp
 
 __all__ = ["to_document"]
 
@@ -139,6 +139,12 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
                         f"{o.returncode}) without writing a trace.", log=o.log)
 
 
+def _outside_the_run(message: str) -> bool:
+    """Does the message name an absolute path in a folder the run's own root covers?"""
+    found = re.search(r"'(/[^/']+)[^']*'", message)
+    return bool(found) and found.group(1).lstrip("/") not in own_root.SYSTEM
+
+
 def _line_text(source: str, line: int | None) -> str:
     lines = source.splitlines()
     return lines[line - 1] if isinstance(line, int) and 0 < line <= len(lines) else ""
@@ -174,6 +180,10 @@ def _explain_exception(err: dict, limits: ResourceLimits, source: str = "") -> N
                       f"[Errno {errno.EAFNOSUPPORT}]" in message or kind == "PermissionError"):
         err["message"] = (f"{message} - refused by the sandbox: a script may not use {refused}. "
                           f"{_ALLOWED}")
+    elif kind == "FileNotFoundError" and _outside_the_run(message):
+        err["message"] = (f"{message} - outside its own folder (the current directory) a run "
+                          "sees only Python's libraries and the system's: nothing else of this "
+                          f"machine is there. {_ALLOWED}")
     elif f"[Errno {errno.EAFNOSUPPORT}]" in message:
         err["message"] = (f"{message} - refused by the sandbox: a script may open no socket but "
                           f"AF_UNIX ones between its own processes. {_ALLOWED}")

@@ -112,6 +112,9 @@ class LaunchPlan:
     nice: int = 0                  # added to the CPU niceness: only ever lower priority
     server_mnt_ns: str = ""        # the server's mount namespace: mounts refused inside it
     cgroups: list[str] = field(default_factory=list)  # cgroup.procs files to join first
+    # a root of the run's own: every top-level folder but these paths' (and the system's
+    # libraries, /dev, /proc, /etc) is covered (sandbox/own_root.py); empty: off
+    own_root: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -161,6 +164,8 @@ _PLAN_TYPES = {
     "nice": _is_int,
     "server_mnt_ns": lambda v: isinstance(v, str),
     "cgroups": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "own_root": lambda v: isinstance(v, list) and all(isinstance(p, str) and p.startswith("/")
+                                                      for p in v),
 }
 
 

@@ -108,6 +108,15 @@ def _layer_seccomp(ctx: dict) -> dict:
     return checks
 
 
+def _layer_own_root(ctx: dict) -> dict:
+    """The run's root alone (with the namespaces it is made in): a Unix socket the self-test
+    listens on by path is out of reach, and so is the machine's cgroup tree."""
+    policy = sandbox.Policy(namespaces=True, own_uid=False, landlock=False, rlimits=False,
+                            seccomp=False)
+    outcome, _ = _probe(policy, {**ctx, "checks": ["host_socket", "cgroup_tree"]})
+    return _checks(outcome)
+
+
 def _layer_cgroups(ctx: dict) -> dict:
     """The run's cgroup alone: its processes together may not pass its memory or its process
     count (small limits, so the check is quick), and the sleepers it leaves are killed."""
@@ -178,7 +187,7 @@ def _environment(ctx: dict) -> dict:
     return checks
 
 
-_LAYERS = {"landlock": _layer_landlock, "seccomp": _layer_seccomp,
+_LAYERS = {"landlock": _layer_landlock, "seccomp": _layer_seccomp, "own_root": _layer_own_root,
            "namespaces": _layer_namespaces, "uid": _layer_uid,
            "rlimits": _layer_rlimits, "cgroups": _layer_cgroups, "environment": _environment,
            "supervisor": _supervisor}
@@ -198,7 +207,13 @@ def run_selftest(zygote: Zygote | None = None) -> dict:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
-    ctx = {"outside_dir": outside, "port": listener.getsockname()[1]}
+    # a socket by path that anyone may connect to, as a desktop's D-Bus or X11 one is
+    unix_path = os.path.join(outside, "host.sock")
+    unix_listener = socket.socket(socket.AF_UNIX)
+    unix_listener.bind(unix_path)
+    os.chmod(unix_path, 0o777)
+    unix_listener.listen(8)
+    ctx = {"outside_dir": outside, "port": listener.getsockname()[1], "unix_socket": unix_path}
     layers: dict[str, dict] = {}
     try:
         todo = {name: fn for name, fn in _LAYERS.items()
@@ -210,12 +225,13 @@ def run_selftest(zygote: Zygote | None = None) -> dict:
                     layers[name] = {"checks": future.result()}
                 except Exception as exc:  # noqa: BLE001 - a broken layer is a finding
                     layers[name] = {"checks": {"probe": {"held": False, "detail": repr(exc)}}}
-        escaped = os.listdir(outside)
+        escaped = [n for n in os.listdir(outside) if n != "host.sock"]
         if escaped:
             layers.setdefault("supervisor", {"checks": {}})["checks"]["no_escape"] = {
                 "held": False, "detail": f"files written outside the run folder: {escaped}"}
     finally:
         listener.close()
+        unix_listener.close()
         for name in os.listdir(outside):
             os.unlink(os.path.join(outside, name))
         os.rmdir(outside)

@@ -114,6 +114,20 @@ def _syscall(name: str, *args):
     return f"{name} was allowed"
 
 
+def _connect_unix(path: str):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(2)
+        s.connect(path)
+        return f"connected to {path}: {s.recv(64)!r}"
+
+
+def _listing(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 def _open_many(count: int):
     files = [open(os.devnull) for _ in range(count)]
     return f"{len(files)} files open"
@@ -158,6 +172,10 @@ def run_checks(job: dict, run_dir: Path, limits: ResourceLimits) -> dict:
         "netlink_socket": lambda: _refused(
             lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW).close()),
         "bpf": lambda: _refused(lambda: _syscall("bpf", 0, 0, 0)),
+        # a root of its own: a socket the server listens on by path, and every run's cgroup
+        "host_socket": lambda: _refused(lambda: _connect_unix(job["unix_socket"])),
+        "cgroup_tree": lambda: (not _listing("/sys/fs/cgroup"),
+                                f"/sys/fs/cgroup shows {_listing('/sys/fs/cgroup')[:6]}"),
     }
     results = {}
     for name in job["checks"]:

@@ -19,7 +19,10 @@ import hashlib
 import re
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass, field
+
+from app.lru import LRU
 
 from .errors import AppError
 from .settings import default_of
@@ -35,6 +38,7 @@ MAX_TEXT = 300
 MAX_SUBMISSIONS = 200
 MAX_ANSWERS = 1000  # per question: a class, not a poll of the internet
 STREAMS_PER_CLIENT = 4  # a student's tabs in one class
+WRONG_CODES_PER_MINUTE = 30  # per address: a person mistypes a few, a script tries thousands
 SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
 STREAMS_PER_CLASS = 500
 STREAMS_IN_ALL = 3000
@@ -299,6 +303,7 @@ class Classroom:
         self.idle_seconds = idle_hours * 3600
         self.sessions: dict[str, ClassSession] = {}
         self.open_streams = 0  # event streams of every class, for the server-wide cap
+        self._wrong_codes: LRU[deque] = LRU(10_000)  # address -> times of its wrong codes
 
     def start(self, teacher: str) -> ClassSession:
         self._expire()
@@ -313,10 +318,27 @@ class Classroom:
                                                      people=self.people_per_address)
         return session
 
-    def get(self, code: str) -> ClassSession:
+    def get(self, code: str, address: str = "") -> ClassSession:
+        """The class with this code. Wrong codes are counted per address: past
+        WRONG_CODES_PER_MINUTE in a minute, the address is refused (429) until the minute has
+        passed, so codes cannot be tried by the thousand."""
+        misses = self._wrong_codes.get(address) if address else None
+        now = time.monotonic()
+        if misses is not None:
+            while misses and now - misses[0] > 60:
+                misses.popleft()
+            if len(misses) >= WRONG_CODES_PER_MINUTE:
+                raise ClassError(429, f"{WRONG_CODES_PER_MINUTE} wrong class codes came from "
+                                      "this address in a minute: wait a minute, then check the "
+                                      "code with the teacher", "too_many_codes")
         code = code.upper()
         session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
         if session is None:
+            if address:
+                if misses is None:
+                    misses = deque()
+                    self._wrong_codes.put(address, misses)
+                misses.append(now)
             raise ClassError(404, f"there is no class {code[:12]!r} here: check the code, or "
                                   "ask the teacher for the link", "no_class")
         return session

@@ -33,7 +33,8 @@ def report(request):
 
 def test_report_names_every_layer(report):
     assert set(report["layers"]) == {"exec", "namespaces", "uid", "rlimits", "cgroups",
-                                     "landlock", "seccomp", "environment", "supervisor"}
+                                     "landlock", "seccomp", "own_root", "environment",
+                                     "supervisor"}
     for name, layer in report["layers"].items():
         assert layer["detail"], name
         if not layer["available"]:
@@ -41,7 +42,7 @@ def test_report_names_every_layer(report):
 
 
 @pytest.mark.parametrize("layer", ["namespaces", "uid", "rlimits", "cgroups", "landlock",
-                                   "seccomp", "environment", "supervisor"])
+                                   "seccomp", "own_root", "environment", "supervisor"])
 def test_layer_holds_on_its_own(report, layer):
     info = report["layers"][layer]
     if not info["available"]:

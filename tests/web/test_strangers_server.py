@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -86,6 +91,51 @@ CASES = {
                "    raise PermissionError(ctypes.get_errno(), 'keyctl: refused')\n",
                "PermissionError", "`keyctl` (keyrings)"),
 }
+
+
+@pytest.fixture
+def host_socket():
+    """A socket by path on the machine that anyone may connect to (D-Bus, X11, a database)."""
+    folder = tempfile.mkdtemp(prefix="autograd-lab-host-socket-")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "host.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    os.chmod(path, 0o777)
+    listener.listen(4)
+    listener.settimeout(0.2)
+    accepted = []
+
+    def serve_it() -> None:
+        while listener.fileno() >= 0:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            accepted.append(conn)
+            conn.sendall(b"hello from the host")
+
+    threading.Thread(target=serve_it, daemon=True).start()
+    yield path, accepted
+    listener.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_run_cannot_reach_a_socket_on_the_host_by_its_path(base, host_socket):
+    """Before: a run connected to a socket listening at a path on the host and talked to it."""
+    path, accepted = host_socket
+    doc = post(base, f"import socket\ns = socket.socket(socket.AF_UNIX)\n"
+                     f"s.connect({path!r})\nprint(s.recv(64))\n")
+    assert doc["error"] is not None and "No such file" in doc["error"]["message"], doc
+    assert accepted == [], "the run's connection reached the host's socket"
+    _normal_run_still_works(base)
+
+
+def test_a_run_does_not_see_the_machine_s_cgroup_tree(base):
+    """Before: every run's cgroup folder (and its memory use) was listed in /sys/fs/cgroup."""
+    doc = post(base, "import os\nprint(sorted(os.listdir('/sys/fs/cgroup')))\n" + SMALL)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].strip() == "[]", doc["stdout"]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -198,7 +248,9 @@ def test_one_address_opens_at_most_a_few_event_streams(room, a_class):
                 codes.append(response.status_code)
             return codes
 
-    codes = asyncio.run(open_streams(20))
+    # on a thread of its own: after the browser tests this thread has a running loop
+    with ThreadPoolExecutor(1) as pool:
+        codes = pool.submit(asyncio.run, open_streams(20)).result()
     assert codes.count(200) == 16 and codes.count(429) == 4, codes  # 4 tabs x 4 people
 
 
@@ -214,3 +266,15 @@ def test_one_student_sends_the_teacher_a_few_runs_not_the_whole_list(room, a_cla
     with contextlib.closing(_browser(room, ELSEWHERE)) as other:
         assert other.post(f"/api/classes/{code}/runs", json={"run": runs[-1]}).status_code \
             == 200
+
+
+def test_class_codes_cannot_be_tried_by_the_thousand(room, a_class):
+    """Before: codes could be tried at ~800 a second from one machine."""
+    _, code = a_class
+    with contextlib.closing(_browser(room, "127.0.0.3")) as guesser:
+        codes = [guesser.get(f"/api/classes/ZZZZ{i:02d}").status_code for i in range(40)]
+        assert codes == [404] * 30 + [429] * 10, codes
+        # the address waits its minute, whatever code it sends next
+        assert guesser.get(f"/api/classes/{code}").status_code == 429
+    with contextlib.closing(_browser(room, ELSEWHERE)) as student:  # the class still works
+        assert student.get(f"/api/classes/{code}").status_code == 200

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..protocol import LaunchPlan, PlanError
 from .identity import blocked_ancestors
+from .own_root import cover_the_rest
 from .rlimits import ResourceLimits, apply_early
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
@@ -107,7 +108,7 @@ def confine(plan: LaunchPlan) -> None:
     this too, after their own cgroups and namespaces (app/runner/forkserver.py)."""
     limits = ResourceLimits.from_json(plan.limits)
     uid = plan.uid
-    wants_mounts = plan.expose or plan.private_shm or plan.private_folder
+    wants_mounts = plan.expose or plan.private_shm or plan.private_folder or plan.own_root
     if wants_mounts and not _own_mount_namespace(plan.server_mnt_ns):
         raise OSError("refusing to mount: not in a mount namespace of the run's own")
     if uid is not None and plan.expose:
@@ -120,6 +121,12 @@ def confine(plan: LaunchPlan) -> None:
     if plan.private_folder:
         private_folder(plan.run_dir, limits, uid or 0, plan.gid or 0)
         os.chdir(plan.run_dir)  # the old cwd is the folder below the new tmpfs
+    if plan.own_root:
+        if not plan.private_shm:
+            raise OSError("a root of the run's own stages its mounts in the run's /dev/shm")
+        # the run folder (its tmpfs included) is one of the paths kept
+        cover_the_rest(plan.own_root, Path("/dev/shm"), _mount)
+        os.chdir(plan.run_dir)
     if uid is not None:
         apply_early(limits)  # NPROC counts the new uid's processes, none yet
         os.setgroups([])

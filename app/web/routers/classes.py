@@ -73,7 +73,7 @@ async def start_class(request: Request) -> dict:
 
 @router.get("/api/classes/{code}")
 async def class_state(request: Request, code: str) -> dict:
-    return _classroom(request).get(code).snapshot(client_key(request))
+    return _classroom(request).get(code, client_address(request)).snapshot(client_key(request))
 
 
 @router.get("/api/classes/{code}/events")
@@ -81,7 +81,7 @@ async def class_events(request: Request, code: str, following: bool = True):
     """The state whenever it changes. The event id is the state's version: a reconnecting
     browser sends the last one it saw (Last-Event-ID) and gets the state at once if newer."""
     classroom = _classroom(request)
-    session = classroom.get(code)
+    session = classroom.get(code, client_address(request))
     client = client_key(request)
     last = request.headers.get("last-event-id", "")
     seen = int(last) if _EVENT_ID.fullmatch(last) else -1
@@ -149,7 +149,7 @@ async def put_question_away(request: Request, code: str) -> dict:
 
 @router.post("/api/classes/{code}/answer")
 async def answer(request: Request, code: str) -> dict:
-    session = _classroom(request).get(code)
+    session = _classroom(request).get(code, client_address(request))
     body = await _body(request)
     session.answer(client_key(request), body.get("question"), body.get("choice"),
                    client_address(request))
@@ -159,7 +159,7 @@ async def answer(request: Request, code: str) -> dict:
 @router.post("/api/classes/{code}/runs")
 async def send_run(request: Request, code: str) -> dict:
     """A student sends one of their stored runs to the teacher's list."""
-    session = _classroom(request).get(code)
+    session = _classroom(request).get(code, client_address(request))
     body = await _body(request)
     run_id = body.get("run")
     store = request.app.state.store

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from ..auth import upload_policy
+from ..clients import client_address
 from ..deps import CatalogDep, ScenarioDep
 from .runs import stored_run
 
@@ -70,5 +71,6 @@ def run_page(request: Request, run_id: str):
 @router.get("/c/{code}", response_class=HTMLResponse)
 def join_class(request: Request, code: str):
     """A student's way in: the page joins the class and then opens what the teacher shows."""
-    session = request.app.state.classroom.get(code)  # no such class: errors.py's page
+    # no such class: errors.py's page (and wrong codes are counted per address)
+    session = request.app.state.classroom.get(code, client_address(request))
     return _page(request, "class.html", code=session.code)
