@@ -38,6 +38,7 @@ MAX_TEXT = 300
 MAX_SUBMISSIONS = 200
 MAX_ANSWERS = 1000  # per question: a class, not a poll of the internet
 STREAMS_PER_CLIENT = 4  # a student's tabs in one class
+MAX_MEMBERS = 2000  # browsers remembered per class (let through a throttled address)
 WRONG_CODES_PER_MINUTE = 30  # per address: a person mistypes a few, a script tries thousands
 SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
 STREAMS_PER_CLASS = 500
@@ -90,10 +91,20 @@ class ClassSession:
     answered_from: dict[str, str] = field(default_factory=dict)  # client -> its address
     address_streams: dict[str, int] = field(default_factory=dict)
     sent_by: dict[str, int] = field(default_factory=dict)  # client or address -> runs sent
+    members: set[str] = field(default_factory=set)  # browsers that have opened this class
     audience: int = 0  # changes only the teacher sees: the followers' count, the tally
     ended: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _teacher_changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # ---- who is in it --------------------------------------------------------------------------
+
+    def met(self, client: str) -> None:
+        if len(self.members) < MAX_MEMBERS:
+            self.members.add(client)
+
+    def knows(self, client: str) -> bool:
+        return client == self.teacher or client in self.members
 
     # ---- changes ------------------------------------------------------------------------------
 
@@ -318,21 +329,25 @@ class Classroom:
                                                      people=self.people_per_address)
         return session
 
-    def get(self, code: str, address: str = "") -> ClassSession:
+    def get(self, code: str, address: str = "", client: str = "") -> ClassSession:
         """The class with this code. Wrong codes are counted per address: past
         WRONG_CODES_PER_MINUTE in a minute, the address is refused (429) until the minute has
-        passed, so codes cannot be tried by the thousand."""
+        passed, so codes cannot be tried by the thousand; a browser already in that class
+        (`client`) is let through, so a room behind one address is not locked out by one
+        guesser among it."""
+        code = code.upper()
+        session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
         misses = self._wrong_codes.get(address) if address else None
         now = time.monotonic()
         if misses is not None:
             while misses and now - misses[0] > 60:
                 misses.popleft()
-            if len(misses) >= WRONG_CODES_PER_MINUTE:
+            member = session is not None and client and session.knows(client)
+            if len(misses) >= WRONG_CODES_PER_MINUTE and not member:
                 raise ClassError(429, f"{WRONG_CODES_PER_MINUTE} wrong class codes came from "
                                       "this address in a minute: wait a minute, then check the "
-                                      "code with the teacher", "too_many_codes")
-        code = code.upper()
-        session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
+                                      "code with the teacher", "too_many_codes",
+                                 headers={"Retry-After": "60"})
         if session is None:
             if address:
                 if misses is None:
@@ -341,10 +356,12 @@ class Classroom:
                 misses.append(now)
             raise ClassError(404, f"there is no class {code[:12]!r} here: check the code, or "
                                   "ask the teacher for the link", "no_class")
+        if client:
+            session.met(client)
         return session
 
-    def teaching(self, code: str, client: str) -> ClassSession:
-        session = self.get(code)
+    def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
+        session = self.get(code, address, client)
         if session.teacher != client:
             raise ClassError(403, "only the teacher who started this class can do that",
                              "not_the_teacher")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import re
 import secrets
 from http.cookies import SimpleCookie
@@ -18,7 +19,8 @@ from fastapi import Request
 
 from .middleware import ResponseHeaders
 
-__all__ = ["COOKIE", "ClientCookie", "client_address", "client_key", "new_cookie_value"]
+__all__ = ["COOKIE", "ClientCookie", "address_key", "client_address", "client_key",
+           "new_cookie_value"]
 
 COOKIE = "autograd_lab_client"
 _KEY = secrets.token_bytes(32)  # a restart hands out new cookies: nothing else is lost
@@ -50,7 +52,21 @@ def client_key(request: Request) -> str:
 def client_address(request: Request) -> str:
     """The address the connection comes from: a browser's limits also hold per address, times
     `per_address_people` (settings.py), because a fresh cookie is one page load away."""
-    return request.client.host if request.client else "unknown"
+    return address_key(request.client.host if request.client else "unknown")
+
+
+def address_key(host: str) -> str:
+    """One key per place a person can be: an IPv4 address (also when written as IPv6,
+    ::ffff:a.b.c.d), or an IPv6 /64, since one machine commonly holds a whole /64."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class ClientCookie(ResponseHeaders):

@@ -269,12 +269,31 @@ def test_one_student_sends_the_teacher_a_few_runs_not_the_whole_list(room, a_cla
 
 
 def test_class_codes_cannot_be_tried_by_the_thousand(room, a_class):
-    """Before: codes could be tried at ~800 a second from one machine."""
+    """Before: codes could be tried at ~800 a second from one machine (and, past the first
+    throttle, at 1,300 a second through the teacher's endpoints)."""
     _, code = a_class
+    member = _browser(room, "127.0.0.3")  # a student who joined before the guessing began
+    assert member.get(f"/api/classes/{code}").status_code == 200
     with contextlib.closing(_browser(room, "127.0.0.3")) as guesser:
         codes = [guesser.get(f"/api/classes/ZZZZ{i:02d}").status_code for i in range(40)]
         assert codes == [404] * 30 + [429] * 10, codes
-        # the address waits its minute, whatever code it sends next
-        assert guesser.get(f"/api/classes/{code}").status_code == 429
+        refused = guesser.get(f"/api/classes/{code}")  # the address waits its minute
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "60"
+        # the teacher's endpoints count and refuse the same way
+        assert guesser.post("/api/classes/ZZZZ99/reveal", json={}).status_code == 429
+    # the student in the class, behind the same address, is not locked out by the guesser
+    assert member.get(f"/api/classes/{code}").status_code == 200
+    member.close()
     with contextlib.closing(_browser(room, ELSEWHERE)) as student:  # the class still works
         assert student.get(f"/api/classes/{code}").status_code == 200
+
+
+def test_one_place_is_one_address_however_it_is_written():
+    """An IPv6 host holds a whole /64, and ::ffff:a.b.c.d is the IPv4 address a.b.c.d: counted
+    per address, they must not make one machine many places."""
+    from app.web.clients import address_key
+
+    assert address_key("2001:db8::1") == address_key("2001:db8::ffff:1234") == "2001:db8::/64"
+    assert address_key("2001:db8:0:1::1") != address_key("2001:db8::1")
+    assert address_key("::ffff:127.0.0.1") == address_key("127.0.0.1") == "127.0.0.1"
+    assert address_key("10.0.0.2") != address_key("10.0.0.3")

@@ -73,7 +73,8 @@ async def start_class(request: Request) -> dict:
 
 @router.get("/api/classes/{code}")
 async def class_state(request: Request, code: str) -> dict:
-    return _classroom(request).get(code, client_address(request)).snapshot(client_key(request))
+    client = client_key(request)
+    return _classroom(request).get(code, client_address(request), client).snapshot(client)
 
 
 @router.get("/api/classes/{code}/events")
@@ -81,7 +82,7 @@ async def class_events(request: Request, code: str, following: bool = True):
     """The state whenever it changes. The event id is the state's version: a reconnecting
     browser sends the last one it saw (Last-Event-ID) and gets the state at once if newer."""
     classroom = _classroom(request)
-    session = classroom.get(code, client_address(request))
+    session = classroom.get(code, client_address(request), client_key(request))
     client = client_key(request)
     last = request.headers.get("last-event-id", "")
     seen = int(last) if _EVENT_ID.fullmatch(last) else -1
@@ -111,7 +112,7 @@ async def class_events(request: Request, code: str, following: bool = True):
 
 @router.put("/api/classes/{code}/view")
 async def show_view(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request))
+    session = _classroom(request).teaching(code, client_key(request), client_address(request))
     body = await _body(request)
     session.show(body.get("path"), body.get("query", ""))
     return {"version": session.version}
@@ -119,7 +120,7 @@ async def show_view(request: Request, code: str) -> dict:
 
 @router.post("/api/classes/{code}/question")
 async def ask(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request))
+    session = _classroom(request).teaching(code, client_key(request), client_address(request))
     body = await _body(request)
     if "lesson" in body:
         # a scenario's own CLASS_QUESTION: its answer stays on the server until the reveal
@@ -135,21 +136,21 @@ async def ask(request: Request, code: str) -> dict:
 
 @router.post("/api/classes/{code}/reveal")
 async def reveal(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request))
+    session = _classroom(request).teaching(code, client_key(request), client_address(request))
     session.reveal()
     return {"version": session.version}
 
 
 @router.delete("/api/classes/{code}/question")
 async def put_question_away(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request))
+    session = _classroom(request).teaching(code, client_key(request), client_address(request))
     session.clear_question()
     return {"version": session.version}
 
 
 @router.post("/api/classes/{code}/answer")
 async def answer(request: Request, code: str) -> dict:
-    session = _classroom(request).get(code, client_address(request))
+    session = _classroom(request).get(code, client_address(request), client_key(request))
     body = await _body(request)
     session.answer(client_key(request), body.get("question"), body.get("choice"),
                    client_address(request))
@@ -159,7 +160,7 @@ async def answer(request: Request, code: str) -> dict:
 @router.post("/api/classes/{code}/runs")
 async def send_run(request: Request, code: str) -> dict:
     """A student sends one of their stored runs to the teacher's list."""
-    session = _classroom(request).get(code, client_address(request))
+    session = _classroom(request).get(code, client_address(request), client_key(request))
     body = await _body(request)
     run_id = body.get("run")
     store = request.app.state.store
@@ -175,6 +176,6 @@ async def send_run(request: Request, code: str) -> dict:
 @router.delete("/api/classes/{code}")
 async def end_class(request: Request, code: str) -> dict:
     classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request))
+    session = classroom.teaching(code, client_key(request), client_address(request))
     classroom.end(session)
     return {"ended": True}

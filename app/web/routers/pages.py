@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from ..auth import upload_policy
-from ..clients import client_address
+from ..clients import client_address, client_key
 from ..deps import CatalogDep, ScenarioDep
 from .runs import stored_run
 
@@ -72,5 +72,6 @@ def run_page(request: Request, run_id: str):
 def join_class(request: Request, code: str):
     """A student's way in: the page joins the class and then opens what the teacher shows."""
     # no such class: errors.py's page (and wrong codes are counted per address)
-    session = request.app.state.classroom.get(code, client_address(request))
+    session = request.app.state.classroom.get(code, client_address(request),
+                                                client_key(request))
     return _page(request, "class.html", code=session.code)
