@@ -43,6 +43,8 @@ class CutLog:
         self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
         # (grad_fn, how, line) where a computed tensor left the graph: detach() or no_grad
         self._cuts: list[tuple[Any, str, int]] = []
+        # leaves deep-copied by the script (id -> (leaf, line)): the copies train, not they
+        self._copies: dict[int, tuple[torch.Tensor, int]] = {}
         # every escape and cut, in the order the script made them: (how, line)
         self.history: list[tuple[str, int]] = []
 
@@ -67,6 +69,22 @@ class CutLog:
                     not any(e.how == how and e.line == at for e in found):
                 found.append(Escape(how, at))
         self._remember(how, at)
+
+    def note_copy(self, tensors: Iterable[Any], line: Callable[[], int | None]) -> None:
+        """Leaves among `tensors` were deep-copied at the script's `line()`: the copies are new
+        leaves, and the original is left as it was (it may never be used)."""
+        leaves = [a for a in tensors if isinstance(a, torch.Tensor) and a.is_leaf
+                  and a.requires_grad]
+        at = line() if leaves else None
+        if at is None:
+            return
+        for t in leaves:
+            if id(t) not in self._copies or self._copies[id(t)][0] is not t:
+                self._copies[id(t)] = (t, at)
+
+    def copied_at(self, tensor: torch.Tensor) -> int | None:
+        entry = self._copies.get(id(tensor))
+        return entry[1] if entry is not None and entry[0] is tensor else None
 
     def note_cut(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None]) -> None:
         """Computed tensors among `tensors` leave the graph `how` at `line()`. Only a few are

@@ -57,6 +57,26 @@ def _not_drawn(line: int | None, calls: list[str]) -> str:
     return f"{what} {where}: computed, not drawn ({why})."
 
 
+def _copied_template(line: int, names: list[str]) -> dict:
+    """Parameters that were deep-copied and never used themselves: the template a container
+    copies (nn.TransformerEncoder(layer, N) makes N copies of `layer`), said once."""
+    parts = [n.split(".") for n in names]
+    common = []
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    owner = ".".join(common[:-1] if len(names) == 1 else common)
+    what = (f"`{owner}`'s {len(names)} parameters" if owner and len(names) > 1 else
+            ", ".join(f"`{n}`" for n in names[:3]) + (" ..." if len(names) > 3 else ""))
+    never = f"`{owner}` is never called" if owner else "they are never used"
+    return _diag("no_gradient", "warning",
+                 f"{what} require grad but receive no gradient: {never}. Line {line} copies "
+                 "it (copy.deepcopy, as `nn.TransformerEncoder` and `nn.TransformerDecoder` do "
+                 "with the layer they are given), and the copies are what the forward pass uses "
+                 "and what trains.", params=sorted(names))
+
+
 def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torch.Tensor, str]],
              custom_results: dict[str, dict]) -> list[dict]:
     out: list[dict] = []
@@ -65,6 +85,7 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
     # Parameters that require grad but never got one.
     if backward_events:
         in_graph = {name for e in backward_events for name in e["uses"]}
+        copies: dict[int, list[str]] = {}  # line -> parameters only ever copied there
         for name, (t, _kind) in named.items():
             if not t.requires_grad or name in in_graph or t.grad is not None:
                 continue
@@ -78,11 +99,17 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
             elif cuts:
                 why = (f" A tensor computed from it leaves the graph {_lines(cuts)}, so no "
                        "gradient flows back past that point.")
+            elif (copied := recorder.cut_log.copied_at(t)) is not None:
+                copies.setdefault(copied, []).append(name)  # said once per copy, below
+                continue
             else:
                 why = " No backward graph reaches it."
             out.append(_diag("no_gradient", "warning",
                              f"`{name}` requires grad but received no gradient.{why}",
                              params=[name], nodes=sorted(set(nodes))))
+
+        for line, names in copies.items():
+            out.append(_copied_template(line, names))
 
     # one finding per parameter, not one per pass: a training loop would repeat it each time
     reused: dict[str, list[tuple[int, int]]] = {}

@@ -8,6 +8,7 @@ none of it is mistaken for the script's own work.
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -315,7 +316,11 @@ class Recorder:
             line = self.current_line()
             if line is not None and len(self.nonleaf_grad_reads) < MAX_NOTES:
                 self.nonleaf_grad_reads.append((line, self.namer.variable_name_of(args[0])))
-        if internals.is_data_getter(func):
+        if _in_deepcopy():
+            # copy.deepcopy reads a parameter's .data to make a new one (nn.TransformerEncoder
+            # copies the layer it is given): a copy, not the script taking values out
+            self.cut_log.note_copy(_flat(args[:1]), self.current_line)
+        elif internals.is_data_getter(func):
             self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
         elif internals.is_detach_call(name):
             self.cut_log.note_escape(_flat(args[:1]), "detach()", self.current_line)
@@ -401,6 +406,16 @@ class Recorder:
 
     def custom_inputs(self) -> dict[type, tuple]:
         return dict(self._custom_inputs)
+
+
+def _in_deepcopy(depth: int = 40) -> bool:
+    """Is a `__deepcopy__` (a tensor's or a parameter's) on the stack above this op?"""
+    frame = sys._getframe(2)
+    while frame is not None and depth:
+        if frame.f_code.co_name == "__deepcopy__":
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 def _flat(args: Any):

@@ -176,6 +176,36 @@ def test_parameter_used_only_through_data_gets_none_and_a_diagnostic(trace_sourc
     assert "`.data`" in diag["message"] and "line 8" in diag["message"]
 
 
+TEMPLATE_LAYER = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, batch_first=True)
+model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+loss = model(torch.randn(2, 3, 8)).pow(2).sum()
+loss.backward()
+print(layer.linear1.weight.grad is None, model.layers[0].linear1.weight.grad is None,
+      model.layers[1].linear1.weight.grad is None)
+"""
+
+
+def test_a_template_layer_that_is_only_copied_is_said_as_such_not_as_a_data_read(trace_source):
+    """nn.TransformerEncoder deep-copies the layer it is given (copy.deepcopy reads each
+    parameter's .data): the template never trains, its copies do, and the script has no .data
+    (issue 21: 12 warnings blamed a `.data` read on line 6 of a 48-layer encoder)."""
+    doc = trace_source(TEMPLATE_LAYER)
+    assert doc["error"] is None
+    assert doc["stdout"].split() == ["True", "False", "False"]  # what PyTorch itself says
+    (event,) = backward_events(doc)
+    template = sorted(n for n in doc["params"] if n.startswith("layer."))
+    assert len(template) == 12
+    assert all(event["grads"][n]["after"] is None for n in template)
+    (diag,) = diagnostics(doc, "no_gradient")  # one finding for the template, not twelve
+    assert diag["params"] == template
+    assert "`.data`" not in diag["message"]
+    assert "`layer` is never called" in diag["message"] and "Line 6 copies" in diag["message"]
+
+
 CUSTOM_SCIPY = '''
 import numpy as np
 import torch
