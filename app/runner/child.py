@@ -173,7 +173,7 @@ class Child:
             private_folder=bool(self.layers["namespaces"] and self.layers["rlimits"]),
             private_shm=bool(self.layers["namespaces"]),
             # nothing of the machine but what the run needs (own_root.py): no host socket
-            own_root=[*sandbox.paths_to_expose(), str(self.run_dir)]
+            own_root=[*sandbox.paths_to_expose(app_folder_only=True), str(self.run_dir)]
             if self.layers["namespaces"] else [],
             user_namespace=bool(self.layers["namespaces"] and namespaces.in_user_namespace()),
             nice=self.policy.nice or 0,

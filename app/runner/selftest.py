@@ -169,7 +169,9 @@ def _worker(ctx: dict) -> dict:
                  timeout=30)
     err = doc.get("error") or {}
     landlock_on = sandbox.effective(sandbox.Policy())["landlock"]
-    confined = err.get("type") == "PermissionError" and err.get("line") == 4
+    # refused by Landlock, or not even there (the run's own root holds no /etc/passwd)
+    confined = err.get("type") in ("PermissionError", "FileNotFoundError") and \
+        err.get("line") == 4
     events = len(doc.get("events", []))
     return {"worker_traces": {"held": events == 1, "detail": f"{events} backward event(s)"},
             "worker_confined": {"held": confined or not landlock_on,

@@ -294,8 +294,8 @@ class ClassSession:
 
 def _per_address(people: int, what: str) -> str:
     return (f"one network address may stand for at most {people} people here, and it has as "
-            f"many {what} as that: a room whose devices share one address (one NAT) needs a "
-            "server started with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the class's size")
+            f"many {what} as that; if your class shares one network address, ask the teacher "
+            "to start the server with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the class's size")
 
 
 def _alias(client: str) -> str:

@@ -90,8 +90,9 @@ class JobBook:
                     raise TooMany(
                         f"this network address has {from_there} runs running or waiting, as "
                         f"many as {self.people_per_address} people may: wait for one to "
-                        "finish (a room whose devices share one address needs a server "
-                        "started with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the class's size)")
+                        "finish; if your class shares one network address, ask the teacher to "
+                        "start the server with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the "
+                        "class's size")
             # every booked job counts, waiting in its person's line or the server's: a thread
             # each, so the total is bounded whatever the cookies say
             booked = sum(1 for j in self._jobs.values() if j.finished is None)

@@ -44,10 +44,13 @@ class Policy:
     limits: ResourceLimits = field(default_factory=ResourceLimits)
 
 
-def paths_to_expose() -> list[str]:
-    """What the run's uid must reach to start Python and import the worker."""
+def paths_to_expose(app_folder_only: bool = False) -> list[str]:
+    """What the run's uid must reach to start Python and import the worker (with
+    `app_folder_only`, the app's package folder rather than the checkout holding it: a run's
+    own root holds nothing else of the checkout)."""
     found = []
-    for p in (sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), str(app_root())):
+    app = app_root() / "app" if app_folder_only else app_root()
+    for p in (sys.base_prefix, sys.prefix, os.path.realpath(sys.executable), str(app)):
         real = os.path.realpath(p)
         if real not in found:
             found.append(real)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..protocol import LaunchPlan, PlanError
 from .identity import blocked_ancestors
-from .own_root import cover_the_rest
+from .own_root import enter_own_root
 from .rlimits import ResourceLimits, apply_early
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
@@ -124,8 +124,9 @@ def confine(plan: LaunchPlan) -> None:
     if plan.own_root:
         if not plan.private_shm:
             raise OSError("a root of the run's own stages its mounts in the run's /dev/shm")
-        # the run folder (its tmpfs included) is one of the paths kept
-        cover_the_rest(plan.own_root, Path("/dev/shm"), _mount)
+        # the run folder (its tmpfs included) is one of the paths kept; built in the run's
+        # own /dev/shm, which the new root keeps (own_root.py)
+        enter_own_root(plan.own_root, Path("/dev/shm/.root"), _mount)
         os.chdir(plan.run_dir)
     if uid is not None:
         apply_early(limits)  # NPROC counts the new uid's processes, none yet

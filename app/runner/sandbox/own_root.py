@@ -1,86 +1,103 @@
-"""A root of the run's own, made in its mount namespace before it drops privileges: the run
-sees the interpreter, the packages, the app, its own folder, the system's libraries, /etc, /dev
-(with a /dev/shm of its own) and its own /proc, and nothing else of the machine.
+"""A root of the run's own, made in its mount namespace before it drops privileges: the run's
+`/` is a new, empty tmpfs holding bind mounts of exactly what it needs and nothing else, and the
+machine's root is gone from its view (`pivot_root`, then the old root detached).
 
-The network namespace keeps a run from the machine's ports, but a Unix socket is a file: a
-run that can reach `/run/dbus/system_bus_socket`, an X11 socket in /tmp or a database's socket
-by its path can connect to it (Landlock does not govern connect()). So every other top-level
-folder is covered with an empty read-only tmpfs, and one that holds a path the run needs (/tmp
-holds the run folder, /root an interpreter) with a tmpfs holding only bind mounts of the
-needed folders one level down. A socket file at the top level is covered with /dev/null.
-`/sys/fs/cgroup` is covered too: a run has no business reading every run's cgroup. Only in a
-mount namespace of the run's own (enter.py checks); nothing changes outside. Torch-free.
+The network namespace keeps a run from the machine's ports, but a Unix socket is a file: a run
+that can reach `/run/dbus/system_bus_socket`, an X11 socket in /tmp, `/dev/log` or a socket
+beside the app by its path can connect to it (Landlock does not govern connect()). What the new
+root holds:
+- the paths the supervisor lists (`LaunchPlan.own_root`): the interpreter's prefix, the venv,
+  the app's package folder and the run folder (with its private tmpfs), each at its own path;
+- the system's libraries (`/usr/lib`, `/usr/lib64`, `/usr/local/lib`) and the top-level
+  symlinks to them (`/lib`, `/lib64`, ...), `/etc/ld.so.cache` and `/etc/localtime`;
+- `/dev` with null, zero, full, random and urandom, and the run's own `/dev/shm`;
+- the run's own `/proc`, and `/sys/devices/system/cpu` (OpenMP and numpy read the topology).
+Built from a list, not by hiding what is there: a folder or socket that appears on the machine
+later (while a pooled worker waits) is not in the run's root either. Only in a mount namespace
+of the run's own (enter.py checks); nothing changes outside. Torch-free.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["SYSTEM", "cover_the_rest"]
+__all__ = ["SYSTEM", "enter_own_root"]
 
-# top-level folders every run keeps as they are (read access is Landlock's to decide)
+# top-level folders a run sees something of (explain.py: a missing path elsewhere is the root's)
 SYSTEM = frozenset({"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev",
                     "proc", "sys"})
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 32, 4096, 8192, 16384
+SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib")
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+OPTIONAL = ("/sys/devices/system/cpu",)  # read if there, not needed to run
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
+_MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
+_MNT_DETACH = 2
+_SYS_PIVOT_ROOT = 155  # x86_64
+_OLD = ".old-root"
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _needed_children(top: str, keep: list[str]) -> set[str] | None:
-    """The names below /top that kept paths go through; None when /top itself is kept."""
-    names: set[str] = set()
-    for path in keep:
-        parts = Path(os.path.normpath(path)).parts  # ("/", "top", "child", ...)
-        if len(parts) < 2 or parts[1] != top:
-            continue
-        if len(parts) == 2:
-            return None
-        names.add(parts[2])
-    return names
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def cover_the_rest(keep: list[str], staging: Path, mount) -> list[str]:
-    """Cover every top-level entry but the system's and those `keep` goes through; returns
-    what was covered. `mount(source, target, fstype, flags, data)` is the launcher's."""
-    covered = []
-    for name in sorted(os.listdir("/")):
-        path = "/" + name
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode) or name in SYSTEM:
-            continue
-        if stat.S_ISSOCK(st.st_mode):
-            mount("/dev/null", path, None, _MS_BIND)
-            covered.append(path)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue  # a file: Landlock refuses reading it, and it is no socket
-        children = _needed_children(name, keep)
-        if children is None:
-            continue
-        staged = []
-        for i, child in enumerate(sorted(children)):
-            source = Path(path) / child
-            if not source.exists():
-                continue
-            stage = staging / f".own-root-{name}-{i}"
-            stage.mkdir()
-            mount(str(source), str(stage), None, _MS_BIND | _MS_REC)
-            staged.append((child, stage, source.is_dir()))
-        mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-              "mode=0755,size=64k,nr_inodes=64")
-        for child, stage, is_dir in staged:
-            target = Path(path) / child
-            if is_dir:
-                target.mkdir()
-            else:
-                target.touch()
-            mount(str(stage), str(target), None, _MS_MOVE)
-            stage.rmdir()
-        mount(None, path, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-        covered.append(path)
-    if os.path.isdir("/sys/fs/cgroup"):
-        mount("tmpfs", "/sys/fs/cgroup", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-              "mode=0555,size=4k,nr_inodes=4")
-        covered.append("/sys/fs/cgroup")
-    return covered
+def _outermost(paths: list[str]) -> list[str]:
+    """Each path once, and none below another one (its bind mount carries it)."""
+    real = sorted({os.path.normpath(p) for p in paths})
+    return [p for p in real if not any(p != q and p.startswith(q.rstrip("/") + "/")
+                                       for q in real)]
+
+
+def _bind(source: str, new_root: Path, mount, recursive: bool = True) -> None:
+    target = new_root / source.lstrip("/")
+    if os.path.isdir(source):
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    mount(source, str(target), None, _MS_BIND | (_MS_REC if recursive else 0))
+
+
+def enter_own_root(keep: list[str], staging: Path, mount) -> list[str]:
+    """Make the new root at `staging` (a folder of the run's own, e.g. in its /dev/shm), fill
+    it, pivot into it and drop the old one; returns the paths the run sees. `mount(source,
+    target, fstype, flags, data)` is the launcher's. The current directory becomes `/`."""
+    new_root = staging
+    new_root.mkdir(exist_ok=True)
+    mount("tmpfs", str(new_root), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+    seen = []
+    for link in sorted(os.listdir("/")):  # /lib -> usr/lib and the like, as they are
+        if stat.S_ISLNK(os.lstat("/" + link).st_mode):
+            (new_root / link).symlink_to(os.readlink("/" + link))
+    for path in _outermost([p for p in (*SYSTEM_DIRS, *keep) if os.path.exists(p)]):
+        _bind(path, new_root, mount)
+        seen.append(path)
+    for path in (*SYSTEM_FILES, *DEVICES):
+        if os.path.exists(path):
+            _bind(path, new_root, mount, recursive=False)
+            seen.append(path)
+    # the run's own /dev/shm (a tmpfs enter.py made) holds the staging folder: not recursive
+    _bind("/dev/shm", new_root, mount, recursive=False)
+    _bind("/proc", new_root, mount)
+    for path in OPTIONAL:
+        try:
+            _bind(path, new_root, mount)
+            seen.append(path)
+        except OSError:
+            pass  # e.g. refused inside a user namespace: the run reads no CPU topology
+    (new_root / "tmp").mkdir(exist_ok=True)
+    (new_root / _OLD).mkdir()
+    _check(_libc.syscall(_SYS_PIVOT_ROOT, str(new_root).encode(),
+                         str(new_root / _OLD).encode()), "pivot_root")
+    os.chdir("/")
+    _check(_libc.umount2(f"/{_OLD}".encode(), _MNT_DETACH), "detaching the old root")
+    os.rmdir(f"/{_OLD}")
+    # the new root's own folders (/tmp, /root, ...) are for show only: nothing is written there
+    mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    return seen
