@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 import re
+import tempfile
 
 from app.format import InvalidTrace, Trace, error_record, new_document, validate
 
 from .child import Outcome
 from .protocol import Job
-from .sandbox import ResourceLimits, own_root, seccomp
+from .sandbox import ResourceLimits, seccomp
 
 __all__ = ["to_document"]
 
+# where the runs' folders are (child.py makes them with this prefix): paths there are a run's own
+RUN_FOLDERS = os.path.join(tempfile.gettempdir(), "autograd-lab-run-")
 _ALLOWED = ("The sandbox allows a script to read its own folder and Python's libraries, to write "
             "only in its own folder, and to start no program and open no network connection.")
 
@@ -140,9 +144,13 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
 
 
 def _outside_the_run(message: str) -> bool:
-    """Does the message name an absolute path in a folder the run's own root covers?"""
-    found = re.search(r"'(/[^/']+)[^']*'", message)
-    return bool(found) and found.group(1).lstrip("/") not in own_root.SYSTEM
+    """Does the message name an absolute path outside the run's folder? The run's own root
+    holds little else (own_root.py): a missing file there is most likely the machine's."""
+    found = re.search(r"'(/[^']*)'", message)
+    return bool(found) and not found.group(1).startswith(RUN_FOLDERS)
+
+
+_STARTS_PROGRAMS = ("subprocess", "popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn")
 
 
 def _line_text(source: str, line: int | None) -> str:
@@ -180,6 +188,10 @@ def _explain_exception(err: dict, limits: ResourceLimits, source: str = "") -> N
                       f"[Errno {errno.EAFNOSUPPORT}]" in message or kind == "PermissionError"):
         err["message"] = (f"{message} - refused by the sandbox: a script may not use {refused}. "
                           f"{_ALLOWED}")
+    elif kind in ("FileNotFoundError", "PermissionError") and \
+            any(c in _line_text(source, err.get("line")).lower() for c in _STARTS_PROGRAMS):
+        err["message"] = (f"{message} - refused by the sandbox: a run starts no program (its "
+                          f"root holds none, and it may not run one). {_ALLOWED}")
     elif kind == "FileNotFoundError" and _outside_the_run(message):
         err["message"] = (f"{message} - outside its own folder (the current directory) a run "
                           "sees only Python's libraries and the system's: nothing else of this "

@@ -173,7 +173,11 @@ def _worker(ctx: dict) -> dict:
     confined = err.get("type") in ("PermissionError", "FileNotFoundError") and \
         err.get("line") == 4
     events = len(doc.get("events", []))
-    return {"worker_traces": {"held": events == 1, "detail": f"{events} backward event(s)"},
+    filtered = doc.get("sandbox", {}).get("seccomp", {})
+    seccomp_on = sandbox.effective(sandbox.Policy())["seccomp"]
+    return {"worker_filtered": {"held": bool(filtered.get("enforced")) or not seccomp_on,
+                                "detail": f"the worker's seccomp filter: {filtered}"},
+            "worker_traces": {"held": events == 1, "detail": f"{events} backward event(s)"},
             "worker_confined": {"held": confined or not landlock_on,
                                 "detail": f"{err.get('type')}: {err.get('message', '')[:120]}"}}
 

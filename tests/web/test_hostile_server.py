@@ -62,7 +62,9 @@ CASES = {
                       "only its own processes"),
     "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", None, "processes"),
     "memory_bomb": ("import torch\nx = torch.empty(10**12)\n", None, "memory"),
-    "read_passwd": ("print(open('/etc/passwd').read())\n", "PermissionError", "sandbox"),
+    # not even there: the run's own root holds two files of /etc
+    "read_passwd": ("print(open('/etc/passwd').read())\n", "FileNotFoundError",
+                    "nothing else of this machine is there"),
     "detached_sleeper": ("import subprocess, sys\n"
                          "subprocess.Popen([sys.executable, '-c', 'import time; "
                          "time.sleep(600)'], start_new_session=True)\n" + SMALL, None, ""),

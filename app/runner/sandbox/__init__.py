@@ -8,8 +8,8 @@ Layers, each standing on its own:
 - rlimits: CPU time, address space, file size, open files, processes (`rlimits.py`);
 - cgroups: memory and process count of the whole run, killed as one (`cgroups.py`);
 - landlock: read-only interpreter, writable run folder only, no exec, no TCP (`landlock.py`);
-- own_root: nothing of the machine's folders but what the run needs, so no host socket by
-  path (`own_root.py`, in the namespaces' mount namespace);
+- own_root: a root holding only what the run needs, so no socket of the machine by its path
+  (`own_root.py`, in the namespaces' mount namespace);
 - seccomp: no namespaces, keyrings, sockets but AF_UNIX, bpf, perf, io_uring, ptrace,
   mounts (`seccomp.py`);
 - environment: nothing of the server's environment reaches the script;
@@ -87,8 +87,8 @@ def availability() -> dict[str, dict]:
         "landlock": {"available": abi > 0, "detail": ll_detail},
         "seccomp": {"available": sc_ok, "detail": sc_detail},
         "own_root": {"available": ns_ok, "detail": (
-            "a root of the run's own: every top-level folder but the interpreter's, the app's, "
-            "the run's and the system's is covered, and /sys/fs/cgroup" if ns_ok else
+            "a root of the run's own (pivot_root): only the interpreter, the packages, the "
+            "app, the run's folder and the system's libraries" if ns_ok else
             "needs a mount namespace: " + ns_detail)},
         "environment": {"available": True, "detail": "the worker gets a fixed, minimal env"},
     }

@@ -11,7 +11,7 @@ socketpairs, which multiprocessing uses) is left to the other layers.
 Each refused call fails with EPERM (EAFNOSUPPORT for a socket family), which Python raises as
 PermissionError naming the function the script called; `refusal_of` says which rule refused it
 (explain.py adds that to the message). Built with libseccomp through pyseccomp (ctypes; the
-library is Debian's libseccomp2, found before Landlock forbids running ldconfig: `preload`).
+library is Debian's libseccomp2, found by its soname: `_binding`).
 Installed before READY, under no_new_privs, in the worker only: the launcher and the fork
 server need these calls to build the sandbox. Torch-free.
 """
@@ -46,19 +46,34 @@ REFUSED: dict[str, tuple[str, ...]] = {
 }
 
 
-def preload() -> None:
-    """Import the binding while programs may still run: it looks for libseccomp with
-    ldconfig, which Landlock (no exec) would refuse later. A fork server does it once."""
+def _binding():
+    """pyseccomp, imported so that it finds libseccomp without running a program: at import it
+    asks ctypes.util.find_library, which runs ldconfig or gcc, and a worker in its own root
+    has neither (and may start no program). The dynamic loader finds the library by its
+    soname through /etc/ld.so.cache, which the root keeps."""
+    import ctypes.util
+
+    found = ctypes.util.find_library
+    ctypes.util.find_library = lambda name: "libseccomp.so.2" if name == "seccomp" \
+        else found(name)
     try:
-        import pyseccomp  # noqa: F401
+        import pyseccomp
+    finally:
+        ctypes.util.find_library = found
+    return pyseccomp
+
+
+def preload() -> None:
+    """Import the binding before the script runs (a fork server does it once)."""
+    try:
+        _binding()
     except (ImportError, OSError, RuntimeError):
         pass  # install() says why
 
 
 def available() -> tuple[bool, str]:
     try:
-        import pyseccomp
-        pyseccomp.system_arch()
+        _binding().system_arch()
     except (ImportError, OSError, AttributeError, RuntimeError) as exc:
         return False, f"libseccomp is not usable ({exc}): install Debian's libseccomp2"
     return True, ("a seccomp filter refuses namespaces, keyrings, sockets other than AF_UNIX, "
@@ -67,8 +82,7 @@ def available() -> tuple[bool, str]:
 
 def install() -> dict:
     """Load the filter into this process (and whatever it starts) for good."""
-    import pyseccomp as sc
-
+    sc = _binding()
     f = sc.SyscallFilter(sc.ALLOW)
     refused = sc.ERRNO(errno.EPERM)
     for names in REFUSED.values():
