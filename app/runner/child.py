@@ -225,6 +225,12 @@ class Child:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not (cancel and cancel.is_set()):
             if self._drain.ready.wait(0.05):
+                if self.layers["seccomp"] and self._program == WORKER and \
+                        not self._drain.status.get("seccomp", {}).get("enforced"):
+                    # fail closed: a worker without the filter it was asked for runs nothing
+                    self._drain.tail += (f"the seccomp filter was not installed: "
+                                         f"{self._drain.status.get('seccomp')}\n").encode()
+                    return False
                 if self.worker_pid is None:
                     self.worker_pid = self._find_worker_pid()
                     self._drain.status["session"] = self.proc.pid

@@ -185,7 +185,7 @@ def _explain_exception(err: dict, limits: ResourceLimits, source: str = "") -> N
         err["message"] = (f"{message} - a run sees only its own processes; the server and "
                           "everything else on the machine are out of its reach.")
     elif refused and (f"[Errno {errno.EPERM}]" in message or
-                      f"[Errno {errno.EAFNOSUPPORT}]" in message or kind == "PermissionError"):
+                      f"[Errno {errno.EAFNOSUPPORT}]" in message):  # what the filter returns
         err["message"] = (f"{message} - refused by the sandbox: a script may not use {refused}. "
                           f"{_ALLOWED}")
     elif kind in ("FileNotFoundError", "PermissionError") and \

@@ -92,6 +92,7 @@ class Zygote:
         # ready, or known not to be: what waits for the fork server waits for this (a fork
         # server that fails at start must not keep the self-test and the pools waiting)
         self.settled = threading.Event()
+        self._started: float | None = None
         self.failed = ""  # why it is not running, when it is not
         self.served = 0
         self._tail = bytearray()
@@ -105,6 +106,7 @@ class Zygote:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # its own home (matplotlib's font cache goes there): the server's user's, mode 0700
         self.home = Path(tempfile.mkdtemp(prefix="autograd-lab-forkserver-"))
+        self._started = time.monotonic()
         try:
             self.proc = subprocess.Popen(
                 [*self.command, "--fd", str(theirs.fileno())],
@@ -131,10 +133,20 @@ class Zygote:
         worker started meanwhile imports torch on its own, seconds of CPU the start-up
         cannot spare."""
         deadline = time.monotonic() + timeout
-        while not self.settled.wait(0.1 if cancel is not None else timeout):
+        while not self.settled.wait(0.1 if cancel is not None else min(timeout, 1.0)):
+            if self._started is not None and time.monotonic() - self._started > START_TIMEOUT:
+                self._give_up()  # hung at start: settled once, not waited for by every run
+                break
             if (cancel is not None and cancel.is_set()) or time.monotonic() > deadline:
                 break
         return self.usable()
+
+    def _give_up(self) -> None:
+        self.failed = self.failed or (f"the fork server was not ready within {START_TIMEOUT:g} "
+                                      "s of its start")
+        self.settled.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
 
     def _read(self) -> None:
         """Its output: the READY line, then anything it says (kept, the tail only)."""

@@ -26,6 +26,7 @@ __all__ = ["Escape", "CutLog", "find_cuts"]
 
 MAX_CUTS = 50            # cuts kept: each holds a grad_fn alive
 MAX_ESCAPES_PER_LEAF = 20
+MAX_COPIES = 10_000    # deep-copied leaves remembered
 MAX_DRAWN_CUTS = 1000  # dashed edges listed per graph (the schema allows 10,000)
 
 
@@ -79,6 +80,8 @@ class CutLog:
         if at is None:
             return
         for t in leaves:
+            if len(self._copies) >= MAX_COPIES:
+                return  # each holds its leaf alive: a loop copying fresh models stops here
             if id(t) not in self._copies or self._copies[id(t)][0] is not t:
                 self._copies[id(t)] = (t, at)
 

@@ -73,8 +73,8 @@ def _copied_template(line: int, names: list[str]) -> dict:
     return _diag("no_gradient", "warning",
                  f"{what} require grad but receive no gradient: {never}. Line {line} copies "
                  "it (copy.deepcopy, as `nn.TransformerEncoder` and `nn.TransformerDecoder` do "
-                 "with the layer they are given), and the copies are what the forward pass uses "
-                 "and what trains.", params=sorted(names))
+                 "with the layer they are given): where the forward pass uses the copies, they "
+                 "are what trains.", params=sorted(names))
 
 
 def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torch.Tensor, str]],

@@ -316,12 +316,13 @@ class Recorder:
             line = self.current_line()
             if line is not None and len(self.nonleaf_grad_reads) < MAX_NOTES:
                 self.nonleaf_grad_reads.append((line, self.namer.variable_name_of(args[0])))
-        if _in_deepcopy():
-            # copy.deepcopy reads a parameter's .data to make a new one (nn.TransformerEncoder
-            # copies the layer it is given): a copy, not the script taking values out
-            self.cut_log.note_copy(_flat(args[:1]), self.current_line)
-        elif internals.is_data_getter(func):
-            self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
+        if internals.is_data_getter(func):
+            if _in_deepcopy():
+                # Parameter.__deepcopy__ reads .data to make a new leaf (nn.TransformerEncoder
+                # copies the layer it is given): a copy, not the script taking values out
+                self.cut_log.note_copy(_flat(args[:1]), self.current_line)
+            else:
+                self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
         elif internals.is_detach_call(name):
             self.cut_log.note_escape(_flat(args[:1]), "detach()", self.current_line)
             self._note_cut(args[:1], "detach()")

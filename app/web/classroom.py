@@ -218,11 +218,11 @@ class ClassSession:
         if address and self.address_streams.get(address, 0) >= \
                 STREAMS_PER_CLIENT * self.people:
             raise ClassError(429, _per_address(self.people, "pages following this class"))
-        if address:
-            self.address_streams[address] = self.address_streams.get(address, 0) + 1
         if sum(self.streams.values()) >= STREAMS_PER_CLASS or in_all >= STREAMS_IN_ALL:
             raise ClassError(429, "this class (or this server) has as many followers as it "
                                   "can serve")
+        if address:  # counted only once every cap has let it in: close_stream undoes it
+            self.address_streams[address] = self.address_streams.get(address, 0) + 1
         self.streams[client] = self.streams.get(client, 0) + 1
         if following:
             self._follow(client, +1)

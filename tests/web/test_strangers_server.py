@@ -101,6 +101,8 @@ def host_socket(request):
     if request.param == "tmp":
         folder = tempfile.mkdtemp(prefix="autograd-lab-host-socket-")
     else:
+        if os.geteuid() != 0:
+            pytest.skip("making a top-level folder needs root")
         folder = f"/autograd-lab-late-{os.getpid()}"
         os.mkdir(folder)
     os.chmod(folder, 0o755)

@@ -20,7 +20,9 @@ of the run's own (enter.py checks); nothing changes outside. Torch-free.
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
+import platform
 import stat
 from pathlib import Path
 
@@ -29,14 +31,17 @@ __all__ = ["SYSTEM", "enter_own_root"]
 # top-level folders a run sees something of (explain.py: a missing path elsewhere is the root's)
 SYSTEM = frozenset({"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev",
                     "proc", "sys"})
-SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib")
+# /lib* are symlinks into /usr on a merged-/usr system (copied as links), real folders elsewhere
+SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib", "/lib", "/lib32",
+               "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+GPU_DEVICES = "/dev/nvidia*"  # CUDA_VISIBLE_DEVICES reaches the worker: so do the devices
 OPTIONAL = ("/sys/devices/system/cpu",)  # read if there, not needed to run
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
 _MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
 _MNT_DETACH = 2
-_SYS_PIVOT_ROOT = 155  # x86_64
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _OLD = ".old-root"
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -64,6 +69,15 @@ def _bind(source: str, new_root: Path, mount, recursive: bool = True) -> None:
     mount(source, str(target), None, _MS_BIND | (_MS_REC if recursive else 0))
 
 
+def _read_only(target: Path, mount) -> None:
+    """The bind mount at `target` read-only (its top mount; Landlock refuses writes anyway).
+    Where the kernel refuses (a mount locked by a parent user namespace), it stays as it is."""
+    try:
+        mount(None, str(target), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID)
+    except OSError:
+        pass
+
+
 def enter_own_root(keep: list[str], staging: Path, mount) -> list[str]:
     """Make the new root at `staging` (a folder of the run's own, e.g. in its /dev/shm), fill
     it, pivot into it and drop the old one; returns the paths the run sees. `mount(source,
@@ -75,10 +89,13 @@ def enter_own_root(keep: list[str], staging: Path, mount) -> list[str]:
     for link in sorted(os.listdir("/")):  # /lib -> usr/lib and the like, as they are
         if stat.S_ISLNK(os.lstat("/" + link).st_mode):
             (new_root / link).symlink_to(os.readlink("/" + link))
-    for path in _outermost([p for p in (*SYSTEM_DIRS, *keep) if os.path.exists(p)]):
+    wanted = [p for p in (*SYSTEM_DIRS, *keep) if os.path.exists(p) and not os.path.islink(p)]
+    for path in _outermost(wanted):
         _bind(path, new_root, mount)
+        if path not in keep[-1:]:  # all but the run folder (the last kept path) read-only
+            _read_only(new_root / path.lstrip("/"), mount)
         seen.append(path)
-    for path in (*SYSTEM_FILES, *DEVICES):
+    for path in (*SYSTEM_FILES, *DEVICES, *sorted(glob.glob(GPU_DEVICES))):
         if os.path.exists(path):
             _bind(path, new_root, mount, recursive=False)
             seen.append(path)
@@ -93,7 +110,10 @@ def enter_own_root(keep: list[str], staging: Path, mount) -> list[str]:
             pass  # e.g. refused inside a user namespace: the run reads no CPU topology
     (new_root / "tmp").mkdir(exist_ok=True)
     (new_root / _OLD).mkdir()
-    _check(_libc.syscall(_SYS_PIVOT_ROOT, str(new_root).encode(),
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(f"no pivot_root number known for {platform.machine()}")
+    _check(_libc.syscall(number, str(new_root).encode(),
                          str(new_root / _OLD).encode()), "pivot_root")
     os.chdir("/")
     _check(_libc.umount2(f"/{_OLD}".encode(), _MNT_DETACH), "detaching the old root")

@@ -19,6 +19,7 @@ server need these calls to build the sandbox. Torch-free.
 from __future__ import annotations
 
 import errno
+import re
 import socket
 
 __all__ = ["REFUSED", "available", "install", "preload", "refusal_of"]
@@ -103,11 +104,10 @@ def install() -> dict:
 def refusal_of(text: str) -> str | None:
     """Which rule refused the call on a line of the script, from the line's text (None: the
     line calls none of them by name)."""
-    lowered = text.lower()
     for why, names in REFUSED.items():
         for name in names:
-            if name in lowered:
+            if re.search(rf"\b{name}\b", text):  # `unshare`, not `total_amount`'s "mount"
                 return f"`{name}` ({why})"
-    if "socket" in lowered:
+    if re.search(r"\bsocket\b", text):
         return "sockets other than AF_UNIX"
     return None
