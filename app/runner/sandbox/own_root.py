@@ -26,11 +26,8 @@ import platform
 import stat
 from pathlib import Path
 
-__all__ = ["SYSTEM", "enter_own_root"]
+__all__ = ["enter_own_root"]
 
-# top-level folders a run sees something of (explain.py: a missing path elsewhere is the root's)
-SYSTEM = frozenset({"usr", "lib", "lib32", "lib64", "libx32", "bin", "sbin", "etc", "dev",
-                    "proc", "sys"})
 # /lib* are symlinks into /usr on a merged-/usr system (copied as links), real folders elsewhere
 SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib", "/lib", "/lib32",
                "/lib64", "/libx32")
