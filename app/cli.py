@@ -135,12 +135,13 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from .web.app import create_app
+    from .web.slow_clients import BoundedH11Protocol
 
     settings = serve_settings(args)
     # the peer address is the one that connected: a proxy's X-Forwarded-For must not make a
     # remote client look local (auth.py treats forwarded requests as remote)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info",
-                proxy_headers=False)
+                proxy_headers=False, http=BoundedH11Protocol)
     return 0
 
 

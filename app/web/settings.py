@@ -11,6 +11,7 @@ Bad values are refused at start with a message naming the setting.
 from __future__ import annotations
 
 import os
+import resource
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
@@ -37,6 +38,12 @@ def _boolean(raw: str) -> bool:
 
 def _cores() -> int:
     return max(1, os.cpu_count() or 1)
+
+
+def _connection_cap() -> int:
+    # each connection is a file descriptor, and the workers' pipes and the store need theirs
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, min(2000, soft // 2)) if soft != resource.RLIM_INFINITY else 2000
 
 
 def setting(default, help: str, shown: str | None = None, factory=None):
@@ -106,6 +113,17 @@ class Settings:
         "waiting, answers to a question, pages following a class, runs sent to the teacher) "
         "also hold per address, times this, since fresh cookies cost nothing; a room whose "
         "devices share one address (one NAT) needs the class's size here")
+    request_read_timeout: float = setting(
+        10.0, "seconds a request may take to arrive whole (head and body); past it the "
+        "connection is closed, so a client sending a byte at a time holds nothing for long "
+        "(a request that has arrived is not timed: event streams stay open)")
+    max_connections: int = setting(
+        None, "connections open at once; past it, a request is answered 503 and its "
+        "connection closed", shown="half the open-file limit, 64-2000",
+        factory=_connection_cap)
+    per_address_connections: int = setting(
+        256, "connections open at once from one network address (a browser opens about 6, "
+        "plus one per page following a class: a room behind one NAT needs ~8 per student)")
     forkserver: bool = setting(
         True, "fork each run's worker from a warm process that imported torch once (~0.1 s "
         "instead of ~3 s of CPU); not root, each child enters a user namespace of its own; "
@@ -142,6 +160,12 @@ class Settings:
                                 f"loaded takes about 300), not {self.run_memory_mb}")
         if self.max_classes < 1:
             raise SettingsError(f"max_classes must be at least 1, not {self.max_classes}")
+        if self.request_read_timeout <= 0:
+            raise SettingsError(f"request_read_timeout must be positive, not "
+                                f"{self.request_read_timeout}")
+        if self.max_connections < 1 or self.per_address_connections < 1:
+            raise SettingsError("max_connections and per_address_connections must be at "
+                                "least 1")
         if self.pool_size < 0:
             raise SettingsError(f"pool_size must be 0 or more, not {self.pool_size}")
 

@@ -14,6 +14,7 @@ from ..deps import CatalogDep, LayoutDep, ScenarioDep, TracesDep
 from ..errors import AppError
 from ..responses import MEDIA, document, drawing
 from ..sandbox_status import sandbox_status
+from ..slow_clients import connection_report
 
 router = APIRouter(tags=["autograd-lab"])
 
@@ -34,10 +35,12 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
 def healthz(request: Request) -> dict:
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
     until it is done); `workers` says whether runs are forked from the fork server; `lessons`
-    whether every lesson is traced yet, and how many seconds after start that was done."""
+    whether every lesson is traced yet, and how many seconds after start that was done;
+    `connections` whether slow clients and connection counts are bounded (slow_clients.py)."""
     state = request.app.state
     return {"status": "ok", "sandbox": sandbox_status(state.settings, state.selftest),
-            "workers": state.traces.workers(), "lessons": state.traces.warmth()}
+            "workers": state.traces.workers(), "lessons": state.traces.warmth(),
+            "connections": connection_report()}
 
 
 @router.get("/api/scenarios")

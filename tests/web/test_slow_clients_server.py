@@ -1,0 +1,148 @@
+"""The web process bounded (issue 20), against a real server: a client sending a request a byte
+at a time is cut off, and connections are capped in all and per address. Before
+slow_clients.py, 200 such connections stayed open for as long as their senders liked."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.server import serve
+
+pytestmark = pytest.mark.slow
+
+DEADLINE = 2.0  # the server's request_read_timeout here
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("store"), name="slow-clients-server", MAX_WORKERS="1",
+               POOL_SIZE="0", WARM_LESSONS="false", SELFTEST="false",
+               REQUEST_READ_TIMEOUT=str(DEADLINE), MAX_CONNECTIONS="60",
+               PER_ADDRESS_CONNECTIONS="40") as url:
+        yield url
+
+
+def _address(base: str) -> tuple[str, int]:
+    host, port = base.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _dripping(base: str, count: int, source: str = "127.0.0.1") -> list[socket.socket]:
+    """`count` connections that have each sent the first bytes of a request's head."""
+    held = []
+    for _ in range(count):
+        s = socket.create_connection(_address(base), timeout=10, source_address=(source, 0))
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        held.append(s)
+    return held
+
+
+def _closed_by_server(s: socket.socket) -> bool:
+    try:
+        s.settimeout(0.05)
+        return s.recv(1) == b""
+    except (TimeoutError, BlockingIOError):
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def _closed_ones(held: list[socket.socket]) -> int:
+    return sum(_closed_by_server(s) for s in held)
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_off(base):
+    held = _dripping(base, 30)
+    try:
+        started = time.monotonic()
+        # keep every one of them dripping: each byte would have reset uvicorn's only timer
+        while time.monotonic() - started < DEADLINE * 3 and _closed_ones(held) < len(held):
+            for s in held:
+                try:
+                    s.sendall(b"X")
+                except OSError:
+                    pass
+            time.sleep(0.3)
+        assert _closed_ones(held) == len(held)
+        assert time.monotonic() - started < DEADLINE * 3
+    finally:
+        for s in held:
+            s.close()
+    health = httpx.get(base + "/healthz", timeout=10).json()["connections"]
+    assert health["bounded"] and health["request_read_timeout_s"] == DEADLINE
+
+
+def test_a_request_that_has_arrived_is_not_timed(base):
+    """The deadline covers sending a request, not answering it: a stream stays open."""
+    teacher = httpx.Client(base_url=base, timeout=30)
+    teacher.get("/")
+    code = teacher.post("/api/classes", json={}).json()["code"]
+    try:
+        with teacher.stream("GET", f"/api/classes/{code}/events") as events:
+            assert events.status_code == 200
+            lines = events.iter_lines()
+            assert '"view"' in next(line for line in lines if line.startswith("data:"))
+            time.sleep(DEADLINE * 1.5)
+            with httpx.Client(base_url=base, cookies=teacher.cookies, timeout=30) as again:
+                again.put(f"/api/classes/{code}/view", json={"path": "/", "query": "late=1"})
+            # the stream still delivers a change made after the deadline has passed
+            later = (line for line in itertools.islice(lines, 50) if line.startswith("data:"))
+            assert "late=1" in next(later)
+    finally:
+        teacher.delete(f"/api/classes/{code}")
+        teacher.close()
+
+
+def test_connections_past_the_caps_are_answered_503_and_the_next_normal_request_works(base):
+    held = _dripping(base, 40)  # this address's whole share
+    try:
+        refused = httpx.get(base + "/healthz", timeout=10,
+                            headers={"Connection": "close"})
+        assert refused.status_code == 503
+        assert "your network address has 40 connections" in refused.json()["detail"]
+        assert refused.headers["retry-after"]
+        # another address still gets in, up to the server's cap of 60 in all
+        elsewhere = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+        assert elsewhere.get(base + "/healthz", timeout=10).status_code == 200
+        more = _dripping(base, 20, source="127.0.0.3")
+        try:
+            with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as new:
+                full = new.get(base + "/healthz", timeout=10)  # a new connection: the 61st
+            assert full.status_code == 503 and "60 connections open" in full.json()["detail"]
+        finally:
+            for s in more:
+                s.close()
+        elsewhere.close()
+    finally:
+        for s in held:
+            s.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        answer = httpx.get(base + "/healthz", timeout=10)
+        if answer.status_code == 200:
+            break
+        time.sleep(0.2)
+    assert answer.status_code == 200
+    run = httpx.post(base + "/api/runs", timeout=120, json={
+        "source": "import torch\nw = torch.ones(2, requires_grad=True)\n"
+                  "(w * w).sum().backward()\n"})
+    assert run.status_code == 200 and run.json()["error"] is None
+
+
+def _as_the_cli(cmd: list[str]) -> list[str]:
+    """The command `autograd-lab serve` runs, on the port `serve()` chose."""
+    port = cmd[cmd.index("--port") + 1]
+    return [cmd[0], "-m", "app.cli", "serve", "--port", port]
+
+
+def test_autograd_lab_serve_runs_with_the_bounds(tmp_path):
+    """`autograd-lab serve` gives uvicorn the bounded protocol; /healthz says so."""
+    with serve(tmp_path, name="slow-clients-cli", wrap=_as_the_cli, POOL_SIZE="0",
+               WARM_LESSONS="false", SELFTEST="false") as url:
+        report = httpx.get(url + "/healthz", timeout=10).json()["connections"]
+    assert report["bounded"] is True and "detail" not in report
