@@ -122,8 +122,9 @@ class Child:
                  zygote: Zygote | None = None) -> None:
         self.policy = policy
         self.layers = sandbox.effective(policy)
-        self.run_dir = Path(tempfile.mkdtemp(prefix="autograd-lab-run-"))
+        # the uid first: with none free (NoFreeUid) there is no run folder to leave behind
         self.lease = identity.lease_uid() if self.layers["uid"] else None
+        self.run_dir = Path(tempfile.mkdtemp(prefix="autograd-lab-run-"))
         self.cgroups: RunCgroups | None = None
         self.proc: subprocess.Popen | None = None
         self.worker_pid: int | None = None

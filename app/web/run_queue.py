@@ -18,11 +18,13 @@ What every implementation promises:
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Protocol
 
 from app.format import Trace, error_record, new_document
+from app.runner import NoFreeUid
 
 from .gate import Stopped
 from .jobs import Job, JobBook
@@ -31,6 +33,8 @@ from .store import RunStore
 from .traces import Lane
 
 __all__ = ["InProcessQueue", "RunEnded", "RunQueue", "Submission", "UnknownRun"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,11 @@ class InProcessQueue:
                 doc = new_document(run.name, run.source, run.device, None)
                 doc["error"] = error_record("Stopped", "The run was stopped on request before "
                                             "it started.")
+            except Exception as exc:  # noqa: BLE001 - the server failed, not the script
+                outcome = "failed"
+                doc = new_document(run.name, run.source, run.device, None)
+                doc["error"] = error_record("ServerBusy" if isinstance(exc, NoFreeUid)
+                                            else "ServerError", _not_started(exc))
             else:
                 if doc.get("error") and doc["error"]["type"] == "Stopped":
                     outcome = "stopped"
@@ -138,7 +147,9 @@ class InProcessQueue:
             return None
         status = self.book.status(job)
         if job.state == "failed":
-            status["detail"] = str(job.error or "") or "the run could not be started"
+            kept = (job.result or {}).get("error") or {}  # the server failed; the script is kept
+            status["detail"] = kept.get("message") or str(job.error or "") or \
+                "the run could not be started"
         return status
 
     def owner(self, run_id: str) -> str | None:
@@ -167,6 +178,17 @@ class InProcessQueue:
             raise job.error
         assert job.result is not None
         return job.result
+
+
+def _not_started(exc: Exception) -> str:
+    """What a person is told when the server could not start their run (their script is kept
+    with it). The exception's own words go to the log: they may name the server's paths."""
+    if isinstance(exc, NoFreeUid):
+        return (f"The server could not start a sandbox for this run: {exc}. It is at its limit "
+                "for the moment; run the script again in a minute.")
+    log.error("a run could not be started", exc_info=exc)
+    return ("The server could not start this run (its log says why). The script is kept: run "
+            "it again, and if this keeps happening, tell whoever runs the server.")
 
 
 def _settle(future: asyncio.Future) -> None:

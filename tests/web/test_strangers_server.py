@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -335,3 +336,60 @@ def test_a_run_starts_no_program_even_from_a_memfd(base):
     doc = post(base, MEMFD_EXEC)
     assert doc["stdout"].strip() == "refused 1", doc["stdout"]  # EPERM, and no ld.so output
     _normal_run_still_works(base)
+
+
+LOOP = "import time\nwhile True:\n    time.sleep(0.1)\n"
+
+
+def _processes_of(uids: range) -> set[int]:
+    """Which of `uids` some process runs as now (a run holds its uid while its worker lives)."""
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uid = int(next(line for line in status.read_text().splitlines()
+                           if line.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            continue  # ended while we looked
+        if uid in uids:
+            found.add(uid)
+    return found
+
+
+@pytest.fixture(scope="module")
+def two_uids(tmp_path_factory):
+    # as many sandbox uids as runs at once, less one: the third run finds none free
+    with serve(tmp_path_factory.mktemp("store"), name="strangers-two-uids", MAX_WORKERS="1",
+               UPLOAD_WORKERS="3", POOL_SIZE="0", WARM_LESSONS="false", SELFTEST="false",
+               UID_BASE="3500300000", UID_COUNT="2") as url:
+        yield url
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs get uids of their own only as root")
+def test_a_run_that_finds_every_sandbox_uid_taken_keeps_its_script_and_says_so(two_uids):
+    """Before: the run's request got a bare 500 and its script was lost."""
+    looping = [httpx.Client(base_url=two_uids, timeout=120,
+                            transport=httpx.HTTPTransport(local_address=f"127.0.0.{i}"))
+               for i in (1, 2)]
+    ids = [c.post("/api/runs?wait=false", json={"source": LOOP}).json()["id"] for c in looping]
+    try:
+        deadline = time.monotonic() + 60
+        while _processes_of(range(3500300000, 3500300002)) != {3500300000, 3500300001}:
+            assert time.monotonic() < deadline, "the two looping runs never both started"
+            time.sleep(0.2)
+        with httpx.Client(base_url=two_uids, timeout=120,
+                          transport=httpx.HTTPTransport(local_address="127.0.0.3")) as third:
+            answer = third.post("/api/runs", json={"source": SMALL, "name": "mine.py"})
+            assert answer.status_code == 200, answer.text
+            doc = answer.json()
+            assert doc["error"] and doc["error"]["type"] == "ServerBusy", doc.get("stdout")
+            assert "sandbox identities" in doc["error"]["message"]
+            assert "again in a minute" in doc["error"]["message"]
+            kept = third.get(doc["run"]["link"].replace("/runs/", "/api/runs/")).json()
+            assert kept["script"]["source"] == SMALL and kept["script"]["name"] == "mine.py"
+            status = third.get(f"/api/runs/{doc['run']['id']}/status").json()
+            assert status["state"] in ("failed", "done")
+    finally:
+        for client, run_id in zip(looping, ids, strict=True):
+            client.delete(f"/api/runs/{run_id}")
+            client.close()
+    _normal_run_still_works(two_uids)

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = [
+    "NoFreeUid",
     "UID_BASE",
     "UID_COUNT",
     "UidLease",
@@ -35,6 +36,10 @@ UID_BASE = int(os.environ.get("AUTOGRAD_LAB_UID_BASE", "3500000000"))
 # a test makes the range small to see a uid used again by a later run (tests/web/
 # test_strangers_server.py); a server uses all of it
 UID_COUNT = int(os.environ.get("AUTOGRAD_LAB_UID_COUNT", "4096"))
+
+
+class NoFreeUid(RuntimeError):
+    """Every sandbox uid is held by a run: the server is at its limit for now."""
 
 
 def can_switch() -> tuple[bool, str]:
@@ -95,7 +100,8 @@ def lease_uid() -> UidLease:
         _next = (_next + i + 1) % UID_COUNT
         kill_all(uid)  # a server that crashed may have left one behind
         return UidLease(uid, fd)
-    raise RuntimeError("all sandbox uids are in use")
+    raise NoFreeUid(f"every one of the server's {UID_COUNT:,} sandbox identities is held by "
+                    "a run")
 
 
 def _sandbox_uid(path: str) -> int | None:
