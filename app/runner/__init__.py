@@ -32,6 +32,8 @@ _EXPORTS = {
     "ResourceLimits": "sandbox",
     "SelfTest": "selftest",
     "availability": "sandbox",
+    "bound_all_runs": "sandbox.cgroups",
+    "machine_memory": "sandbox.cgroups",
     "Zygote": "zygote",
     "zygote_supported": "zygote",
 }

@@ -57,6 +57,8 @@ class Outcome:
     status: dict = field(default_factory=dict)  # the sandbox as the worker reported it
     unreadable: str | None = None  # why a report that is there was not parsed
     oom_kills: int = 0  # processes of the run the kernel killed at the run's memory limit
+    # ... or at the bound of all runs together, the run itself within its own limit
+    oom_all_runs: bool = False
     stopped: bool = False  # someone asked for the run to end (Child.stop)
 
     @property
@@ -369,11 +371,12 @@ class Child:
             status["namespaces"] = self.status_ns
         if self.cgroups is not None:
             status["cgroup_left"] = getattr(self, "status_cgroup_left", [])
+        oom_kills = self.cgroups.oom_kills() if self.cgroups else 0
         return Outcome(document=document, returncode=self.proc.returncode, timed_out=timed_out,
                        elapsed=time.monotonic() - started, log=self.log_tail(),
                        log_bytes=self._drain.total, too_large=too_large, status=status,
-                       unreadable=unreadable,
-                       oom_kills=self.cgroups.oom_kills() if self.cgroups else 0,
+                       unreadable=unreadable, oom_kills=oom_kills,
+                       oom_all_runs=bool(oom_kills) and not self.cgroups.own_limit_hit(),
                        stopped=self.stopped)
 
     def _terminate(self) -> None:

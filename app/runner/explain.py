@@ -54,7 +54,8 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
     elif doc.get("error"):
         _explain_exception(doc["error"], limits, source)
     if outcome.oom_kills:
-        doc["error"] = _run_memory_error(outcome.oom_kills, limits, doc.get("error"))
+        doc["error"] = _run_memory_error(outcome.oom_kills, limits, doc.get("error"),
+                                         outcome.oom_all_runs)
     if outcome.stopped:
         line = (doc.get("error") or {}).get("line")
         where = f" at line {line}" if line else ""
@@ -80,16 +81,25 @@ def _sandbox(outcome: Outcome, limits: ResourceLimits) -> dict:
     return status
 
 
-def _run_memory_error(kills: int, limits: ResourceLimits, earlier: dict | None) -> dict:
-    """The run's cgroup hit its memory limit: whatever else the run reported followed from it."""
+def _run_memory_error(kills: int, limits: ResourceLimits, earlier: dict | None,
+                      all_runs: bool = False) -> dict:
+    """The run's cgroup hit its memory limit, or all runs together hit theirs: whatever else
+    the run reported followed from it."""
     line = (earlier or {}).get("line")
     at = f" (the script was at line {line})" if line else ""
     what = "one of its processes" if kills == 1 else f"{kills} of its processes"
-    record = error_record(
-        "MemoryLimit", f"The run as a whole used more than the {limits.run_memory_mb} MiB of "
-        "memory it may have (all its processes together, with what they keep in files in "
-        f"memory and shared memory), so the kernel stopped {what}{at}. Use smaller tensors, "
-        "fewer processes, or keep less in memory at once.", line)
+    if all_runs:
+        record = error_record(
+            "MemoryLimit", "The runs on this server together used all the memory runs may have "
+            f"here, and the kernel stopped {what}{at} to make room. This run was within its own "
+            f"{limits.run_memory_mb} MiB: run it again when the server is less busy, or keep "
+            "less in memory at once.", line)
+    else:
+        record = error_record(
+            "MemoryLimit", f"The run as a whole used more than the {limits.run_memory_mb} MiB "
+            "of memory it may have (all its processes together, with what they keep in files "
+            f"in memory and shared memory), so the kernel stopped {what}{at}. Use smaller "
+            "tensors, fewer processes, or keep less in memory at once.", line)
     if earlier:
         record["exception"] = earlier.get("type", "")
     return record

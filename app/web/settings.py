@@ -107,6 +107,11 @@ class Settings:
         ResourceLimits.run_memory_mb, "memory of a whole run, MiB: all its processes, files in "
         "memory and shared memory included (a cgroup where the machine has one; each process "
         "also has its own address-space limit)")
+    all_runs_memory_mb: int = setting(
+        0, "memory of all runs together, MiB, in one cgroup above theirs (past it the kernel "
+        "stops the largest run, which is told why); 0 (auto): three quarters of the machine's "
+        "memory (or of the server's own cgroup's), the rest for the server and the system",
+        shown="0 (auto)")
     max_classes: int = setting(50, "class sessions open at once")
     per_address_people: int = setting(
         4, "people one network address may stand for: a browser's limits (runs running and "
@@ -158,6 +163,9 @@ class Settings:
         if self.run_memory_mb < 512:
             raise SettingsError(f"run_memory_mb must be at least 512 (a worker with torch "
                                 f"loaded takes about 300), not {self.run_memory_mb}")
+        if self.all_runs_memory_mb and self.all_runs_memory_mb < self.run_memory_mb:
+            raise SettingsError(f"all_runs_memory_mb must be 0 (auto) or at least run_memory_mb "
+                                f"({self.run_memory_mb}), not {self.all_runs_memory_mb}")
         if self.max_classes < 1:
             raise SettingsError(f"max_classes must be at least 1, not {self.max_classes}")
         if self.request_read_timeout <= 0:

@@ -31,6 +31,8 @@ from app.runner import (
     Pool,
     ResourceLimits,
     Zygote,
+    bound_all_runs,
+    machine_memory,
     probe_devices,
     trace_in_sandbox,
     zygote_supported,
@@ -126,6 +128,7 @@ class TraceService:
         self.started_at = time.monotonic()
         self.warmed_in: float | None = None  # seconds from start until every lesson was traced
         self.warm_count = self.warm_total = 0
+        self.all_runs_memory = (False, "not bounded yet: the server is starting")
 
     def upload_workers(self, forked: bool | None = None) -> int:
         """Uploads that may run at once. Forked workers cost little to start and a small run
@@ -148,6 +151,9 @@ class TraceService:
             self.zygote.start()
             threading.Thread(target=self._size_after_fork_server, daemon=True,
                              name="autograd-lab-fork-server-settle").start()
+        self.all_runs_memory = bound_all_runs(self.all_runs_memory_bytes())
+        if not self.all_runs_memory[0]:
+            log.warning("%s", self.all_runs_memory[1])
         self.lessons.start()
         self.uploads.start()
         if catalog is not None and self.settings.warm_lessons:
@@ -155,6 +161,13 @@ class TraceService:
                              name="autograd-lab-warm-lessons").start()
         else:
             self._warm_done()
+
+    def all_runs_memory_bytes(self) -> int:
+        """The bound on all runs' memory together: the setting, or three quarters of what the
+        server's processes may use (never less than one run's own limit)."""
+        if self.settings.all_runs_memory_mb:
+            return self.settings.all_runs_memory_mb << 20
+        return max(machine_memory() * 3 // 4, self.settings.run_memory_mb << 20)
 
     def _size_after_fork_server(self) -> None:
         """A fork server that failed leaves exec'd workers, each seconds of CPU to start: the
@@ -175,8 +188,10 @@ class TraceService:
             detail = self.zygote.describe()
         else:
             detail = f"runs start fresh workers: no fork server ({self.no_fork_server})"
+        bounded, memory = self.all_runs_memory
         return {"forked": forked, "detail": detail, "uploads_at_once": self.uploads.gate.workers,
-                "lessons_at_once": self.lessons.gate.workers}
+                "lessons_at_once": self.lessons.gate.workers,
+                "all_runs_memory": {"bounded": bounded, "detail": memory}}
 
     def warmth(self) -> dict:
         """For /healthz: whether every lesson is traced, and how long that took from start."""

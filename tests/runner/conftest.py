@@ -94,7 +94,8 @@ def leftovers(doc: dict) -> list[int]:
     PID namespace while that still exists."""
     box = doc.get("sandbox") or {}
     uid, session, pid_ns = box.get("uid"), box.get("session"), box.get("pid_ns")
-    cgroup = f"/autograd-lab/{box['cgroup']}" if box.get("cgroup") else None
+    # the run's folder name is its own (the server's pid and its run folder's random name)
+    cgroup = f"/{box['cgroup']}" if box.get("cgroup") else None
     found = identity.processes_of(uid) if uid and uid >= identity.UID_BASE and \
         not _leased_now(uid) else []
     namespace_alive = _same_namespace_alive(box)

@@ -107,7 +107,8 @@ def test_the_uid_lock_folder_is_used_only_when_it_is_the_server_s_own(tmp_path):
         _lock_dir(tmp_path / "theirs")
 
 
-def test_cgroups_a_dead_server_left_are_swept_and_a_live_one_s_are_not():
+@pytest.mark.parametrize("own_folder", [True, False], ids=["server-folder", "older-layout"])
+def test_cgroups_a_dead_server_left_are_swept_and_a_live_one_s_are_not(own_folder):
     from app.runner.sandbox import cgroups
 
     if not cgroups.available()[0]:
@@ -119,7 +120,9 @@ def test_cgroups_a_dead_server_left_are_swept_and_a_live_one_s_are_not():
     backend, _ = cgroups._detect()
     # as if a server with the dead pid had made them, and left a process in one
     bases = {backend.memory, backend.pids} | ({backend.killer} if backend.killer else set())
-    left = [base / "autograd-lab" / f"{dead.pid}-sweep-test-dead" for base in bases]
+    # each server has a folder of its own for its runs; an older one put them side by side
+    server = [base / "autograd-lab" / str(dead.pid) for base in bases]
+    left = [(s if own_folder else s.parent) / f"{dead.pid}-sweep-test-dead" for s in server]
     try:
         for folder in left:
             folder.mkdir(parents=True)
@@ -129,11 +132,12 @@ def test_cgroups_a_dead_server_left_are_swept_and_a_live_one_s_are_not():
         assert f"{dead.pid}-sweep-test-dead" in swept
         assert sleeper.wait(timeout=5) == -9  # what it left is killed...
         assert not any(f.exists() for f in left)  # ...and its folders are gone
+        assert not any(f.exists() for f in server)
         assert all(f.exists() for f in mine.folders)  # a live server's are kept
     finally:
         sleeper.kill()
         mine.remove()
-        for folder in left:
+        for folder in [*left, *server]:
             if folder.exists():
                 folder.rmdir()
 

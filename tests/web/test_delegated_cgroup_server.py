@@ -74,7 +74,7 @@ def test_the_whole_run_memory_limit_holds_without_root(delegated, source):
     assert doc["sandbox"]["forked"] is True
     # runs' cgroups are made in the delegated subtree (the next pooled worker's is there),
     # and this run's is gone again
-    made = {p.name for p in folders[0].glob("autograd-lab/*-autograd-lab-run-*")}
+    made = {p.name for p in folders[0].glob("autograd-lab/*/*-autograd-lab-run-*")}
     assert made and doc["sandbox"]["cgroup"] not in made, (made, doc["sandbox"])
     after = httpx.post(base + "/api/runs", json={"source": SMALL}, timeout=120).json()
     assert after["error"] is None and after["params"]["w"]["uses"] == {"0": 2}

@@ -99,3 +99,17 @@ def test_the_store_and_the_classroom_take_their_defaults_from_the_declarations()
             store["max_run_bytes"].default) == (s.store_max_runs, s.store_max_bytes,
                                                 s.store_max_run_bytes)
     assert inspect.signature(Classroom).parameters["max_sessions"].default == s.max_classes
+
+
+def test_all_runs_share_three_quarters_of_the_machine_unless_told_otherwise():
+    from app.web.traces import TraceService
+
+    meminfo = Path("/proc/meminfo").read_text()
+    total = int(next(line for line in meminfo.splitlines()
+                     if line.startswith("MemTotal:")).split()[1]) * 1024
+    auto = TraceService(Settings(forkserver=False)).all_runs_memory_bytes()
+    assert Settings().run_memory_mb << 20 <= auto <= total * 3 // 4
+    told = TraceService(Settings(forkserver=False, all_runs_memory_mb=4096))
+    assert told.all_runs_memory_bytes() == 4096 << 20
+    with pytest.raises(SettingsError, match="all_runs_memory_mb"):
+        Settings(all_runs_memory_mb=600, run_memory_mb=1024)

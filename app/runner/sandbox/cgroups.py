@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RunCgroups", "available", "sweep"]
+__all__ = ["RunCgroups", "available", "bound_all_runs", "machine_memory", "sweep"]
 
 _PARENT = "autograd-lab"  # below the server's own cgroup in each hierarchy
 
@@ -172,7 +172,10 @@ def sweep() -> list[str]:
     swept = []
     bases = {backend.memory, backend.pids} | ({backend.killer} if backend.killer else set())
     for base in bases:
-        for folder in (base / _PARENT).glob("*-*"):
+        # a server's folder (<pid>) and its runs (<pid>-<name>); top-level <pid>-<name>
+        # folders are an older server's, from before each server had a folder of its own
+        servers = [f for f in (base / _PARENT).glob("*") if f.name.isdigit()]
+        for folder in [*(base / _PARENT).glob("*-*"), *(r for f in servers for r in f.glob("*-*"))]:
             pid = folder.name.split("-", 1)[0]
             if not pid.isdigit() or Path(f"/proc/{pid}").exists():
                 continue
@@ -180,6 +183,9 @@ def sweep() -> list[str]:
             run.kill(timeout=2.0)
             run.remove()
             swept.append(folder.name)
+        for folder in servers:
+            if not Path(f"/proc/{folder.name}").exists():
+                RunCgroups(backend, [folder]).remove()
     return swept
 
 
@@ -187,6 +193,74 @@ def available() -> tuple[bool, str]:
     """(can runs get cgroups here, what and where, or why not)."""
     backend, detail = _detect()
     return backend is not None, detail
+
+
+def machine_memory() -> int:
+    """Bytes of memory the server's processes may use: the machine's, or less where the
+    server's own cgroup is limited (a container, a systemd unit's MemoryMax)."""
+    total = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    backend, _ = _detect()
+    if backend is not None:
+        name = "memory.max" if backend.version == 2 else "memory.limit_in_bytes"
+        try:
+            own = (backend.memory / name).read_text().strip()
+            if own.isdigit() and (total == 0 or int(own) < total):
+                total = int(own)
+        except OSError:
+            pass
+    return total
+
+
+def bound_all_runs(memory_bytes: int) -> tuple[bool, str]:
+    """Bound the memory of every run together: the folder that holds the runs' cgroups gets
+    `memory_bytes`, so many runs, each within its own limit, cannot take the machine's memory
+    from the server and from each other. (bounded or not, a sentence saying which)"""
+    backend, detail = _detect()
+    if backend is None:
+        return False, f"the memory of all runs together is not bounded: {detail}"
+    try:
+        parent = _server_folder(backend.memory, backend.version)
+        if backend.version == 2:
+            _write(parent / "memory.max", str(memory_bytes))
+        else:
+            _write_v1_memory(parent, memory_bytes)
+    except OSError as exc:
+        parent = backend.memory / _PARENT / str(os.getpid())
+        return False, (f"the memory of all runs together is not bounded: {parent} refused "
+                       f"{memory_bytes >> 20} MiB ({exc.strerror or exc})")
+    return True, f"all runs together may use {memory_bytes >> 20:,} MiB"
+
+
+def _server_folder(base: Path, version: int) -> Path:
+    """This server's folder for its runs' cgroups: autograd-lab/<server pid> below the
+    server's own cgroup. One per server, so that its bound (`bound_all_runs`) is its own and
+    another server on the machine (a test's, a second instance) neither sets nor meets it."""
+    folder = base / _PARENT / str(os.getpid())
+    if not folder.is_dir():
+        for level in (folder.parent, folder):
+            level.mkdir(exist_ok=True)
+            if version == 2:  # a v2 folder hands its controllers down only when told to
+                _write(level / "cgroup.subtree_control", "+memory +pids")
+    return folder
+
+
+def _write_v1_memory(folder: Path, memory_bytes: int) -> None:
+    """v1 keeps memory.limit_in_bytes at most memory.memsw.limit_in_bytes at every moment:
+    raising both, memsw goes first; lowering, it goes second."""
+    limit, memsw = folder / "memory.limit_in_bytes", folder / "memory.memsw.limit_in_bytes"
+    try:
+        raising = int(limit.read_text()) < memory_bytes
+    except (OSError, ValueError):
+        raising = True
+    order = [(memsw, True), (limit, False)] if raising else [(limit, False), (memsw, True)]
+    for path, optional in order:
+        _write(path, str(memory_bytes), missing_ok=optional)
 
 
 @dataclass
@@ -206,12 +280,8 @@ class RunCgroups:
             if backend.version == 1 and backend.killer is not None:
                 bases.append(backend.killer)
             for base in bases:
-                parent = base / _PARENT
-                parent.mkdir(exist_ok=True)
-                if backend.version == 2:
-                    _write(parent / "cgroup.subtree_control", "+memory +pids")
                 # the server's pid first: `sweep` tells a dead server's leftovers by it
-                folder = parent / f"{os.getpid()}-{name}"
+                folder = _server_folder(base, backend.version) / f"{os.getpid()}-{name}"
                 folder.mkdir()
                 run.folders.append(folder)
             run._limit(memory_bytes, processes)
@@ -253,6 +323,26 @@ class RunCgroups:
         except (OSError, ValueError):
             pass
         return 0
+
+    def own_limit_hit(self) -> bool:
+        """Whether the run's memory reached its own limit. A run killed without reaching it
+        was chosen at the bound of all runs together (`bound_all_runs`)."""
+        folder = self.folders[0] if self.folders else None
+        if folder is None:
+            return False
+        try:
+            if self.backend.version == 2:
+                for line in (folder / "memory.events").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "max":
+                        return int(value) > 0
+                return False
+            # v1's failcnt stays 0 on recent kernels, own limit hit or not: its peak tells
+            # (a charge that failed left the usage within a huge page of the limit)
+            peak = int((folder / "memory.max_usage_in_bytes").read_text())
+            return peak >= int((folder / "memory.limit_in_bytes").read_text()) - (4 << 20)
+        except (OSError, ValueError):
+            return True  # cannot tell: blame the run's own limit, as before
 
     def pids(self) -> list[int]:
         found: set[int] = set()
