@@ -187,7 +187,8 @@ class Child:
             env=worker_env(self.run_dir))
         # /dev/shm may be written only where it is the run's own (a mount namespace)
         worker_opts = {"landlock": self.layers["landlock"], "limits": limits,
-                       "shm": self.layers["namespaces"], "seccomp": self.layers["seccomp"]}
+                       "shm": self.layers["namespaces"], "seccomp": self.layers["seccomp"],
+                       "own_root": bool(plan.own_root)}
         if self._fork(plan, worker_opts):
             return
         python = sys.executable

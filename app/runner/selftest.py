@@ -158,7 +158,7 @@ _HOSTILE_TRACE = """\
 import torch
 x = torch.ones(2, requires_grad=True)
 (x * x).sum().backward()
-print(open('/etc/passwd').read())
+print(open('/etc/shadow').read())
 """
 
 
@@ -169,7 +169,7 @@ def _worker(ctx: dict) -> dict:
                  timeout=30)
     err = doc.get("error") or {}
     landlock_on = sandbox.effective(sandbox.Policy())["landlock"]
-    # refused by Landlock, or not even there (the run's own root holds no /etc/passwd)
+    # refused by Landlock, or not even there (the run's own root holds no /etc/shadow)
     confined = err.get("type") in ("PermissionError", "FileNotFoundError") and \
         err.get("line") == 4
     events = len(doc.get("events", []))

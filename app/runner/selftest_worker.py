@@ -210,7 +210,8 @@ def serve(run_dir: Path, opts: dict) -> int:
         status["seccomp"] = apply_seccomp()
     if opts.get("landlock"):
         status["landlock"] = apply_landlock(run_dir, app_root() / "app",
-                                            private_shm=bool(opts.get("shm")))
+                                            private_shm=bool(opts.get("shm")),
+                                            own_root=bool(opts.get("own_root")))
     print(ready_line(status), flush=True)
     job = Job.from_line(sys.stdin.buffer.readline(MAX_JOB_LINE))
     drop_stdin()

@@ -217,7 +217,8 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
         status["seccomp"] = apply_seccomp()
     if sandbox.get("landlock", True):
         status["landlock"] = apply_landlock(run_dir, app_root() / "app",
-                                            private_shm=bool(sandbox.get("shm")))
+                                            private_shm=bool(sandbox.get("shm")),
+                                            own_root=bool(sandbox.get("own_root")))
     else:
         status["landlock"] = {"enforced": False, "reason": "turned off"}
     print(ready_line(status), flush=True)

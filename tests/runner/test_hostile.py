@@ -76,8 +76,8 @@ CASES = [
     Case("udp-elsewhere", "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
          "s.sendto(b'x', ('1.1.1.1', 53))\n", "OSError",
          r"refused by the sandbox: a script may not use sockets", line=2, needs=("seccomp",)),
-    Case("read-etc-passwd", "print(open('/etc/passwd').read())\n", "FileNotFoundError",
-         r"No such file or directory: '/etc/passwd' - outside its own folder", line=1,
+    Case("read-etc-shadow", "print(open('/etc/shadow').read())\n", "FileNotFoundError",
+         r"No such file or directory: '/etc/shadow' - outside its own folder", line=1,
          needs=("namespaces",)),
     Case("read-app-files", "print(open('{app_file}').read())\n", "PermissionError",
          r"Permission denied: '.*app/cli\.py' - refused by the sandbox", line=1,
@@ -118,6 +118,15 @@ CASES = [
     Case("million-node-graph", "import torch\nx = torch.ones(1, requires_grad=True)\ny = x\n"
          "for _ in range(10**6):\n    y = y * 1.0\ny.backward()\n", "Timeout",
          r"longer than the 3 s limit and was stopped at line [45]", line=(4, 5), timeout=3),
+    # not hostile: what ordinary scripts ask of the system still answers in the run's own root
+    # (before: getpass.getuser() raised KeyError, /dev/fd and the time zones were missing)
+    Case("ordinary-system-lookups",
+         "import getpass, os, zoneinfo\n"
+         "print(getpass.getuser(), os.listdir('/dev/fd')[:1], zoneinfo.ZoneInfo('Europe/Paris'))\n"
+         "print(len(open('/etc/passwd').read().splitlines()), 'accounts')\n"
+         "import torch\nw = torch.ones(2, requires_grad=True)\n(w * w).sum().backward()\n",
+         None, stdout=r"(autograd-lab-run|root) \['\d+'\] Europe/Paris\n[23] accounts",
+         needs=("own_root",)),
 ]
 
 

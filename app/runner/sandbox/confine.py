@@ -3,8 +3,9 @@
 What the worker may still read is derived from the worker itself: its interpreter, the
 entries of its `sys.path` (torch, numpy, scipy may import submodules lazily), the system's
 shared libraries, /proc and the CPU topology in /sys (read by OpenMP and numpy), a few devices.
-Left out on purpose: /etc (so /etc/passwd), /home, /root, and the app's own source tree, which
-is already imported. Torch-free.
+Left out on purpose: /etc, /home, /root, and the app's own source tree, which is already
+imported. /etc/passwd and /etc/group are read only in a root of the run's own, where they are
+its own (own_root.py), not the machine's list of accounts. Torch-free.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from . import landlock
 __all__ = ["apply_landlock", "apply_seccomp", "landlock_rules"]
 
 _SYSTEM_READ = ["/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/proc",
-                "/sys/devices/system/cpu", "/sys/fs/cgroup"]
+                "/sys/devices/system/cpu", "/sys/fs/cgroup", "/usr/share/zoneinfo"]
+_OWN_ROOT_READ_FILES = ["/etc/passwd", "/etc/group"]
 _SYSTEM_READ_FILES = ["/etc/ld.so.cache", "/etc/localtime", "/dev/urandom", "/dev/random",
                       "/dev/zero"]
 _SYSTEM_WRITE_FILES = ["/dev/null"]
@@ -28,8 +30,8 @@ def _within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False
-                   ) -> dict[str, list[str]]:
+def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False,
+                   own_root: bool = False) -> dict[str, list[str]]:
     """Readable directories and files, writable ones: everything else is refused."""
     run_dir, app_dir = run_dir.resolve(), app_dir.resolve()
     read: list[str] = []
@@ -42,15 +44,18 @@ def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False
             continue
         if str(path) not in read:
             read.append(str(path))
-    return {"read": read + _SYSTEM_READ, "read_files": _SYSTEM_READ_FILES,
+    return {"read": read + _SYSTEM_READ,
+            "read_files": _SYSTEM_READ_FILES + (_OWN_ROOT_READ_FILES if own_root else []),
             "write": [str(run_dir)] + (["/dev/shm"] if private_shm else []),
             "write_files": _SYSTEM_WRITE_FILES}
 
 
-def apply_landlock(run_dir: Path, app_dir: Path, private_shm: bool = False) -> dict:
+def apply_landlock(run_dir: Path, app_dir: Path, private_shm: bool = False,
+                   own_root: bool = False) -> dict:
     """Confine this process for good; the result (or why not) goes into the sandbox report.
-    `private_shm`: /dev/shm is a tmpfs of the run's own, so it may be written."""
-    rules = landlock_rules(run_dir, app_dir, private_shm)
+    `private_shm`: /dev/shm is a tmpfs of the run's own, so it may be written; `own_root`:
+    the process is in a root of the run's own (own_root.py)."""
+    rules = landlock_rules(run_dir, app_dir, private_shm, own_root)
     try:
         return {"enforced": True, **landlock.restrict(**rules)}
     except OSError as exc:

@@ -126,7 +126,7 @@ def confine(plan: LaunchPlan) -> None:
             raise OSError("a root of the run's own stages its mounts in the run's /dev/shm")
         # the run folder (its tmpfs included) is one of the paths kept; built in the run's
         # own /dev/shm, which the new root keeps (own_root.py)
-        enter_own_root(plan.own_root, Path("/dev/shm/.root"), _mount)
+        enter_own_root(plan.own_root, Path("/dev/shm/.root"), _mount, uid, plan.gid)
         os.chdir(plan.run_dir)
     if uid is not None:
         apply_early(limits)  # NPROC counts the new uid's processes, none yet

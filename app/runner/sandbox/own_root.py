@@ -9,8 +9,13 @@ root holds:
 - the paths the supervisor lists (`LaunchPlan.own_root`): the interpreter's prefix, the venv,
   the app's package folder and the run folder (with its private tmpfs), each at its own path;
 - the system's libraries (`/usr/lib`, `/usr/lib64`, `/usr/local/lib`) and the top-level
-  symlinks to them (`/lib`, `/lib64`, ...), `/etc/ld.so.cache` and `/etc/localtime`;
-- `/dev` with null, zero, full, random and urandom, and the run's own `/dev/shm`;
+  symlinks to them (`/lib`, `/lib64`, ...), the time zones, `/etc/ld.so.cache` and
+  `/etc/localtime`;
+- an `/etc/passwd` and `/etc/group` of its own naming root, the run's uid and nobody
+  (`getpass.getuser()`, `Path.home()` and `~` in paths need its entry; the machine's
+  accounts stay unseen);
+- `/dev` with null, zero, full, random and urandom, `/dev/fd` and the standard streams as
+  links into `/proc/self`, and the run's own `/dev/shm`;
 - the run's own `/proc`, and `/sys/devices/system/cpu` (OpenMP and numpy read the topology).
 Built from a list, not by hiding what is there: a folder or socket that appears on the machine
 later (while a pooled worker waits) is not in the run's root either. Only in a mount namespace
@@ -30,7 +35,10 @@ __all__ = ["enter_own_root"]
 
 # /lib* are symlinks into /usr on a merged-/usr system (copied as links), real folders elsewhere
 SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib", "/lib", "/lib32",
-               "/lib64", "/libx32")
+               "/lib64", "/libx32", "/usr/share/zoneinfo")
+_DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+              "stderr": "/proc/self/fd/2"}
+RUN_USER = "autograd-lab-run"
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 GPU_DEVICES = "/dev/nvidia*"  # CUDA_VISIBLE_DEVICES reaches the worker: so do the devices
@@ -75,10 +83,24 @@ def _read_only(target: Path, mount) -> None:
         pass
 
 
-def enter_own_root(keep: list[str], staging: Path, mount) -> list[str]:
+def _accounts(etc: Path, uid: int | None, gid: int | None, home: str) -> None:
+    """passwd and group files naming only root, the run's own uid and nobody."""
+    etc.mkdir(exist_ok=True)
+    users = [("root", 0, 0, "/root"), ("nobody", 65534, 65534, "/nonexistent")]
+    if uid not in (None, 0, 65534):
+        users.insert(1, (RUN_USER, uid, gid if gid is not None else uid, home))
+    (etc / "passwd").write_text("".join(
+        f"{name}:x:{u}:{g}::{folder}:/usr/sbin/nologin\n" for name, u, g, folder in users))
+    groups = {g: name for name, _, g, _ in reversed(users)}
+    (etc / "group").write_text("".join(f"{name}:x:{g}:\n" for g, name in groups.items()))
+
+
+def enter_own_root(keep: list[str], staging: Path, mount, uid: int | None = None,
+                   gid: int | None = None) -> list[str]:
     """Make the new root at `staging` (a folder of the run's own, e.g. in its /dev/shm), fill
     it, pivot into it and drop the old one; returns the paths the run sees. `mount(source,
-    target, fstype, flags, data)` is the launcher's. The current directory becomes `/`."""
+    target, fstype, flags, data)` is the launcher's; `uid` and `gid` are the run's, for its
+    passwd entry (its home is the run folder). The current directory becomes `/`."""
     new_root = staging
     new_root.mkdir(exist_ok=True)
     mount("tmpfs", str(new_root), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
@@ -96,6 +118,10 @@ def enter_own_root(keep: list[str], staging: Path, mount) -> list[str]:
         if os.path.exists(path):
             _bind(path, new_root, mount, recursive=False)
             seen.append(path)
+    _accounts(new_root / "etc", uid, gid, keep[-1] if keep else "/tmp")
+    (new_root / "dev").mkdir(exist_ok=True)
+    for name, target in _DEV_LINKS.items():
+        (new_root / "dev" / name).symlink_to(target)
     # the run's own /dev/shm (a tmpfs enter.py made) holds the staging folder: not recursive
     _bind("/dev/shm", new_root, mount, recursive=False)
     _bind("/proc", new_root, mount)
