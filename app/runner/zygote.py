@@ -92,6 +92,7 @@ class Zygote:
         # ready, or known not to be: what waits for the fork server waits for this (a fork
         # server that fails at start must not keep the self-test and the pools waiting)
         self.settled = threading.Event()
+        self.ended = threading.Event()  # it has ended (or never started): runs are exec'd
         self._started: float | None = None
         self.failed = ""  # why it is not running, when it is not
         self.served = 0
@@ -115,6 +116,7 @@ class Zygote:
                 start_new_session=True)
         except OSError as exc:
             self.failed = f"the fork server could not be started: {exc}"
+            self.ended.set()
             self.settled.set()
             log.warning("%s; runs start fresh workers", self.failed)
             return self
@@ -163,6 +165,7 @@ class Zygote:
             self.failed = (f"the fork server ended (exit status {self.proc.returncode}): "
                            + self._tail.decode("utf-8", "replace")[-500:])
         self.ready.clear()
+        self.ended.set()
         self.settled.set()
         log.warning("%s; runs start fresh workers", self.failed)
 

@@ -30,7 +30,7 @@ from .gate import Stopped
 from .jobs import Job, JobBook
 from .settings import default_of
 from .store import RunStore
-from .traces import Lane
+from .traces import DeviceError, Lane
 
 __all__ = ["InProcessQueue", "RunEnded", "RunQueue", "Submission", "UnknownRun"]
 
@@ -112,6 +112,8 @@ class InProcessQueue:
                 doc = new_document(run.name, run.source, run.device, None)
                 doc["error"] = error_record("Stopped", "The run was stopped on request before "
                                             "it started.")
+            except DeviceError:
+                raise  # the person asked for a device this machine lacks: errors.py's 422
             except Exception as exc:  # noqa: BLE001 - the server failed, not the script
                 outcome = "failed"
                 doc = new_document(run.name, run.source, run.device, None)

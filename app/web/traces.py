@@ -170,12 +170,15 @@ class TraceService:
         return max(machine_memory() * 3 // 4, self.settings.run_memory_mb << 20)
 
     def _size_after_fork_server(self) -> None:
-        """A fork server that failed leaves exec'd workers, each seconds of CPU to start: the
-        upload lane is sized for those."""
-        if not self.zygote.settle():
-            workers = self.upload_workers(forked=False)
-            log.warning("no fork server (%s): %d uploads at once", self.zygote.failed, workers)
-            self.uploads.gate.resize(workers)
+        """A fork server that failed, at start or later, leaves exec'd workers, each seconds
+        of CPU to start: the upload lane is sized for those."""
+        if self.zygote.settle():
+            self.zygote.ended.wait()  # it may still die (killed, out of memory) while serving
+        if self.zygote.failed == "stopped":
+            return  # the server is stopping: nothing to size
+        workers = self.upload_workers(forked=False)
+        log.warning("no fork server (%s): %d uploads at once", self.zygote.failed, workers)
+        self.uploads.gate.resize(workers)
 
     def _warm_done(self) -> None:
         self.warmed_in = round(time.monotonic() - self.started_at, 2)

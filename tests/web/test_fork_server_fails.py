@@ -65,3 +65,28 @@ def test_the_self_test_does_not_wait_for_a_failed_fork_server(failing_fork_serve
         assert "fork server ended" in report["layers"]["exec"]["detail"]
     finally:
         zygote.stop()
+
+
+@pytest.mark.slow
+def test_a_fork_server_that_dies_while_serving_leaves_the_lanes_sized_for_exec(tmp_path):
+    """Before: the lane was sized once, at start, and kept six uploads at once for workers that
+    were now each exec'd (seconds of CPU apiece)."""
+    service = TraceService(Settings(max_workers=2, pool_size=0, warm_lessons=False,
+                                    store_path=str(tmp_path / "runs.sqlite3")))
+    service.start()
+    try:
+        assert service.zygote.settle(timeout=120) is True
+        assert service.uploads.gate.workers == 6
+        service.zygote.proc.kill()  # as the kernel's OOM killer or an administrator would
+        for _ in range(300):
+            if service.uploads.gate.workers == 2:
+                break
+            time.sleep(0.1)
+        workers = service.workers()
+        assert workers["uploads_at_once"] == 2 and workers["forked"] is False
+        assert "fork server ended" in workers["detail"]
+        doc = service.uploads.run("import torch\nw = torch.ones(2, requires_grad=True)\n"
+                                  "(w * w).sum().backward()\n", "s.py", [], "cpu")
+        assert doc["error"] is None and doc["sandbox"]["forked"] is False
+    finally:
+        service.stop()
