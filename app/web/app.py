@@ -67,9 +67,10 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
                                settings.store_max_bytes, settings.store_max_run_bytes)
     # uploads run in the lessons' service's upload lane (one fork server for both), queued in
     # this process; a queue on other machines would replace only InProcessQueue here
+    # a class whose room shares one network address counts its members there (people_at)
     queue = InProcessQueue(app.state.traces.uploads, app.state.store,
                            settings.per_client_running, settings.per_client_queued,
-                           settings.per_address_people)
+                           settings.per_address_people, app.state.classroom.people_at)
     app.state.uploads = UploadService(queue, app.state.store, settings.upload_timeout)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)

@@ -8,8 +8,17 @@ the whole state (what the reader may see of it) with the version as the event id
 whose network dropped reconnects with `Last-Event-ID` and gets the current state at once if it
 is newer: nothing is replayed, because the newest state is all a follower needs.
 
+A browser that opens a class becomes a member (`Member`): its address, the alias the teacher
+sees, when it joined. One address may have at most `people` members (cookies are free: one
+machine could otherwise be a whole class) unless the teacher says the room shares one network
+address (`shared_address`: a classroom behind one NAT); the per-address limits on answers,
+streams and runs sent then count that address's members. The teacher sees the members and may
+remove one: its answer and runs leave the class, its streams end, and its cookie cannot join
+again.
+
 Everything here runs on the server's event loop (the routes are `async def`), so the state
-needs no lock. Torch-free, and it never sees user code: a view is a path and a query string.
+needs no lock; the one exception, `Classroom.people_at`, is read by the run queue's threads and
+only reads. Torch-free, and it never sees user code: a view is a path and a query string.
 """
 
 from __future__ import annotations
@@ -19,15 +28,16 @@ import hashlib
 import re
 import secrets
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from app.lru import LRU
 
+from .clients import is_browser
 from .errors import AppError
 from .settings import default_of
 
-__all__ = ["ClassError", "ClassSession", "Classroom", "check_view"]
+__all__ = ["ClassError", "ClassSession", "Classroom", "Member", "check_view"]
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read aloud and typed on phones
 CODE_LENGTH = 6
@@ -38,7 +48,8 @@ MAX_TEXT = 300
 MAX_SUBMISSIONS = 200
 MAX_ANSWERS = 1000  # per question: a class, not a poll of the internet
 STREAMS_PER_CLIENT = 4  # a student's tabs in one class
-MAX_MEMBERS = 2000  # browsers remembered per class (let through a throttled address)
+MAX_MEMBERS = 2000  # browsers per class, those the teacher removed included
+MAX_TURNED_AWAY = 1000  # browsers refused for their address, counted for the teacher's hint
 WRONG_CODES_PER_MINUTE = 30  # per address: a person mistypes a few, a script tries thousands
 SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
 STREAMS_PER_CLASS = 500
@@ -73,6 +84,16 @@ def _text(value: object, what: str) -> str:
 
 
 @dataclass
+class Member:
+    """A browser that joined a class: what the teacher sees of it (`alias`, and its address
+    only as a group, "address 2") and what its limits count (`address`)."""
+    client: str
+    address: str
+    alias: str
+    joined: float = field(default_factory=time.monotonic)
+
+
+@dataclass
 class ClassSession:
     code: str
     teacher: str  # the client key (clients.py) of the browser that started it
@@ -85,13 +106,20 @@ class ClassSession:
     submissions: list[dict] = field(default_factory=list)
     followers: dict[str, int] = field(default_factory=dict)  # following student -> streams
     streams: dict[str, int] = field(default_factory=dict)  # client -> open event streams
-    # one address may stand for at most `people` students (cookies are free: a machine could
-    # otherwise be a whole class); votes, streams and runs sent in count per address too
+    # one address may have at most `people` members (cookies are free: a machine could
+    # otherwise be a whole class) unless the room shares one address (the teacher says so);
+    # votes, streams and runs sent in count per address too, as many people as it has members
     people: int = 4
+    shared_address: bool = False
     answered_from: dict[str, str] = field(default_factory=dict)  # client -> its address
     address_streams: dict[str, int] = field(default_factory=dict)
     sent_by: dict[str, int] = field(default_factory=dict)  # client or address -> runs sent
-    members: set[str] = field(default_factory=set)  # browsers that have opened this class
+    sent_from: dict[str, tuple[str, str]] = field(default_factory=dict)  # run -> client, address
+    members: dict[str, Member] = field(default_factory=dict)  # client -> its membership
+    removed: set[str] = field(default_factory=set)  # clients the teacher removed: barred
+    at_address: dict[str, int] = field(default_factory=dict)  # address -> its members
+    places: dict[str, int] = field(default_factory=dict)  # address -> "address N" for the teacher
+    turned_away: set[str] = field(default_factory=set)  # refused for their address
     audience: int = 0  # changes only the teacher sees: the followers' count, the tally
     ended: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -99,12 +127,105 @@ class ClassSession:
 
     # ---- who is in it --------------------------------------------------------------------------
 
-    def met(self, client: str) -> None:
-        if len(self.members) < MAX_MEMBERS:
-            self.members.add(client)
+    def admit(self, client: str, address: str = "") -> None:
+        """Make `client` a member (the teacher need not be one), or say why not: the teacher
+        removed it (403), its address has `people` members already and the teacher has not said
+        the room shares one address (429, with what to ask), or the class is full (429)."""
+        if client == self.teacher or client in self.members:
+            return
+        if client in self.removed:
+            raise ClassError(403, "the teacher removed this browser from the class, so it "
+                                  "cannot join again; if that was a mistake, talk to the "
+                                  "teacher", "removed_from_class")
+        if len(self.members) + len(self.removed) >= MAX_MEMBERS:
+            raise ClassError(429, f"this class has {MAX_MEMBERS} members, as many as one "
+                                  "class may", "class_full")
+        if address and not self.shared_address and \
+                self.at_address.get(address, 0) >= self.people:
+            if client not in self.turned_away and len(self.turned_away) < MAX_TURNED_AWAY:
+                self.turned_away.add(client)
+                self._bump_teacher()  # the teacher's page says some were turned away
+            raise ClassError(429, f"{self.people} browsers from this network address have "
+                                  "joined this class already, as many as one address may "
+                                  "stand for; if the whole room shares one network address, "
+                                  "ask the teacher to switch on \u201cThis room shares one "
+                                  "network address\u201d (under Members in the class bar), "
+                                  "then reload this page", "address_full")
+        self.members[client] = Member(client, address, self._unique_alias(client))
+        self.at_address[address] = self.at_address.get(address, 0) + 1
+        self.places.setdefault(address, len(self.places) + 1)
+        self.turned_away.discard(client)
+        self._bump_teacher()
+
+    def _unique_alias(self, client: str) -> str:
+        """`_alias`, longer where two browsers of this class would share it (six hex digits
+        collide now and then in a class of hundreds): the teacher removes a member by it."""
+        taken = {m.alias for m in self.members.values()}
+        for length in (6, 8, 12, 64):
+            alias = _alias(client, length)
+            if alias not in taken:
+                return alias
+        raise AssertionError("two browsers with one SHA-256")  # pragma: no cover
 
     def knows(self, client: str) -> bool:
         return client == self.teacher or client in self.members
+
+    def barred(self, client: str) -> bool:
+        return client in self.removed
+
+    def _member(self, client: str) -> None:
+        """Only members (and the teacher) answer, follow and send runs: the routes admit a
+        browser first (Classroom.get), so this holds unless a caller skipped it."""
+        if not self.knows(client):
+            raise ClassError(403, "only the class's members answer, follow it and send runs: "
+                                  f"open its link (/c/{self.code}) in a browser first",
+                             "not_a_member")
+
+    def people_at(self, address: str) -> int:
+        """How many people `address` stands for in this class: its members, never fewer than
+        `people` (so a room behind one NAT has a vote, pages and runs per student)."""
+        return max(self.people, self.at_address.get(address, 0))
+
+    def share_address(self, on: object) -> None:
+        """The teacher says whether the room shares one network address: on, every browser
+        from one address may join (up to MAX_MEMBERS); off, new ones from an address past
+        `people` members are refused (members already in stay)."""
+        if not isinstance(on, bool):
+            raise ClassError(422, "shared_address is true or false")
+        if on != self.shared_address:
+            self.shared_address = on
+            if on:
+                self.turned_away.clear()  # they may join now: the hint has done its work
+            self._bump_teacher()
+
+    def remove(self, alias: object) -> None:
+        """The teacher removes a member: its answer leaves the tally, its runs the list, its
+        event streams end (woken now, they see it is barred), and its cookie cannot join
+        again (a new browser joins as a new member, whom the teacher sees)."""
+        member = next((m for m in self.members.values() if m.alias == alias), None)
+        if member is None:
+            raise ClassError(404, f"no member {str(alias)[:80]!r} in this class (removed "
+                                  "already?)", "no_member")
+        client = member.client
+        del self.members[client]
+        self.removed.add(client)
+        left = self.at_address.get(member.address, 0) - 1
+        if left > 0:
+            self.at_address[member.address] = left
+        else:
+            self.at_address.pop(member.address, None)
+        self.answers.pop(client, None)
+        self.answered_from.pop(client, None)
+        gone = {run for run, (by, _) in self.sent_from.items() if by == client}
+        if gone:
+            self.submissions = [s for s in self.submissions if s["run"] not in gone]
+            for run in gone:
+                _, address = self.sent_from.pop(run)
+                if address:  # its runs no longer count against its address's share
+                    key = "address:" + address
+                    self.sent_by[key] = max(0, self.sent_by.get(key, 0) - 1)
+        self._wake_students()  # its streams notice they are barred and end
+        self._bump_teacher()
 
     # ---- changes ------------------------------------------------------------------------------
 
@@ -112,8 +233,7 @@ class ClassSession:
         """A change every reader sees: every stream wakes."""
         self.version += 1
         self.touched = time.monotonic()
-        woken, self._changed = self._changed, asyncio.Event()
-        woken.set()
+        self._wake_students()
         self._wake_teacher()
 
     def _bump_teacher(self) -> None:
@@ -122,6 +242,10 @@ class ClassSession:
         self.audience += 1
         self.touched = time.monotonic()
         self._wake_teacher()
+
+    def _wake_students(self) -> None:
+        woken, self._changed = self._changed, asyncio.Event()
+        woken.set()
 
     def _wake_teacher(self) -> None:
         woken, self._teacher_changed = self._teacher_changed, asyncio.Event()
@@ -156,6 +280,7 @@ class ClassSession:
                address: str = "") -> None:
         if client == self.teacher:
             raise ClassError(409, "the teacher asks; the students answer")
+        self._member(client)
         q = self.question
         if q is None or question_id != q["id"]:
             raise ClassError(409, "that question is no longer asked: the page shows the new one")
@@ -167,8 +292,10 @@ class ClassSession:
         if client not in self.answers and len(self.answers) >= MAX_ANSWERS:
             raise ClassError(429, f"this question has {MAX_ANSWERS} answers already")
         if client not in self.answers and address and \
-                sum(1 for a in self.answered_from.values() if a == address) >= self.people:
-            raise ClassError(429, _per_address(self.people, "answers to this question"))
+                sum(1 for a in self.answered_from.values() if a == address) >= \
+                self.people_at(address):
+            raise ClassError(429, _per_address(self.people_at(address),
+                                               "answers to this question"))
         self.answers[client] = choice
         self.answered_from[client] = address
         self._bump_teacher()
@@ -186,6 +313,7 @@ class ClassSession:
         self._bump()
 
     def submit(self, client: str, run_id: str, name: str, address: str = "") -> None:
+        self._member(client)
         if len(self.submissions) >= MAX_SUBMISSIONS:
             raise ClassError(429, f"this class has {MAX_SUBMISSIONS} runs sent in already")
         if any(s["run"] == run_id for s in self.submissions):
@@ -194,14 +322,17 @@ class ClassSession:
             raise ClassError(429, f"you have sent the teacher {SUBMISSIONS_PER_STUDENT} runs "
                                   "already: that is as many as one student may")
         if address and self.sent_by.get("address:" + address, 0) >= \
-                SUBMISSIONS_PER_STUDENT * self.people:
-            raise ClassError(429, _per_address(self.people, "runs sent to the teacher"))
+                SUBMISSIONS_PER_STUDENT * self.people_at(address):
+            raise ClassError(429, _per_address(self.people_at(address),
+                                               "runs sent to the teacher"))
         self.sent_by[client] = self.sent_by.get(client, 0) + 1
         if address:
             key = "address:" + address
             self.sent_by[key] = self.sent_by.get(key, 0) + 1
+        self.sent_from[run_id] = (client, address)
+        member = self.members.get(client)
         self.submissions.append({"run": run_id, "link": f"/runs/{run_id}", "name": name[:100],
-                                 "by": _alias(client),
+                                 "by": member.alias if member else "the teacher",
                                  "at": time.time()})
         self._bump()
 
@@ -211,13 +342,18 @@ class ClassSession:
 
     def open_stream(self, client: str, following: bool, in_all: int,
                     address: str = "") -> None:
-        """Count a reader's event stream in (ClassError 429 past the caps)."""
+        """Count a reader's event stream in (ClassError 429 past the caps). The teacher's tabs
+        are not counted against their address: the students behind it may use its share."""
+        self._member(client)
+        if client == self.teacher:
+            address = ""
         if self.streams.get(client, 0) >= STREAMS_PER_CLIENT:
             raise ClassError(429, f"this browser has {STREAMS_PER_CLIENT} pages following this "
                                   "class already: close one")
         if address and self.address_streams.get(address, 0) >= \
-                STREAMS_PER_CLIENT * self.people:
-            raise ClassError(429, _per_address(self.people, "pages following this class"))
+                STREAMS_PER_CLIENT * self.people_at(address):
+            raise ClassError(429, _per_address(self.people_at(address),
+                                               "pages following this class"))
         if sum(self.streams.values()) >= STREAMS_PER_CLASS or in_all >= STREAMS_IN_ALL:
             raise ClassError(429, "this class (or this server) has as many followers as it "
                                   "can serve")
@@ -228,6 +364,8 @@ class ClassSession:
             self._follow(client, +1)
 
     def close_stream(self, client: str, following: bool, address: str = "") -> None:
+        if client == self.teacher:
+            address = ""  # as open_stream counted it
         if address:
             count = self.address_streams.get(address, 0) - 1
             if count > 0:
@@ -278,12 +416,38 @@ class ClassSession:
         if teacher:
             out["followers"] = len(self.followers)
             out["submissions"] = list(self.submissions)
+            out["members"] = len(self.members)
+            out["shared_address"] = self.shared_address
+            out["turned_away"] = len(self.turned_away)
         return out
 
+    def roster(self, teacher_address: str = "") -> dict:
+        """The members as the teacher sees them: alias, seconds since joining, whether it
+        answered the question asked now (None: none asked), its open pages, its runs sent,
+        and its address as a group ("address 2", numbered as they first joined): the page
+        tells a room behind one NAT from strangers, and never shows an address."""
+        now = time.monotonic()
+        asked = self.question is not None
+        sent = Counter(by for by, _ in self.sent_from.values())
+        members = [{"alias": m.alias, "joined_s": round(now - m.joined),
+                    "answered": (m.client in self.answers) if asked else None,
+                    "streams": self.streams.get(m.client, 0),
+                    "runs_sent": sent[m.client],
+                    "address": f"address {self.places[m.address]}"}
+                   for m in sorted(self.members.values(), key=lambda m: m.joined)]
+        groups = [{"name": f"address {n}", "members": self.at_address[a],
+                   "yours": a == teacher_address}
+                  for a, n in sorted(self.places.items(), key=lambda p: p[1])
+                  if self.at_address.get(a)]
+        return {"count": len(members), "shared_address": self.shared_address,
+                "people": self.people, "turned_away": len(self.turned_away),
+                "removed": len(self.removed), "addresses": groups, "members": members}
+
     async def changed(self, client: str, after: int, timeout: float) -> bool:
-        """Wait until `client`'s mark is past `after` (True) or `timeout` passes (False)."""
+        """Wait until `client`'s mark is past `after` (True) or `timeout` passes (False);
+        at once if the class ended or the teacher removed `client`."""
         teacher = client == self.teacher
-        while self.mark(client) <= after and not self.ended:
+        while self.mark(client) <= after and not self.ended and not self.barred(client):
             event = self._teacher_changed if teacher else self._changed
             try:
                 await asyncio.wait_for(event.wait(), timeout)
@@ -295,12 +459,13 @@ class ClassSession:
 def _per_address(people: int, what: str) -> str:
     return (f"one network address may stand for at most {people} people here, and it has as "
             f"many {what} as that; if your class shares one network address, ask the teacher "
-            "to start the server with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the class's size")
+            "to switch on \u201cThis room shares one network address\u201d (under Members in the "
+            "class bar): then every student who joined from it counts")
 
 
-def _alias(client: str) -> str:
+def _alias(client: str, length: int = 6) -> str:
     """A short stable name for a student (their cookie is a secret: never show it)."""
-    return "student-" + hashlib.sha256(client.encode()).hexdigest()[:6]
+    return "student-" + hashlib.sha256(client.encode()).hexdigest()[:length]
 
 
 class Classroom:
@@ -329,12 +494,16 @@ class Classroom:
                                                      people=self.people_per_address)
         return session
 
-    def get(self, code: str, address: str = "", client: str = "") -> ClassSession:
-        """The class with this code. Wrong codes are counted per address: past
-        WRONG_CODES_PER_MINUTE in a minute, the address is refused (429) until the minute has
-        passed, so codes cannot be tried by the thousand; a browser already in that class
-        (`client`) is let through, so a room behind one address is not locked out by one
-        guesser among it."""
+    def get(self, code: str, address: str = "", client: str = "",
+            join: bool = True) -> ClassSession:
+        """The class with this code, which `client` joins (`ClassSession.admit`: refused if
+        the teacher removed it or its address is full) unless `join` is False or `client` is
+        no browser's cookie (a program, or a first page load, reads the class without joining:
+        an address standing in for a person would take a member's place). Wrong codes are
+        counted per address: past WRONG_CODES_PER_MINUTE in a minute, the address is refused
+        (429) until the minute has passed, so codes cannot be tried by the thousand; a browser
+        already in that class (`client`) is let through, so a room behind one address is not
+        locked out by one guesser among it."""
         code = code.upper()
         session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
         misses = self._wrong_codes.get(address) if address else None
@@ -356,18 +525,29 @@ class Classroom:
                 misses.append(now)
             raise ClassError(404, f"there is no class {code[:12]!r} here: check the code, or "
                                   "ask the teacher for the link", "no_class")
-        if client:
-            session.met(client)
+        if client and join and is_browser(client):
+            session.admit(client, address)
         return session
 
     def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
-        session = self.get(code, address, client)
+        # not joined first: someone else's browser is told it is not the teacher, not that
+        # its address is full
+        session = self.get(code, address, client, join=False)
         if session.teacher != client:
             raise ClassError(403, "only the teacher who started this class can do that",
                              "not_the_teacher")
         if session.ended:
             raise ClassError(409, "this class has ended", "class_ended")
         return session
+
+    def people_at(self, address: str) -> int:
+        """How many people `address` stands for in the run queue (JobBook): the server's
+        `people_per_address`, or its members in the open classes whose teacher said the room
+        shares one network address, if more. Called from the queue's threads: it only reads
+        (the list of sessions taken at once, then one lookup in each)."""
+        shared = sum(s.at_address.get(address, 0) for s in list(self.sessions.values())
+                     if s.shared_address and not s.ended)
+        return max(self.people_per_address, shared)
 
     def end(self, session: ClassSession) -> None:
         session.end()

@@ -20,7 +20,7 @@ from fastapi import Request
 from .middleware import ResponseHeaders
 
 __all__ = ["COOKIE", "ClientCookie", "address_key", "client_address", "client_key",
-           "new_cookie_value"]
+           "is_browser", "new_cookie_value"]
 
 COOKIE = "autograd_lab_client"
 _KEY = secrets.token_bytes(32)  # a restart hands out new cookies: nothing else is lost
@@ -47,6 +47,12 @@ def client_key(request: Request) -> str:
     if _valid(value):
         return "cookie:" + value.split(".", 1)[0]
     return "address:" + (request.client.host if request.client else "unknown")
+
+
+def is_browser(client: str) -> bool:
+    """Is this client key a browser's session cookie, not an address standing in for one (a
+    program, or a browser's very first page load: its cookie comes with the answer)?"""
+    return client.startswith("cookie:")
 
 
 def client_address(request: Request) -> str:

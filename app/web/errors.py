@@ -73,7 +73,9 @@ KINDS: dict[type[Exception], tuple[int, str, dict[str, str] | None]] = {
 
 # a heading for the error page by code, where a plainer one than the status's helps
 _TITLES = {"no_scenario": "No such scenario", "no_class": "No such class",
-           "no_run": "No such run", "no_page": "No such page", "unknown_variant": "No such variant"}
+           "no_run": "No such run", "no_page": "No such page", "unknown_variant": "No such variant",
+           "address_full": "The class is full for your network address",
+           "removed_from_class": "Removed from the class"}
 
 
 def _phrase(status: int) -> str:

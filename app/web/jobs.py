@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,11 @@ from .settings import default_of
 if TYPE_CHECKING:
     from app.runner.child import Child
 
-__all__ = ["Job", "JobBook", "TooMany"]
+__all__ = ["Job", "JobBook", "PeopleAt", "TooMany"]
+
+# how many people an address stands for, beyond the server's setting: the classroom's count of
+# members behind one address (Classroom.people_at), handed in so that jobs know no classes
+PeopleAt = Callable[[str], int]
 
 
 class TooMany(Exception):
@@ -62,9 +67,11 @@ class Job:
 
 class JobBook:
     def __init__(self, running: int, queued: int, gate: Gate,
-                 people_per_address: int = default_of("per_address_people")) -> None:
+                 people_per_address: int = default_of("per_address_people"),
+                 people_at: PeopleAt | None = None) -> None:
         self.per_client = (running, queued)
         self.people_per_address = people_per_address
+        self.people_at = people_at
         self.gate = gate  # the server's upload workers
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
@@ -74,6 +81,8 @@ class JobBook:
     def open(self, job: Job) -> None:
         """Book the job; TooMany or Busy at once when its person's share or the line is full
         (checked again when it takes its places: two at once may still find it full then)."""
+        # asked before the lock is taken: the classroom's count is not this book's to hold up
+        people = self.people(job.address) if job.address else self.people_per_address
         with self._lock:
             running, queued = self.per_client
             # the person's booked runs, not only those already at their gate: two sent at once
@@ -86,19 +95,26 @@ class JobBook:
             if job.address:
                 from_there = sum(1 for j in self._jobs.values()
                                  if j.address == job.address and j.finished is None)
-                if from_there >= (running + queued) * self.people_per_address:
+                if from_there >= (running + queued) * people:
                     raise TooMany(
                         f"this network address has {from_there} runs running or waiting, as "
-                        f"many as {self.people_per_address} people may: wait for one to "
-                        "finish; if your class shares one network address, ask the teacher to "
-                        "start the server with AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the "
-                        "class's size")
+                        f"many as {people} people may: wait for one to finish; if your class "
+                        "shares one network address, ask the teacher to switch on \u201cThis "
+                        "room shares one network address\u201d in the class (then every student "
+                        "who joined it counts), or to start the server with "
+                        "AUTOGRAD_LAB_PER_ADDRESS_PEOPLE set to the class's size")
             # every booked job counts, waiting in its person's line or the server's: a thread
             # each, so the total is bounded whatever the cookies say
             booked = sum(1 for j in self._jobs.values() if j.finished is None)
             if booked >= self.gate.capacity:
                 raise Busy()
             self._jobs[job.id] = job
+
+    def people(self, address: str) -> int:
+        """How many people `address` stands for: the setting, or more if `people_at` says so
+        (a class whose room shares one address counts its members there)."""
+        more = self.people_at(address) if self.people_at is not None else 0
+        return max(self.people_per_address, more)
 
     def get(self, run_id: str) -> Job | None:
         with self._lock:

@@ -27,7 +27,7 @@ from app.format import Trace, error_record, new_document
 from app.runner import NoFreeUid
 
 from .gate import Stopped
-from .jobs import Job, JobBook
+from .jobs import Job, JobBook, PeopleAt
 from .settings import default_of
 from .store import RunStore
 from .traces import DeviceError, Lane
@@ -83,9 +83,12 @@ class InProcessQueue:
     its person's gate, then the lane's gate, then a worker from the lane."""
 
     def __init__(self, lane: Lane, store: RunStore, running: int, queued: int,
-                 people_per_address: int = default_of("per_address_people")) -> None:
+                 people_per_address: int = default_of("per_address_people"),
+                 people_at: PeopleAt | None = None) -> None:
         self.lane, self.store = lane, store
-        self.book = JobBook(running, queued, lane.gate, people_per_address)
+        # people_at: how many people an address stands for when a class says its room shares
+        # one (app.py hands in the classroom's count; the book knows no classes)
+        self.book = JobBook(running, queued, lane.gate, people_per_address, people_at)
         self._lock = threading.Lock()
         # run id -> requests awaiting its result, each on its own event loop
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}

@@ -116,8 +116,10 @@ class Settings:
     per_address_people: int = setting(
         4, "people one network address may stand for: a browser's limits (runs running and "
         "waiting, answers to a question, pages following a class, runs sent to the teacher) "
-        "also hold per address, times this, since fresh cookies cost nothing; a room whose "
-        "devices share one address (one NAT) needs the class's size here")
+        "also hold per address, times this, and a class lets in at most this many browsers from "
+        "one address, since fresh cookies cost nothing; a classroom behind one NAT needs no "
+        "change here: its teacher switches on \"This room shares one network address\" and "
+        "each student who joined counts as a person")
     request_read_timeout: float = setting(
         10.0, "seconds a request may take to arrive whole (head and body); past it the "
         "connection is closed, so a client sending a byte at a time holds nothing for long "

@@ -5,6 +5,10 @@
 // itself and sends the last state's id, so a student who lost the network catches up.
 //
 // This tab's part in a class is kept in sessionStorage: {code, role, following}.
+//
+// The teacher's bar has a Members panel: who joined (by alias, grouped by network address,
+// never showing one), a remove button each, and the switch a room behind one NAT needs ("This
+// room shares one network address"). A browser the teacher removed is told so and stops.
 
 import { callJson } from "./api.js";
 import { fill, h } from "./dom.js";
@@ -23,6 +27,10 @@ let source = null; // the EventSource
 let state = null; // the last state the server sent
 let shown = null; // {doc, event} of the trace on this page (trace_page.js says)
 let publishTimer = null;
+let roster = null; // the teacher's last GET .../members, while the Members panel is open
+let rosterAt = 0; // when it came (performance.now()), for "joined N min ago"
+let membersOpen = false;
+let rosterTimer = null;
 let leaving = false; // this page is being left: its stream's end means nothing
 window.addEventListener("pagehide", () => { leaving = true; });
 
@@ -95,6 +103,35 @@ function publish() {
   }, 40);
 }
 
+async function setShared(on) {
+  const answer = await call("PATCH", `/api/classes/${mine.code}`, { shared_address: on });
+  if (!answer.ok) say(`The switch was not changed: ${(answer.data && answer.data.detail) || answer.status}`);
+  else if (membersOpen) loadRoster();
+}
+
+async function removeMember(alias) {
+  if (!window.confirm(`Remove ${alias} from the class? Its answer and runs leave the class, and that browser cannot join again.`)) return;
+  const answer = await call("DELETE", `/api/classes/${mine.code}/members/${encodeURIComponent(alias)}`);
+  if (!answer.ok && answer.status !== 404) say(`${alias} was not removed: ${(answer.data && answer.data.detail) || answer.status}`);
+  else loadRoster();
+}
+
+/** The members, fetched when the panel opens and again (at most every half second) as the
+ * teacher's state changes: joins, answers, runs sent. */
+function loadRoster(soon = 0) {
+  if (soon && rosterTimer) return; // one is on its way: it will see this change too
+  clearTimeout(rosterTimer);
+  rosterTimer = setTimeout(async () => {
+    rosterTimer = null;
+    if (!mine || mine.role !== "teacher" || !membersOpen) return;
+    const answer = await call("GET", `/api/classes/${mine.code}/members`);
+    if (!answer.ok) return; // the class ended: the stream says so
+    roster = answer.data;
+    rosterAt = performance.now();
+    render();
+  }, soon);
+}
+
 async function ask(question) {
   // the lesson's own question is asked by name: its answer is not in the page
   const body = question.lesson ? { lesson: question.lesson } :
@@ -142,6 +179,7 @@ function connect() {
   source = new EventSource(`/api/classes/${encodeURIComponent(mine.code)}/events?following=${following}`);
   source.onmessage = (e) => receive(JSON.parse(e.data));
   source.addEventListener("ended", () => leave("The class has ended."));
+  source.addEventListener("removed", () => leave("The teacher removed this browser from the class."));
   source.onerror = () => {
     bar.classList.add("class-offline"); // the browser reconnects by itself...
     if (source.readyState === EventSource.CLOSED && !leaving) setTimeout(recheck, 1000); // ...unless refused
@@ -160,13 +198,26 @@ async function recheck() {
     return;
   }
   if (answer.status === 404) leave("The class is not on this server any more.");
-  else connect();
+  else if (answer.status === 403) leave((answer.data && answer.data.detail) || "The teacher removed this browser from the class.");
+  else if (answer.status === 429) {
+    // this address is full (the teacher may switch on "shares one network address"), or too
+    // many codes came from it: say so, and try again now and then
+    const full = answer.data && answer.data.code === "address_full";
+    say(full ? "Not in the class yet: as many browsers as one network address may stand for " +
+      "have joined from this one. If the whole room shares one network address, ask the " +
+      "teacher to switch on “This room shares one network address” (under Members in their " +
+      "class bar): this page joins by itself once it is on." :
+      `Not in the class yet: ${(answer.data && answer.data.detail) || "try again later"}`, "info");
+    setTimeout(recheck, 10_000);
+  } else connect();
 }
 
 function leave(message) {
   if (source) source.close();
   source = null;
   state = null;
+  roster = null;
+  membersOpen = false;
   save(null);
   document.body.classList.remove("class-predicting");
   say(message, "info");
@@ -179,6 +230,7 @@ function receive(next) {
   bar.classList.remove("class-offline");
   render();
   if (mine.role === "student") follow(next.view);
+  else if (membersOpen) loadRoster(500);
 }
 
 function render() {
@@ -205,7 +257,8 @@ function render() {
     sendButton(),
   ];
   fill(bar, h("div.class-head", {}, head), q ? questionView(q) : null,
-    mine.role === "teacher" && state.submissions.length ? submissionsView(state.submissions) : null);
+    mine.role === "teacher" && state.submissions.length ? submissionsView(state.submissions) : null,
+    mine.role === "teacher" ? membersView() : null);
 }
 
 function askButtons() {
@@ -257,6 +310,45 @@ function questionView(q) {
 function submissionsView(list) {
   return h("details.class-runs", { open: true }, h("summary", {}, `Runs sent in (${list.length})`),
     h("ul", {}, list.map((s) => h("li", {}, h("a", { href: s.link }, `${s.name || s.run}`), ` by ${s.by}`))));
+}
+
+function membersView() {
+  const turned = state.turned_away || 0;
+  const summary = h("summary", {}, `Members (${state.members})`,
+    turned ? h("span.class-turned", {}, ` · ${turned} turned away: their network address is full`) : null);
+  const toggle = (e) => {
+    if (e.target.open === membersOpen) return; // re-rendered as it was: nothing to do
+    membersOpen = e.target.open;
+    if (membersOpen) loadRoster();
+  };
+  return h("details.class-members", { open: membersOpen, ontoggle: toggle }, summary,
+    h("label.class-shared", { title: "A classroom behind one router (NAT): every student's device reaches the server from one address. On, they may all join, and each has their own vote, pages and runs." },
+      h("input#class-shared", { type: "checkbox", checked: Boolean(state.shared_address),
+        onchange: (e) => setShared(e.target.checked) }),
+      " This room shares one network address"),
+    roster ? rosterView(roster) : h("p.hint", {}, "Loading…"));
+}
+
+function ago(seconds) {
+  if (seconds < 60) return "just now";
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  return `${Math.floor(seconds / 3600)} h ago`;
+}
+
+function rosterView(r) {
+  if (!r.members.length) {
+    return h("p.hint", {}, r.removed ? `No members now (${r.removed} removed).` : "Nobody has joined yet: students open the link above.");
+  }
+  const since = (performance.now() - rosterAt) / 1000;
+  return h("ul.class-roster", {}, r.addresses.map((group) => h("li", {},
+    h("span.class-group", {}, `${group.name}${group.yours ? " (your address too)" : ""} · ${group.members} member${group.members === 1 ? "" : "s"}`),
+    h("ul", {}, r.members.filter((m) => m.address === group.name).map((m) => h("li.class-member", { dataset: { alias: m.alias } },
+      h("span.class-alias", {}, m.alias),
+      h("span.hint", {}, [` joined ${ago(m.joined_s + since)}`,
+        m.answered === null ? "" : m.answered ? " · answered" : " · not answered",
+        ` · ${m.streams} page${m.streams === 1 ? "" : "s"}`,
+        m.runs_sent ? ` · ${m.runs_sent} run${m.runs_sent === 1 ? "" : "s"} sent` : ""].join("")),
+      " ", h("button.link.class-remove", { type: "button", onclick: () => removeMember(m.alias) }, "Remove")))))));
 }
 
 async function endClass() {

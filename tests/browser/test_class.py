@@ -196,3 +196,78 @@ def test_predict_then_reveal(room, server):
     # the server agrees: a program reading the class sees the same tally
     state = httpx.get(f"{server}/api/classes/{code}", timeout=10).json()
     assert state["role"] == "student" and state["question"]["tally"] == tally
+
+
+def test_the_teacher_sees_a_member_join_and_removes_it(room):
+    teacher, _relay, new_student = room
+    code = start_class(teacher, "reused_layer")
+    teacher.page.click(".class-members summary")
+    teacher.page.wait_for_selector(".class-members >> text=Nobody has joined yet")
+    student = new_student()
+    join(student, code, "reused_layer")
+    # the member appears by itself (the teacher's stream says the class changed)
+    member = teacher.page.wait_for_selector(".class-member")
+    alias = member.get_attribute("data-alias")
+    assert re.fullmatch(r"student-[0-9a-f]{6,}", alias)
+    assert teacher.page.text_content(".class-members summary") == "Members (1)"
+    assert teacher.page.text_content(".class-group") == "address 1 (your address too) · 1 member"
+    assert "127.0.0" not in teacher.page.text_content(".class-members")
+    # four more browsers behind the same address: the last is turned away, and the teacher
+    # is told; the switch lets it in
+    others = [httpx.Client(base_url=teacher.base, timeout=10) for _ in range(4)]
+    try:
+        for other in others:
+            other.get("/")  # its cookie
+        assert [o.get(f"/api/classes/{code}").status_code for o in others] == [200] * 3 + [429]
+        teacher.page.wait_for_selector(".class-turned")
+        teacher.page.wait_for_function(
+            "() => document.querySelectorAll('.class-member').length === 4")
+        assert teacher.page.text_content(".class-members summary") == \
+            "Members (4) · 1 turned away: their network address is full"
+        teacher.shot("turned-away")
+        teacher.page.check("#class-shared")
+        teacher.page.wait_for_function("() => document.querySelector('#class-shared').checked")
+        assert others[3].get(f"/api/classes/{code}").status_code == 200
+    finally:
+        for other in others:
+            other.close()
+    teacher.page.wait_for_function("() => document.querySelectorAll('.class-member').length === 5")
+    assert teacher.page.text_content(".class-members summary") == "Members (5)"
+    teacher.shot("members")
+    # remove the student: it leaves the list, and its page is told
+    teacher.page.once("dialog", lambda dialog: dialog.accept())
+    teacher.page.click(f".class-member[data-alias='{alias}'] .class-remove")
+    teacher.page.wait_for_selector(f".class-member[data-alias='{alias}']", state="detached")
+    assert teacher.page.text_content(".class-members summary") == "Members (4)"
+    student.page.wait_for_selector(
+        ".class-message >> text=The teacher removed this browser from the class.")
+    student.shot("removed")
+    teacher.shot("removed")
+
+
+def test_a_student_turned_away_for_their_address_joins_once_the_teacher_says_so(room):
+    """Four browsers behind the address are in: the fifth (a real page) is told why it is not,
+    and joins by itself once the teacher switches on "This room shares one network address"."""
+    teacher, _relay, new_student = room
+    code = start_class(teacher, "reused_layer")
+    others = [httpx.Client(base_url=teacher.base, timeout=10) for _ in range(4)]
+    try:
+        for other in others:
+            other.get("/")  # its cookie
+            assert other.get(f"/api/classes/{code}").status_code == 200
+        student = new_student()
+        student.page.goto(f"{student.base}/c/{code}")
+        student.page.wait_for_selector(".class-message >> text=Not in the class yet")
+        assert "ask the teacher to switch on “This room shares one network address”" in \
+            student.page.text_content(".class-message")
+        student.shot("turned-away")
+        teacher.page.click(".class-members summary")
+        teacher.page.check("#class-shared")
+        student.page.wait_for_url(re.compile(r".*/scenarios/reused_layer(\?.*)?$"))
+        teacher.page.wait_for_function(
+            "() => document.querySelectorAll('.class-member').length === 5")
+    finally:
+        for other in others:
+            other.close()
+    # the refusals the page met before (429) are the test, not a fault of the page
+    student.errors[:] = [e for e in student.errors if "status of 429" not in e]

@@ -1,7 +1,8 @@
 """Class sessions (classroom.py): a teacher starts one and shows; students follow its events.
 
     POST   /api/classes                      start (the teacher; the token off loopback)
-    GET    /api/classes/{code}               the state, as this browser may see it
+    GET    /api/classes/{code}               the state, as this browser may see it (it joins)
+    PATCH  /api/classes/{code}               the teacher says: {shared_address: true|false}
     GET    /api/classes/{code}/events        the same, pushed (server-sent events, resumable)
     PUT    /api/classes/{code}/view          the teacher shows a page: {path, query}
     POST   /api/classes/{code}/question      the teacher asks: {prompt, choices, answer}
@@ -9,9 +10,13 @@
     DELETE /api/classes/{code}/question      the teacher puts the question away
     POST   /api/classes/{code}/answer        a student answers: {question, choice}
     POST   /api/classes/{code}/runs          a student sends one of their runs: {run}
+    GET    /api/classes/{code}/members       the teacher sees who joined (by alias)
+    DELETE /api/classes/{code}/members/{alias}  the teacher removes one (its cookie is barred)
     DELETE /api/classes/{code}               the teacher ends the class
 
-The routes are `async def`: the state lives on the event loop (see classroom.py).
+Every route a student uses joins the class first (one membership per browser, refused past
+`per_address_people` from one address unless the room shares one: classroom.py). The routes
+are `async def`: the state lives on the event loop (see classroom.py).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..auth import check_teacher
-from ..clients import client_address, client_key
+from ..clients import client_address, client_key, is_browser
 from ..deps import get_catalog
 from ..errors import AppError
 
@@ -34,6 +39,7 @@ PING_SECONDS = 15  # a comment line now and then: proxies and phones keep the st
 RETRY_MS = 1000  # how soon a browser reconnects after losing the stream
 MAX_BODY = 16 * 1024  # a view, a question or an answer is a few hundred bytes
 _EVENT_ID = re.compile(r"[0-9]{1,18}")
+REMOVED = "the teacher removed this browser from the class"
 
 
 def _classroom(request: Request):
@@ -64,7 +70,7 @@ async def start_class(request: Request) -> dict:
     """Start a class (or get the one this browser already teaches): its code and link."""
     check_teacher(request)
     client = client_key(request)
-    if not client.startswith("cookie:"):
+    if not is_browser(client):
         raise AppError(400, "open a page of this server first: the class is tied to your "
                             "browser's session cookie", "no_cookie")
     session = _classroom(request).start(client)
@@ -82,32 +88,67 @@ async def class_events(request: Request, code: str, following: bool = True):
     """The state whenever it changes. The event id is the state's version: a reconnecting
     browser sends the last one it saw (Last-Event-ID) and gets the state at once if newer."""
     classroom = _classroom(request)
-    session = classroom.get(code, client_address(request), client_key(request))
-    client = client_key(request)
+    client, address = client_key(request), client_address(request)
+    session = classroom.get(code, address, client)  # joins (403 if removed, 429 if full)
     last = request.headers.get("last-event-id", "")
     seen = int(last) if _EVENT_ID.fullmatch(last) else -1
     following = following and client != session.teacher
-    address = client_address(request)
     session.open_stream(client, following, classroom.open_streams, address)  # 429 past caps
     classroom.open_streams += 1
 
     async def events():
         nonlocal seen
         try:
-            while not session.ended:
+            while not session.ended and not session.barred(client):
                 if session.mark(client) > seen:
                     seen = session.mark(client)
                     yield ServerSentEvent(data=json.dumps(session.snapshot(client)), id=str(seen),
                                           retry=RETRY_MS)
                 await session.changed(client, seen, PING_SECONDS)
-            yield ServerSentEvent(data=json.dumps(session.snapshot(client)),
-                                  id=str(session.mark(client)), event="ended")
+            if session.barred(client):  # the teacher removed this browser: no state, a reason
+                yield ServerSentEvent(data=json.dumps({"detail": REMOVED}), event="removed")
+            else:
+                yield ServerSentEvent(data=json.dumps(session.snapshot(client)),
+                                      id=str(session.mark(client)), event="ended")
         finally:
             session.close_stream(client, following, address)
             classroom.open_streams -= 1
 
     return EventSourceResponse(events(), ping=PING_SECONDS, send_timeout=10,
                                headers={"Cache-Control": "no-store"})
+
+
+@router.patch("/api/classes/{code}")
+async def change_class(request: Request, code: str) -> dict:
+    """The teacher's switches: `shared_address` (the room shares one network address, one
+    NAT: every browser from it may join, and its limits count its members)."""
+    session = _classroom(request).teaching(code, client_key(request), client_address(request))
+    body = await _body(request)
+    unknown = sorted(set(body) - {"shared_address"})
+    if unknown or not body:
+        raise AppError(422, "a class's switch is shared_address (true or false)"
+                       + (f"; not {unknown[0][:40]!r}" if unknown else ""))
+    session.share_address(body["shared_address"])
+    return {"shared_address": session.shared_address, "members": len(session.members)}
+
+
+@router.get("/api/classes/{code}/members")
+async def members(request: Request, code: str) -> dict:
+    """Who joined, for the teacher: each member's alias, seconds since it joined, whether it
+    answered the question asked now, its open pages, its runs sent, and which members share a
+    network address ("address 1", "address 2": never the address itself)."""
+    address = client_address(request)
+    session = _classroom(request).teaching(code, client_key(request), address)
+    return session.roster(address)
+
+
+@router.delete("/api/classes/{code}/members/{alias}")
+async def remove_member(request: Request, code: str, alias: str) -> dict:
+    """The teacher removes a member: its answer and runs leave the class, its pages stop
+    following within a moment, and its browser cannot join again."""
+    session = _classroom(request).teaching(code, client_key(request), client_address(request))
+    session.remove(alias)
+    return {"removed": alias, "members": len(session.members)}
 
 
 @router.put("/api/classes/{code}/view")
