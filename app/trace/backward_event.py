@@ -95,6 +95,22 @@ class BackwardRecording:
                              "grad": summarize(g, budget=self._budget)})
         return hook
 
+    def _in_forward_order(self) -> None:
+        """Each parameter's uses as the forward pass made them (use 1 is the first time the
+        script applied it), not as the engine ran them, which is roughly the reverse. A node's
+        sequence number counts the nodes autograd made before it in this thread; two uses by
+        one node (w * w) go by input slot."""
+        fns = self.walk.fns
+
+        def made(c: dict) -> tuple[float, int]:
+            try:
+                return fns[c["node"]]._sequence_nr(), c["slot"]
+            except (KeyError, AttributeError, RuntimeError):
+                return float("inf"), c["slot"]  # no number: after the numbered ones
+
+        for uses in self.contributions.values():
+            uses.sort(key=made)
+
     def remove_hooks(self) -> None:
         for h in self._handles:
             h.remove()
@@ -114,6 +130,7 @@ class BackwardRecording:
             info = self._edge_grads.get((e["target"], e["slot"]))
             if info is not None:
                 e.update(info)
+        self._in_forward_order()
         uses: dict[str, int] = {}
         for slots in self._leaf_slots.values():
             for leaf in slots.values():

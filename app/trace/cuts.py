@@ -12,6 +12,8 @@ but have no edge from it: the script cut the gradient there, and the page draws 
 
 from __future__ import annotations
 
+import weakref
+
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +46,12 @@ class CutLog:
         self._escapes: dict[int, tuple[torch.Tensor, list[Escape]]] = {}
         # (grad_fn, how, line) where a computed tensor left the graph: detach() or no_grad
         self._cuts: list[tuple[Any, str, int]] = []
-        # leaves deep-copied by the script (id -> (leaf, line)): the copies train, not they
-        self._copies: dict[int, tuple[torch.Tensor, int]] = {}
+        # leaves deep-copied by the script (id -> (leaf, line, its copy once known)): the
+        # copies train, not they
+        self._copies: dict[int, tuple[torch.Tensor, int, Any]] = {}
+        # (leaf, deepcopy's memo) until the copy is in the memo: deepcopy puts it there once
+        # the leaf's __deepcopy__ returns, after the .data read that noted it
+        self._pending: list[tuple[torch.Tensor, dict]] = []
         # every escape and cut, in the order the script made them: (how, line)
         self.history: list[tuple[str, int]] = []
 
@@ -71,9 +77,12 @@ class CutLog:
                 found.append(Escape(how, at))
         self._remember(how, at)
 
-    def note_copy(self, tensors: Iterable[Any], line: Callable[[], int | None]) -> None:
+    def note_copy(self, tensors: Iterable[Any], line: Callable[[], int | None],
+                  memo: dict | None = None) -> None:
         """Leaves among `tensors` were deep-copied at the script's `line()`: the copies are new
-        leaves, and the original is left as it was (it may never be used)."""
+        leaves, and the original is left as it was (it may never be used). `memo` is the
+        deepcopy's: the copy is found in it once made (`resolve_copies`)."""
+        self.resolve_copies()
         leaves = [a for a in tensors if isinstance(a, torch.Tensor) and a.is_leaf
                   and a.requires_grad]
         at = line() if leaves else None
@@ -83,11 +92,35 @@ class CutLog:
             if len(self._copies) >= MAX_COPIES:
                 return  # each holds its leaf alive: a loop copying fresh models stops here
             if id(t) not in self._copies or self._copies[id(t)][0] is not t:
-                self._copies[id(t)] = (t, at)
+                self._copies[id(t)] = (t, at, None)
+                if isinstance(memo, dict):
+                    self._pending.append((t, memo))
+
+    def resolve_copies(self) -> None:
+        """Note each copy that deepcopy has made by now (a weak reference: the script keeps
+        the copies it wants) and let go of the memos, which hold whole copied models."""
+        if not self._pending:
+            return
+        waiting = []
+        for t, memo in self._pending:
+            made = memo.get(id(t))
+            if made is None:
+                waiting.append((t, memo))
+            elif isinstance(made, torch.Tensor) and self._copies.get(id(t), (None,))[0] is t:
+                self._copies[id(t)] = (t, self._copies[id(t)][1], weakref.ref(made))
+        self._pending = waiting
 
     def copied_at(self, tensor: torch.Tensor) -> int | None:
         entry = self._copies.get(id(tensor))
         return entry[1] if entry is not None and entry[0] is tensor else None
+
+    def copy_of(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The copy deepcopy made of `tensor`, while the script keeps it."""
+        self.resolve_copies()
+        entry = self._copies.get(id(tensor))
+        if entry is None or entry[0] is not tensor or entry[2] is None:
+            return None
+        return entry[2]()
 
     def note_cut(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None]) -> None:
         """Computed tensors among `tensors` leave the graph `how` at `line()`. Only a few are

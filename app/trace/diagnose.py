@@ -57,9 +57,10 @@ def _not_drawn(line: int | None, calls: list[str]) -> str:
     return f"{what} {where}: computed, not drawn ({why})."
 
 
-def _copied_template(line: int, names: list[str]) -> dict:
+def _copied_template(line: int, names: list[str], trained: dict[str, str]) -> dict:
     """Parameters that were deep-copied and never used themselves: the template a container
-    copies (nn.TransformerEncoder(layer, N) makes N copies of `layer`), said once."""
+    copies (nn.TransformerEncoder(layer, N) makes N copies of `layer`), said once, naming where
+    the copies that train (`trained`, found through deepcopy's memo) live."""
     parts = [n.split(".") for n in names]
     common = []
     for column in zip(*parts, strict=False):
@@ -69,12 +70,27 @@ def _copied_template(line: int, names: list[str]) -> dict:
     owner = ".".join(common[:-1] if len(names) == 1 else common)
     what = (f"`{owner}`'s {len(names)} parameters" if owner and len(names) > 1 else
             ", ".join(f"`{n}`" for n in names[:3]) + (" ..." if len(names) > 3 else ""))
-    never = f"`{owner}` is never called" if owner else "they are never used"
+    prefix = owner + "." if owner else ""
+    homes = sorted({_numbered(copy[:-len(original) + len(prefix)].rstrip("."))
+                    for copy, original in trained.items()
+                    if original in names and copy.endswith(original[len(prefix):])} - {""})
+    if homes:
+        said = ", ".join(f"`{c}`" for c in homes[:3]) + (" ..." if len(homes) > 3 else "")
+        tail = (f"`{owner or names[0]}` is the template that line {line} copies "
+                "(copy.deepcopy, as `nn.TransformerEncoder` and `nn.TransformerDecoder` do with "
+                f"the layer they are given) and is never called itself; the copies in {said} "
+                "are what train.")
+    else:
+        never = f"`{owner}` is never called" if owner else "they are never used"
+        tail = (f"{never}, and line {line} copies it (copy.deepcopy) without any copy "
+                "receiving a gradient either: no backward graph reaches them.")
     return _diag("no_gradient", "warning",
-                 f"{what} require grad but receive no gradient: {never}. Line {line} copies "
-                 "it (copy.deepcopy, as `nn.TransformerEncoder` and `nn.TransformerDecoder` do "
-                 "with the layer they are given): where the forward pass uses the copies, they "
-                 "are what trains.", params=sorted(names))
+                 f"{what} require grad but receive no gradient: {tail}", params=sorted(names))
+
+
+def _numbered(module: str) -> str:
+    """`model.layers.3` as `model.layers.N`: one name for a stack of copies."""
+    return ".".join("N" if part.isdigit() else part for part in module.split("."))
 
 
 def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torch.Tensor, str]],
@@ -86,6 +102,8 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
     if backward_events:
         in_graph = {name for e in backward_events for name in e["uses"]}
         copies: dict[int, list[str]] = {}  # line -> parameters only ever copied there
+        trained: dict[str, str] = {}  # a copy the backward passes reached -> its original
+        name_of = {id(t): name for name, (t, _kind) in named.items()}
         for name, (t, _kind) in named.items():
             if not t.requires_grad or name in in_graph or t.grad is not None:
                 continue
@@ -101,6 +119,9 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                        "gradient flows back past that point.")
             elif (copied := recorder.cut_log.copied_at(t)) is not None:
                 copies.setdefault(copied, []).append(name)  # said once per copy, below
+                if (copy := recorder.cut_log.copy_of(t)) is not None and \
+                        id(copy) in name_of and name_of[id(copy)] in in_graph:
+                    trained[name_of[id(copy)]] = name
                 continue
             else:
                 why = " No backward graph reaches it."
@@ -109,7 +130,7 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                              params=[name], nodes=sorted(set(nodes))))
 
         for line, names in copies.items():
-            out.append(_copied_template(line, names))
+            out.append(_copied_template(line, names, trained))
 
     # one finding per parameter, not one per pass: a training loop would repeat it each time
     reused: dict[str, list[tuple[int, int]]] = {}

@@ -304,6 +304,7 @@ class Recorder:
         """Tag new nodes with the module that made them; note leaves that leave the graph."""
         if self.busy:
             return
+        self.cut_log.resolve_copies()  # a deepcopy that has ended lets go of its memo here
         name = getattr(func, "__name__", "")
         made = tensors_of(out)
         if args and isinstance(args[0], torch.Tensor) and internals.is_inplace_call(name):
@@ -317,10 +318,10 @@ class Recorder:
             if line is not None and len(self.nonleaf_grad_reads) < MAX_NOTES:
                 self.nonleaf_grad_reads.append((line, self.namer.variable_name_of(args[0])))
         if internals.is_data_getter(func):
-            if _in_deepcopy():
+            if (memo := _deepcopy_memo()) is not None:
                 # Parameter.__deepcopy__ reads .data to make a new leaf (nn.TransformerEncoder
                 # copies the layer it is given): a copy, not the script taking values out
-                self.cut_log.note_copy(_flat(args[:1]), self.current_line)
+                self.cut_log.note_copy(_flat(args[:1]), self.current_line, memo)
             else:
                 self.cut_log.note_escape(_flat(args[:1]), ".data", self.current_line)
         elif internals.is_detach_call(name):
@@ -409,14 +410,16 @@ class Recorder:
         return dict(self._custom_inputs)
 
 
-def _in_deepcopy(depth: int = 40) -> bool:
-    """Is a `__deepcopy__` (a tensor's or a parameter's) on the stack above this op?"""
+def _deepcopy_memo(depth: int = 40) -> dict | None:
+    """The memo of a `__deepcopy__` (a tensor's or a parameter's) on the stack above this op
+    (where the copy will be found), an empty one if it has none, or None: no copy."""
     frame = sys._getframe(2)
     while frame is not None and depth:
         if frame.f_code.co_name == "__deepcopy__":
-            return True
+            memo = frame.f_locals.get("memo")
+            return memo if isinstance(memo, dict) else {}
         frame, depth = frame.f_back, depth - 1
-    return False
+    return None
 
 
 def _flat(args: Any):

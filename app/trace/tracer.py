@@ -211,7 +211,22 @@ def _params(recorder: Recorder, named: dict) -> dict:
                         "device": str(t.device), "requires_grad": bool(t.requires_grad),
                         "kind": kind, "module": recorder.namer.module_of(name), "uses": uses,
                         "grad": grad}
-    return params
+    return _reached_first(params)
+
+
+def _reached_first(params: dict) -> dict:
+    """The parameters the backward passes reached first, as the script named them; after them,
+    those that require grad and got none (a module never called: the template a container
+    copies, a layer defined and left unused), grouped by module. On a 48-layer encoder the
+    template's 12 parameters headed a table of 588."""
+    def unreached(p: dict) -> bool:
+        return p["requires_grad"] and p["grad"] is None and not any(p["uses"].values())
+
+    position = {n: i for i, n in enumerate(params)}
+    reached = {n: p for n, p in params.items() if not unreached(p)}
+    rest = sorted((n for n in params if n not in reached),
+                  key=lambda n: (params[n]["module"] or "", position[n]))
+    return {**reached, **{n: params[n] for n in rest}}
 
 
 def _attach_gradcheck(events: list[dict], results: dict[str, dict]) -> None:

@@ -203,7 +203,32 @@ def test_a_template_layer_that_is_only_copied_is_said_as_such_not_as_a_data_read
     (diag,) = diagnostics(doc, "no_gradient")  # one finding for the template, not twelve
     assert diag["params"] == template
     assert "`.data`" not in diag["message"]
-    assert "`layer` is never called" in diag["message"] and "Line 6 copies" in diag["message"]
+    assert "`layer` is the template that line 6 copies" in diag["message"]
+    assert "never called itself" in diag["message"]
+    assert "the copies in `model.layers.N` are what train" in diag["message"]
+    # the parameters that train head the table; the template's come last, together
+    assert list(doc["params"])[-12:] == [n for n in doc["params"] if n.startswith("layer.")]
+    assert list(doc["params"])[0].startswith("model.layers.0.")
+
+
+UNUSED_COPY = """
+import copy
+import torch
+from torch import nn
+torch.manual_seed(0)
+net = nn.Linear(3, 2)
+spare = nn.Linear(3, 2)
+kept = copy.deepcopy(spare)      # neither spare nor its copy is ever called
+net(torch.randn(4, 3)).sum().backward()
+"""
+
+
+def test_a_copied_module_whose_copies_do_not_train_either_is_not_said_to_train(trace_source):
+    doc = trace_source(UNUSED_COPY)
+    (diag,) = [d for d in diagnostics(doc, "no_gradient") if "spare.weight" in d["params"]]
+    assert diag["params"] == ["spare.bias", "spare.weight"]
+    assert "are what train" not in diag["message"]
+    assert "without any copy receiving a gradient" in diag["message"]
 
 
 CUSTOM_SCIPY = '''
@@ -262,3 +287,24 @@ def test_a_reused_parameter_is_reported_once_for_a_whole_loop(trace_source):
     (diag,) = diagnostics(doc, "multiple_uses")
     assert diag["params"] == ["w"] and diag["event"] == 0
     assert "used 2 times in backward #0 (and in 3 more backward passes)" in diag["message"]
+
+
+FORWARD_ORDER = """
+import torch
+w = torch.ones(2, requires_grad=True)
+first = w * 1.0
+second = w * 2.0
+third = w * 3.0
+(third + first + second).sum().backward()
+"""
+
+
+def test_uses_are_numbered_in_forward_order(trace_source):
+    """Use 1 is the first application in the forward pass: here w is scaled by 1, 2 and 3 in
+    that order, so its uses send 1, 2 and 3 per entry (the engine runs them the other way)."""
+    doc = trace_source(FORWARD_ORDER)
+    (event,) = backward_events(doc)
+    uses = event["contributions"]["w"]
+    assert [values(u["grad"]).tolist() for u in uses] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
+    lines = {n["id"]: n.get("line") for n in event["graph"]["nodes"]}
+    assert [lines[u["node"]] for u in uses] == [4, 5, 6]
