@@ -13,7 +13,6 @@ but have no edge from it: the script cut the gradient there, and the page draws 
 from __future__ import annotations
 
 import weakref
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
