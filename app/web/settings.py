@@ -89,7 +89,8 @@ class Settings:
         shown="~/.cache/autograd-lab/runs.sqlite3",
         factory=lambda: str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3"))
     store_max_runs: int = setting(500, "runs kept; the oldest go first")
-    store_max_bytes: int = setting(256 * 1024 * 1024, "gzip bytes kept; the oldest go first")
+    store_max_bytes: int = setting(256 * 1024 * 1024, "bytes kept (gzip Traces and their "
+                                   "figures); the oldest go first")
     store_max_run_bytes: int = setting(
         16 * 1024 * 1024, "gzip bytes of one run; a larger run is stored as its script and an "
         "error saying so")

@@ -9,17 +9,15 @@ machines can take the in-process one's place without this or a route changing.
 
 from __future__ import annotations
 
+import asyncio
+
 from app.format import Trace
 
 from .errors import AppError
 from .run_queue import RunEnded, RunQueue, Submission, UnknownRun
-from .store import RunStore
+from .store import RunStore, run_link
 
 __all__ = ["UploadService"]
-
-
-def run_link(run_id: str) -> dict:
-    return {"id": run_id, "link": f"/runs/{run_id}"}
 
 
 class UploadService:
@@ -39,7 +37,9 @@ class UploadService:
         try:
             doc = await self.queue.result(run_id)
         except UnknownRun:  # ended long ago: the store has it, if it was kept
-            doc = self.store.get(run_id)
+            # parsed, in a thread (not on the event loop): the caller is handed a Trace, as
+            # the queue hands it; rare (the queue forgot the run between submit and now)
+            doc = await asyncio.to_thread(self.store.get, run_id)
             if doc is None:
                 raise AppError(404, f"no run {run_id!r}") from None
         return {**doc, "run": run_link(run_id)}
@@ -55,7 +55,7 @@ class UploadService:
         status = self.queue.status(run_id)
         if status is not None:
             return status
-        if self.store.get(run_id) is None:
+        if not self.store.exists(run_id):
             raise AppError(404, f"no run {run_id!r}")
         return {"id": run_id, "state": "done", "link": f"/runs/{run_id}"}
 
@@ -64,7 +64,7 @@ class UploadService:
         server's token; its status once it has ended (or after 10 s)."""
         owner = self.queue.owner(run_id)
         if owner is None:
-            if self.store.get(run_id) is not None:
+            if self.store.exists(run_id):
                 raise AppError(409, f"run {run_id!r} has finished: GET /api/runs/{run_id}")
             raise AppError(404, f"no run {run_id!r} is waiting or running here")
         if owner != client and not has_token:

@@ -205,11 +205,12 @@ async def send_run(request: Request, code: str) -> dict:
     body = await _body(request)
     run_id = body.get("run")
     store = request.app.state.store
-    doc = await asyncio.to_thread(store.get, run_id) if isinstance(run_id, str) and \
+    # the run's head only: its Trace can take hundreds of MB parsed (store.py)
+    head = await asyncio.to_thread(store.head, run_id) if isinstance(run_id, str) and \
         len(run_id) <= 64 else None
-    if doc is None:
+    if head is None:
         raise AppError(404, "no such run here: run your code first, then send it", "no_run")
-    session.submit(client_key(request), run_id, str(doc.get("script", {}).get("name", "")),
+    session.submit(client_key(request), run_id, str(head["name"] or ""),
                    client_address(request))
     return {"version": session.version}
 

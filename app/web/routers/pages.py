@@ -13,7 +13,8 @@ from fastapi.responses import HTMLResponse
 from ..auth import upload_policy
 from ..clients import client_address, client_key
 from ..deps import CatalogDep, ScenarioDep
-from .runs import stored_run
+from ..store import run_link
+from .runs import stored_head
 
 # HTML for people, kept out of the OpenAPI page; their JSON twins are in api.py
 router = APIRouter(include_in_schema=False)
@@ -59,13 +60,12 @@ def own_code(request: Request):
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: str):
-    """A stored run, shown as a scenario is; the browser reads it from /api/runs/{id}."""
-    doc = stored_run(request, run_id)
-    script = doc["script"]
-    run = {"id": run_id, "name": script["name"], "device": doc.get("device") or "cpu",
-           "link": doc["run"]["link"]}
-    return _page(request, "run.html", run=run, source=script.get("source") or "",
-                 torch=doc.get("torch"))
+    """A stored run, shown as a scenario is; the browser reads it from /api/runs/{id}. The
+    page needs only the run's head (store.py), not its Trace."""
+    head = stored_head(request, run_id)
+    run = {"id": run_id, "name": head["name"], "device": head["device"],
+           "link": run_link(run_id)["link"]}
+    return _page(request, "run.html", run=run, source=head["source"], torch=head["torch"])
 
 
 @router.get("/c/{code}", response_class=HTMLResponse)

@@ -5,14 +5,17 @@ its id and where to ask how it goes); `GET /api/runs/ID/status` says its place i
 it has run and its limit; `DELETE /api/runs/ID` stops it, for the person who started it or
 whoever has the server's token.
 
-`stored_run` is shared with the run's page (/runs/{id}); `upload_policy` with the "Your code"
+`stored_head` is shared with the run's page (/runs/{id}); `upload_policy` with the "Your code"
 page (/own-code), so each page and its JSON twin come from one function.
+
+A stored run is served without parsing it: `GET /api/runs/ID` streams the gzip JSON the store
+keeps, the page and a figure read what the store keeps beside it. Only what must work on the
+Trace (the gradient flow once, a drawing not yet made) parses it (store.py: one parse shared
+by the requests for a run at one time).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 
@@ -22,16 +25,16 @@ from fastapi.responses import JSONResponse, Response
 
 from app.devices import parse_device
 from app.format import Trace
-from app.format.flow import gradient_flow
 
 from ..auth import check_uploader, has_token, upload_policy
 from ..clients import client_address, client_key
 from ..deps import LayoutDep
 from ..errors import AppError
-from ..responses import MEDIA, document, drawing
+from ..responses import MEDIA, accepts_gzip, document, drawing, gzip_json, matches_etag
+from ..store import RunStore, run_link
 from ..uploads import UploadService
 
-__all__ = ["router", "stored_run"]
+__all__ = ["router", "stored_head"]
 
 router = APIRouter(tags=["your code"])
 
@@ -121,6 +124,8 @@ async def create_run(request: Request, wait: bool = True) -> Response:
     uploads = _uploads(request)
     run_id = uploads.submit(client_key(request), name, source, device,
                             client_address(request))
+    # whose run it is: only its starter may send it to a class's teacher (classroom.py)
+    request.app.state.classroom.note_run(client_key(request), run_id)
     if not wait:
         return JSONResponse(uploads.status(run_id), status_code=202)
     return await run_in_threadpool(document, await uploads.result(run_id))
@@ -144,28 +149,62 @@ def stop_run(request: Request, run_id: str) -> dict:
     return _uploads(request).cancel(run_id, client_key(request), has_token(request))
 
 
+def _store(request: Request) -> RunStore:
+    return request.app.state.store
+
+
+def _not_kept(request: Request, run_id: str) -> AppError:
+    if _uploads(request).pending(run_id):
+        return AppError(404, f"run {run_id!r} is still waiting or running; its page is "
+                             f"there once it is done (GET /api/runs/{run_id}/status)")
+    return AppError(404, f"no run {run_id!r}: it never existed or was dropped to make "
+                         "room for newer runs; run the script again")
+
+
 def stored_run(request: Request, run_id: str) -> Trace:
-    doc = request.app.state.store.get(run_id)
-    if doc is None and _uploads(request).pending(run_id):
-        raise AppError(404, f"run {run_id!r} is still waiting or running; its page is "
-                                 f"there once it is done (GET /api/runs/{run_id}/status)")
+    """The run's Trace, parsed (only for what must work on it: see store.get)."""
+    doc = _store(request).get(run_id)
     if doc is None:
-        raise AppError(404, f"no run {run_id!r}: it never existed or was dropped to make "
-                                 "room for newer runs; run the script again")
-    return {**doc, "run": {"id": run_id, "link": f"/runs/{run_id}"}}
+        raise _not_kept(request, run_id)
+    return {**doc, "run": run_link(run_id)}
+
+
+def stored_head(request: Request, run_id: str) -> dict:
+    """What the run's page shows of it: {"name", "source", "device", "torch", "figures"}."""
+    head = _store(request).head(run_id)
+    if head is None:
+        raise _not_kept(request, run_id)
+    return head
+
+
+# a stored run never changes: a browser keeps it, and asks again with its ETag
+_CACHING = {"Cache-Control": "private, max-age=86400", "Vary": "Accept-Encoding"}
 
 
 @router.get("/api/runs/{run_id}", response_model=Trace)
 def get_run(request: Request, run_id: str) -> Response:
-    """A stored run's Trace, with its id and link (the JSON twin of /runs/{id})."""
-    return document(stored_run(request, run_id))
+    """A stored run's Trace, with its id and link (the JSON twin of /runs/{id}); gzipped for a
+    client whose Accept-Encoding takes gzip."""
+    store = _store(request)
+    blob = store.blob(run_id)
+    if blob is None:
+        raise _not_kept(request, run_id)
+    compressed = accepts_gzip(request.headers.get("accept-encoding"))
+    # one tag per encoding: the two answers' bytes differ
+    headers = {**_CACHING, "ETag": f'"{run_id}.{"json.gz" if compressed else "json"}"'}
+    if matches_etag(request.headers.get("if-none-match"), headers["ETag"]):
+        return Response(status_code=304, headers=headers)
+    return gzip_json(store.chunks(blob), blob.size, compressed, headers)
 
 
 @router.get("/api/runs/{run_id}/gradient-flow")
 def run_gradient_flow(request: Request, run_id: str) -> dict:
     """Each module's gradient norm and mean |grad| in depth order, after each backward pass,
     and each parameter's norm across the passes (app/format/flow.py)."""
-    return gradient_flow(stored_run(request, run_id))
+    flow = _store(request).gradient_flow(run_id)
+    if flow is None:
+        raise _not_kept(request, run_id)
+    return flow
 
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
@@ -191,14 +230,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def run_figure(request: Request, run_id: str, index: int) -> Response:
     """One matplotlib figure the script made, as the PNG it is. The worker wrote it: only a
     real PNG is served, as an image that can run nothing."""
-    figures = stored_run(request, run_id).get("figures") or []
-    if not 0 <= index < len(figures):
-        raise AppError(404, f"run {run_id!r} has {len(figures)} figure(s); figures are "
+    count = stored_head(request, run_id)["figures"]
+    if not 0 <= index < count:
+        raise AppError(404, f"run {run_id!r} has {count} figure(s); figures are "
                                  "numbered from 0")
-    try:
-        data = base64.b64decode(figures[index]["png"], validate=True)
-    except (binascii.Error, KeyError, TypeError):
-        data = b""
+    data = _store(request).figure(run_id, index)
+    if data is None:  # dropped since its head was read
+        raise _not_kept(request, run_id)
     if not data.startswith(PNG_SIGNATURE):
         raise AppError(422, f"figure {index} of run {run_id!r} is not a PNG image, so it "
                                  "is not served")
