@@ -11,7 +11,10 @@ from that gradient, the layers below `h`, sees half the gradient, while the laye
 What to look at: compare the variants. The second layer's weight gradient is the same in
 both; the first layer's weight and bias gradients are exactly halved with the hook. On the
 graph, the edge that carries the gradient with respect to h (into h's ReluBackward0 node) has
-the same norm in both variants, and every edge below it is halved.
+the same norm in both variants, and every edge below it is halved. With the hook on the
+parameter itself (`leaf_hook`), click first.weight: its use sends the gradient as the graph
+computed it, and the hook's change is a bar of its own, with the hook's line, so the use and
+the hook add up to .grad.
 """
 
 import argparse
@@ -23,6 +26,8 @@ from torch import nn
 VARIANTS = {
     "halve": "h.register_hook(lambda grad: grad * 0.5) on the hidden activation",
     "no_hook": "the same network without the hook, for comparison",
+    "leaf_hook": "first.weight.register_hook(lambda grad: grad.clamp(-0.05, 0.05)): a hook on "
+                 "a parameter, which changes its gradient on the way into .grad",
 }
 
 
@@ -46,6 +51,8 @@ args = parser.parse_args()
 
 torch.manual_seed(0)
 model = TwoLayers(hook=args.variant == "halve")
+if args.variant == "leaf_hook":
+    model.first.weight.register_hook(lambda grad: grad.clamp(-0.05, 0.05))
 x = torch.randn(5, 3)
 y = torch.randn(5, 2)
 

@@ -28,8 +28,11 @@ def param_node(event: dict, name: str) -> dict | None:
 
 
 def contribution_sum(event: dict, name: str) -> torch.Tensor:
+    """What the pass added to `name`'s .grad by the Trace: its uses' contributions and, where
+    the script hooked it, the hooks' shares."""
     uses = event["contributions"][name]
-    return sum(values(u["grad"]) for u in uses)
+    shares = (event.get("hooks") or {}).get(name, [])
+    return sum(values(u["grad"]) for u in [*uses, *shares])
 
 
 def diagnostics(doc: dict, code: str) -> list[dict]:

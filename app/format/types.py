@@ -122,6 +122,16 @@ class Contribution(TypedDict):
     grad: TensorSummary
 
 
+class HookShare(TypedDict):
+    """What a leaf's hooks changed in one pass: between its uses' sum and what reached
+    AccumulateGrad (`hook`), or in .grad after accumulating (`post-accumulate-grad hook`)."""
+    kind: Literal["hook", "post-accumulate-grad hook"]
+    lines: list[int]
+    grad: TensorSummary
+    from_norm: NotRequired[float | None]  # the gradient's norm before the hooks, and after
+    to_norm: NotRequired[float | None]
+
+
 class GradChange(TypedDict):
     before: TensorSummary | None
     after: TensorSummary | None
@@ -150,6 +160,7 @@ class BackwardEvent(TypedDict):
     gradient_view: NotRequired[int]      # index in Trace.views: the gradients' own graph
     no_graph: NotRequired[list[str]]     # gradients with no grad_fn despite create_graph
     cut_by: NotRequired[list[str]]       # custom Function nodes whose backward cut it
+    hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
 
 
 class StepChange(TypedDict):

@@ -3,7 +3,12 @@
 Before the engine runs, every node of the graph gets a pre-hook (which records the execution
 order) and a post-hook (which records the gradient leaving it through each input slot). The
 slots that lead into a leaf's AccumulateGrad are that leaf's uses; the gradient through each is
-that use's contribution, and together they make up what the pass adds to `.grad`.
+that use's contribution, and together they make up what the pass adds to `.grad`, unless the
+script hooked the leaf: a hook (`register_hook`) changes the summed gradient on its way into
+`.grad`, a post-accumulate-grad hook changes `.grad` itself. For such a leaf the pass keeps the
+uses' sum, what reached its AccumulateGrad (a pre-hook of ours, which the engine runs after the
+script's tensor hooks) and `.grad` before and after, and each difference is a share of its own
+(`hooks`, with the hooks' lines), so that the uses and the shares add up to `.grad`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ class BackwardRecording:
     def __init__(self, *, index: int, call: str, line: int | None, outputs, script_path: str,
                  namer, storage_names: dict[int, str], guard: Callable, synthetic: bool = False,
                  max_nodes: int = 200_000, escapes_of: Callable | None = None,
-                 create_graph: bool = False, budget=None) -> None:
+                 create_graph: bool = False, budget=None,
+                 hooks_on: Callable[[torch.Tensor], list] | None = None) -> None:
         self.index = index
         self.call = call
         self.line = line
@@ -51,6 +57,17 @@ class BackwardRecording:
                             for name, t in self._tracked.items()}
         self._leaf_slots = self._slots_into_leaves()
         self.cuts = find_cuts(self.walk, self._tracked, escapes_of)
+        # hooked leaves: node id -> (name, leaf, its hooks); their sums, kept as tensors
+        self._hooked: dict[str, tuple[str, torch.Tensor, list]] = {}
+        for node_id, (tensor, name) in self.walk.leaves.items():
+            hooks = hooks_on(tensor) if hooks_on is not None else []
+            if hooks:
+                self._hooked[node_id] = (name, tensor, hooks)
+        self._uses_sum: dict[str, torch.Tensor] = {}
+        self._arrived: dict[str, torch.Tensor] = {}
+        with guard():
+            self._grad_before = {name: t.grad.detach().clone()
+                                 for name, t, _ in self._hooked.values() if t.grad is not None}
         self._hook_all()
 
     def _slots_into_leaves(self) -> dict[str, dict[int, str]]:
@@ -69,13 +86,19 @@ class BackwardRecording:
                 self._handles.append(fn.register_hook(self._post(node_id)))
 
     def _pre(self, node_id: str):
+        hooked = self._hooked.get(node_id)
+
         def hook(grad_outputs):
             self.order.append(node_id)
+            if hooked is not None and grad_outputs and grad_outputs[0] is not None:
+                with self._guard():  # after the script's hooks: what goes into .grad
+                    self._arrived[hooked[0]] = grad_outputs[0].detach().clone()
         return hook
 
     def _post(self, node_id: str):
         leaf_slots = self._leaf_slots.get(node_id, {})
         watch_cut = self.create_graph and node_id in self.walk.customs
+        hooked_names = {name for name, _, _ in self._hooked.values()}
 
         def hook(grad_inputs, grad_outputs):
             if watch_cut and node_id not in self.cut_by and any(
@@ -93,6 +116,10 @@ class BackwardRecording:
                         self.contributions.setdefault(leaf, []).append(
                             {"node": node_id, "slot": slot,
                              "grad": summarize(g, budget=self._budget)})
+                        if leaf in hooked_names:  # a copy: a hook may change g in place
+                            kept = self._uses_sum.get(leaf)
+                            self._uses_sum[leaf] = g.detach().clone() if kept is None \
+                                else kept + g.detach()
         return hook
 
     def _in_forward_order(self) -> None:
@@ -110,6 +137,35 @@ class BackwardRecording:
 
         for uses in self.contributions.values():
             uses.sort(key=made)
+
+    def _hook_shares(self) -> dict[str, list[dict]]:
+        """For each hooked leaf, what its hooks changed: the tensor hooks, between the uses'
+        sum and what reached AccumulateGrad; the post-accumulate-grad hooks, between that
+        added to .grad and .grad after. Only a change that is there is a share."""
+        out: dict[str, list[dict]] = {}
+        with self._guard():
+            for name, tensor, hooks in self._hooked.values():
+                arrived, uses = self._arrived.get(name), self._uses_sum.get(name)
+                if arrived is None or uses is None:
+                    continue  # the engine did not accumulate it (autograd.grad, an error)
+                shares = []
+                lines = sorted({line for kind, line in hooks if kind == "hook" and line})
+                if not _same(arrived, uses):
+                    shares.append({"kind": "hook", "lines": lines,
+                                   "grad": summarize(arrived - uses, budget=self._budget),
+                                   "from_norm": norm_of(uses), "to_norm": norm_of(arrived)})
+                before = self._grad_before.get(name)
+                added = arrived if before is None else before + arrived
+                after = tensor.grad
+                post = sorted({line for kind, line in hooks if kind != "hook" and line})
+                if after is not None and after.shape == added.shape and not _same(after, added):
+                    shares.append({"kind": "post-accumulate-grad hook", "lines": post,
+                                   "grad": summarize(after.detach() - added,
+                                                     budget=self._budget),
+                                   "from_norm": norm_of(added), "to_norm": norm_of(after)})
+                if shares:
+                    out[name] = shares
+        return out
 
     def remove_hooks(self) -> None:
         for h in self._handles:
@@ -150,6 +206,9 @@ class BackwardRecording:
             "grads": grads,
             "error": None,
         }
+        shares = self._hook_shares()
+        if shares:
+            event["hooks"] = shares
         if result_summaries is not None:
             event["results"] = result_summaries
         if self.cut_by:
@@ -165,3 +224,13 @@ def tensors_of(x: Any) -> list[torch.Tensor]:
     if isinstance(x, (list, tuple)):
         return [t for t in x if isinstance(t, torch.Tensor)]
     return []
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal as a hook-free pass would leave them (the uses' sum is added in another order
+    than the engine adds it: a rounding apart is no change)."""
+    try:
+        return a.shape == b.shape and bool(torch.allclose(a.float(), b.float(), rtol=1e-5,
+                                                          atol=1e-7, equal_nan=True))
+    except RuntimeError:
+        return True  # sparse or another layout: say nothing rather than something wrong

@@ -88,6 +88,23 @@ def _copied_template(line: int, names: list[str], trained: dict[str, str]) -> di
                  f"{what} require grad but receive no gradient: {tail}", params=sorted(names))
 
 
+def _hook_changed(name: str, share: dict, index: int, passes: int) -> dict:
+    lines = share["lines"]
+    where = (f"at line {lines[0]}" if len(lines) == 1 else
+             "at lines " + ", ".join(map(str, lines)) if lines else "in the script")
+    what = "a hook" if share["kind"] == "hook" else "a post-accumulate-grad hook"
+    norms = ""
+    if share.get("from_norm") is not None and share.get("to_norm") is not None:
+        norms = f" from norm {share['from_norm']:.4g} to {share['to_norm']:.4g}"
+    more = f" (and in {passes - 1} more backward passes)" if passes > 1 else ""
+    into = "on its way into `.grad`" if share["kind"] == "hook" else "after it was added to `.grad`"
+    return _diag("hook_changed", "info",
+                 f"{what.capitalize()} registered {where} changed the gradient of `{name}`"
+                 f"{norms} {into} in backward #{index}{more}: its uses no longer sum to "
+                 "`.grad` by themselves, and the hook's change is drawn as a share of its own.",
+                 params=[name], event=index)
+
+
 def _numbered(module: str) -> str:
     """`model.layers.3` as `model.layers.N`: one name for a stack of copies."""
     return ".".join("N" if part.isdigit() else part for part in module.split("."))
@@ -131,6 +148,16 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
 
         for line, names in copies.items():
             out.append(_copied_template(line, names, trained))
+
+    # a hook on a leaf changes its gradient between its uses and .grad: said once per leaf
+    hooked: dict[str, tuple[dict, int, int]] = {}  # leaf -> (first share, its pass, passes)
+    for e in backward_events:
+        for name, shares in (e.get("hooks") or {}).items():
+            first = hooked.get(name)
+            hooked[name] = (shares[0], e["index"], 1) if first is None else \
+                (first[0], first[1], first[2] + 1)
+    for name, (share, index, passes) in hooked.items():
+        out.append(_hook_changed(name, share, index, passes))
 
     # one finding per parameter, not one per pass: a training loop would repeat it each time
     reused: dict[str, list[tuple[int, int]]] = {}

@@ -46,6 +46,9 @@ class InPlace:
 
 
 MAX_NOTES = 200  # in-place changes and `.grad` reads kept, for explaining a failure
+# hooks a script registers on a leaf, which change its gradient between its uses and .grad
+LEAF_HOOKS = {"register_hook": "hook", "register_post_accumulate_grad_hook":
+              "post-accumulate-grad hook"}
 # nodes made with anomaly mode on: every lesson (the largest makes 22) and small script, whose
 # failed backward then also prints the forward stack that made the bad node. Past that it is
 # switched off: its stack capture (about 1 ms a node) made tracing a 12-layer transformer take
@@ -75,6 +78,9 @@ class Recorder:
         # (line, variable) of each read of a non-leaf's .grad: the variable the script holds
         # it in, found by identity (a line may read a leaf's .grad beside it: `w.grad, y.grad`)
         self.nonleaf_grad_reads: list[tuple[int, str | None]] = []
+        # leaves the script hooked: id -> (leaf, [(kind, line)]): each pass draws what their
+        # hooks changed as a share of .grad of its own (backward_event.py)
+        self.leaf_hooks: dict[int, tuple[torch.Tensor, list[tuple[str, int | None]]]] = {}
         # what the script computed that the tracer does not draw: line -> the calls made there
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
@@ -210,7 +216,8 @@ class Recorder:
                 index=len(self.events), call=call, line=self.current_line(), outputs=labelled,
                 script_path=self.script_path, namer=self.namer, storage_names=storage_names,
                 guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes,
-                escapes_of=self.escapes_of, create_graph=create_graph, budget=self.values)
+                escapes_of=self.escapes_of, create_graph=create_graph, budget=self.values,
+                hooks_on=self.hooks_on)
 
     # -- optimizer steps -------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -317,6 +324,12 @@ class Recorder:
             line = self.current_line()
             if line is not None and len(self.nonleaf_grad_reads) < MAX_NOTES:
                 self.nonleaf_grad_reads.append((line, self.namer.variable_name_of(args[0])))
+        if name in LEAF_HOOKS and args and isinstance(args[0], torch.Tensor) and \
+                args[0].is_leaf and len(self.leaf_hooks) < MAX_NOTES:
+            entry = self.leaf_hooks.get(id(args[0]))
+            if entry is None or entry[0] is not args[0]:
+                entry = self.leaf_hooks[id(args[0])] = (args[0], [])
+            entry[1].append((LEAF_HOOKS[name], self.current_line()))
         if internals.is_data_getter(func):
             if (memo := _deepcopy_memo()) is not None:
                 # Parameter.__deepcopy__ reads .data to make a new leaf (nn.TransformerEncoder
@@ -378,6 +391,11 @@ class Recorder:
         recorded (a later cut cannot explain a recorded graph)."""
         if self.backward_count() < self.limits.max_backward_events:
             self.cut_log.note_cut(_flat(args), how, self.current_line)
+
+    def hooks_on(self, tensor: torch.Tensor) -> list[tuple[str, int | None]]:
+        """The hooks the script registered on this leaf: (kind, line) each."""
+        entry = self.leaf_hooks.get(id(tensor))
+        return list(entry[1]) if entry is not None and entry[0] is tensor else []
 
     def escapes_of(self, tensor: torch.Tensor) -> list[Escape]:
         return self.cut_log.escapes_of(tensor)

@@ -69,6 +69,11 @@ function backwardView(doc, event, name, hooks) {
     rows.push({ kind: "use", node: c.node, value: measure(c.grad, cell),
       label: `use ${i + 1}: from ${n.name} (${c.node})${n.line ? `, line ${n.line}` : ""}` });
   });
+  // what the script's hooks on this leaf changed: a share of its own, so the bars add up
+  const shares = ((event.hooks || {})[name] || []);
+  shares.forEach((s) => {
+    rows.push({ kind: "hook", value: measure(s.grad, cell), label: hookLabel(s) });
+  });
   const total = measure(grads.after, cell);
   rows.push({ kind: "total", label: ".grad after backward", value: total });
   out.append(waterfall(rows, { onHover: hooks.onHover, onPick: hooks.onPickNode }));
@@ -77,11 +82,11 @@ function backwardView(doc, event, name, hooks) {
   const close = Math.abs(sum - total) <= 1e-5 * Math.max(1, Math.abs(total));
   out.append(h("p.check", { dataset: { sum: String(sum), grad: String(total) } },
     h("span.check-mark", { "aria-hidden": "true" }, close ? "✓ " : "✗ "),
-    `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"} = ${fmt(sum, 6)}; `,
+    `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"}${shares.length ? " + the hooks' share" : ""} = ${fmt(sum, 6)}; `,
     h("code", {}, ".grad"), ` ${what} = `, h("strong.grad-value", {}, fmt(total, 6)),
     close ? " — they agree." : " — they differ (see the diagnostics)."));
 
-  const tensors = [grads.after, grads.before, ...contribs.map((c) => c.grad)];
+  const tensors = [grads.after, grads.before, ...contribs.map((c) => c.grad), ...shares.map((s) => s.grad)];
   const scale = maxAbs(...tensors);
   if (matrix(grads.after)) {
     const maps = h("div.heatmaps");
@@ -90,6 +95,7 @@ function backwardView(doc, event, name, hooks) {
     maps.append(heatmap(grads.after, { title: ".grad after backward", ...size }));
     if (grads.before) maps.append(heatmap(grads.before, { title: ".grad before", ...size }));
     contribs.forEach((c, i) => maps.append(heatmap(c.grad, { title: `use ${i + 1} (${c.node})`, ...size })));
+    shares.forEach((s) => maps.append(heatmap(s.grad, { title: hookLabel(s), ...size })));
     out.append(h("h4", {}, "Heat maps, one colour scale"), colourBar(scale), maps);
   } else if (grads.after) {
     out.append(h("p.hint", {}, grads.after.numel > MAX_VALUES ?
@@ -103,6 +109,13 @@ function backwardView(doc, event, name, hooks) {
         `step #${e.index} (${e.optimizer}): weights before and after`))));
   }
   return out;
+}
+
+/** "hook at line 6": what a hook on the leaf added (or took away) on the way into .grad. */
+function hookLabel(share) {
+  const where = share.lines && share.lines.length ? ` at line ${share.lines.join(", ")}` : "";
+  return share.kind === "hook" ? `hook${where}: its change on the way into .grad` :
+    `post-accumulate-grad hook${where}: its change to .grad`;
 }
 
 function stepView(doc, event, name) {

@@ -11,7 +11,7 @@ const WIDTH = 440;
 const ROOM = 74; // space on each side of the bars for the value labels
 
 /**
- * rows: [{kind: "before"|"use"|"total", label, value, node?}]
+ * rows: [{kind: "before"|"use"|"hook"|"total", label, value, node?}]
  * hooks: {onHover(nodeId|null), onPick(nodeId)}
  */
 export function waterfall(rows, { onHover = () => {}, onPick = () => {} } = {}) {

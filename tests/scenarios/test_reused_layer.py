@@ -41,9 +41,10 @@ def test_each_use_contributes_its_own_term_and_grad_is_their_sum(traced, plain, 
     uses = event["contributions"][NAME]
     assert len(uses) == k and len({u["node"] for u in uses}) == k
     assert torch.allclose(contribution_sum(event, NAME), values(after), atol=1e-6)
-    # each recorded term is one use's gradient; backward meets the last use first
+    # each recorded term is one use's gradient, numbered as the forward pass made them (the
+    # engine meets the last use first)
     expected = per_use_gradients(plain, k)
-    for use, grad in zip(uses, reversed(expected), strict=True):
+    for use, grad in zip(uses, expected, strict=True):
         assert torch.allclose(values(use["grad"]), grad, atol=1e-6)
     if k > 1:
         assert not torch.allclose(expected[0], expected[1])  # k different terms, not k copies

@@ -50,3 +50,15 @@ def test_the_forward_pass_is_unchanged_and_torch_agrees(plain, both):
     assert torch.equal(runs["halve"]["loss"], runs["no_hook"]["loss"])
     for ns, doc in zip(runs.values(), both, strict=True):
         assert torch.allclose(ns["model"].first.weight.grad.double(), grad(doc, "first.weight"))
+
+
+def test_a_hook_on_the_parameter_is_a_share_of_its_own_and_the_bars_add_up(traced):
+    doc = traced("tensor_hooks", "--variant", "leaf_hook")
+    (event,) = backward_events(doc)
+    (share,) = event["hooks"]["first.weight"]
+    assert share["kind"] == "hook" and share["lines"]
+    clipped = grad(doc, "first.weight")
+    assert clipped.abs().max() <= 0.05 + 1e-7  # what the hook did, as torch left it
+    uses = sum(values(u["grad"]) for u in event["contributions"]["first.weight"])
+    assert torch.allclose(uses + values(share["grad"]), clipped, atol=1e-6)
+    assert (values(share["grad"]) != 0).any()  # the clamp cut something

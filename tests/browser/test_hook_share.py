@@ -1,0 +1,35 @@
+"""A hook on a parameter in a real Chromium (issue 24): its change is a bar of its own, so the
+bars add up to .grad as PyTorch left it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from .conftest import api_trace, open_scenario
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_hook_on_a_parameter_is_its_own_bar_and_the_bars_add_up(watched):
+    page = watched.page
+    open_scenario(watched, "tensor_hooks", "variant=leaf_hook&param=first.weight")
+    doc = api_trace(watched, "tensor_hooks", "variant=leaf_hook")
+    (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
+    panel = page.locator("#details .param-view")
+    assert panel.get_attribute("data-param") == "first.weight"
+    uses = page.locator("#details .acc-bar.use")
+    hook = page.locator("#details .acc-bar.hook")
+    assert uses.count() == len(event["contributions"]["first.weight"]) == 1
+    assert hook.count() == 1
+    line = event["hooks"]["first.weight"][0]["lines"][0]
+    assert f"hook at line {line}" in panel.inner_text()
+    parts = [float(uses.nth(0).get_attribute("data-value")),
+             float(hook.get_attribute("data-value"))]
+    total = float(page.locator("#details .acc-bar.total").get_attribute("data-value"))
+    assert math.isclose(sum(parts), total, rel_tol=1e-5, abs_tol=1e-7)
+    assert parts[1] != 0  # the clamp took something away
+    assert "they agree" in page.locator("#details .check").inner_text()
+    assert "the hooks' share" in page.locator("#details .check").inner_text()
+    watched.shot("hook-bar")
