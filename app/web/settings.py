@@ -125,6 +125,10 @@ class Settings:
         10.0, "seconds a request may take to arrive whole (head and body); past it the "
         "connection is closed, so a client sending a byte at a time holds nothing for long "
         "(a request that has arrived is not timed: event streams stay open)")
+    send_timeout: float = setting(
+        60.0, "seconds a connection may go without its client taking any of the answer while "
+        "the answer waits (the socket's buffer full); past it the connection is closed (a page "
+        "following a class is sent a line every 15 s and reads it)")
     max_connections: int = setting(
         None, "connections open at once; past it, a request is answered 503 and its "
         "connection closed", shown="half the open-file limit, 64-2000",
@@ -171,9 +175,9 @@ class Settings:
                                 f"({self.run_memory_mb}), not {self.all_runs_memory_mb}")
         if self.max_classes < 1:
             raise SettingsError(f"max_classes must be at least 1, not {self.max_classes}")
-        if self.request_read_timeout <= 0:
-            raise SettingsError(f"request_read_timeout must be positive, not "
-                                f"{self.request_read_timeout}")
+        if self.request_read_timeout <= 0 or self.send_timeout <= 0:
+            raise SettingsError(f"request_read_timeout and send_timeout must be positive, not "
+                                f"{self.request_read_timeout} and {self.send_timeout}")
         if self.max_connections < 1 or self.per_address_connections < 1:
             raise SettingsError("max_connections and per_address_connections must be at "
                                 "least 1")

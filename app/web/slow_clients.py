@@ -6,9 +6,13 @@ a time holds a connection, and a file descriptor, for as long as it likes; and e
 is accepted. `BoundedH11Protocol` is uvicorn's own h11 protocol with two additions:
 
 - a deadline for each request to arrive whole (its head and its body), armed when the
-  connection opens and again when a response ends and the connection waits for the next one;
-  past it the connection is closed. A request that has arrived is not timed: a page following
-  a class keeps its event stream for as long as it likes.
+  connection opens and again when a response ends and the connection waits for the next one
+  (or has the start of it already: a request sent right behind another); past it the
+  connection is closed. A request that has arrived is not timed: a page following a class
+  keeps its event stream for as long as it likes.
+- a deadline for a client that stops reading: while the answer waits to be sent (the socket's
+  buffer full), the connection is closed after `send_timeout` without progress, so a client
+  that sends requests and never reads holds neither a connection nor the answer's memory.
 - a cap on open connections, in all and from one address (`address_key`: one IPv4 address or
   one IPv6 /64). A connection past either is still read (under the deadline) and answered 503
   with a sentence saying why, then closed, rather than dropped without a word.
@@ -52,7 +56,8 @@ def connection_report() -> dict:
     report = {"bounded": _used, "open": sum(_open_from.values()),
               "max_connections": limits.max_connections,
               "per_address_connections": limits.per_address_connections,
-              "request_read_timeout_s": limits.request_read_timeout}
+              "request_read_timeout_s": limits.request_read_timeout,
+              "send_timeout_s": limits.send_timeout}
     if not _used:
         report["detail"] = ("this server was started without its connection bounds (a request "
                             "sent slowly holds a connection for ever): start it with "
@@ -77,6 +82,7 @@ class BoundedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a deadline for each request to arrive and connection caps."""
 
     _deadline: asyncio.TimerHandle | None = None
+    _stalled: asyncio.TimerHandle | None = None
     _address = ""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -99,6 +105,9 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
         _open_from[self._address] -= 1
         if _open_from[self._address] <= 0:
             del _open_from[self._address]
@@ -111,9 +120,28 @@ class BoundedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        # the connection now waits for its next request (a pipelined one may be here already)
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        # the connection now waits for its next request; one sent right behind this one may
+        # have begun arriving already (its head here, its body not yet): timed the same
+        if not self.transport.is_closing() and \
+                self.conn.their_state in (h11.IDLE, h11.SEND_BODY):
             self._arm()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        # the client is not taking the answer: it gets send_timeout to take some
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(_limits().send_timeout, self._not_reading)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _not_reading(self) -> None:
+        self._stalled = None
+        if not self.transport.is_closing():
+            self.transport.abort()  # close() would wait to send what it is not reading
 
     def _arm(self) -> None:
         self._disarm()

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.server import serve
+from tests.server import ROOT, serve
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,8 @@ DEADLINE = 2.0  # the server's request_read_timeout here
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="slow-clients-server", MAX_WORKERS="1",
                POOL_SIZE="0", WARM_LESSONS="false", SELFTEST="false",
-               REQUEST_READ_TIMEOUT=str(DEADLINE), MAX_CONNECTIONS="60",
+               REQUEST_READ_TIMEOUT=str(DEADLINE), SEND_TIMEOUT=str(DEADLINE),
+               MAX_CONNECTIONS="60",
                PER_ADDRESS_CONNECTIONS="40") as url:
         yield url
 
@@ -75,6 +76,64 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_off(base):
             s.close()
     health = httpx.get(base + "/healthz", timeout=10).json()["connections"]
     assert health["bounded"] and health["request_read_timeout_s"] == DEADLINE
+
+
+def _held_open(s: socket.socket, wait: float) -> bool:
+    """Does the server still hold `s` after `wait` seconds? (It answers what it has, then
+    closes; a connection it keeps blocks the read until the timeout.)"""
+    s.settimeout(wait)
+    try:
+        while s.recv(65536):
+            pass
+        return False  # closed by the server
+    except ConnectionResetError:
+        return False
+    except TimeoutError:
+        return True
+
+
+def test_a_request_sent_right_behind_another_is_timed_too(base):
+    """Found by the attacker's read: the deadline was armed again only for a connection with
+    nothing of its next request, so one whose next request had begun held it for ever."""
+    s = socket.create_connection(_address(base), timeout=10)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                  b"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n{")
+        started = time.monotonic()
+        assert not _held_open(s, DEADLINE * 4)
+        assert time.monotonic() - started < DEADLINE * 4
+    finally:
+        s.close()
+
+
+def test_a_client_that_never_reads_the_answer_is_let_go(base):
+    """Found by the attacker's read: 60 connections asking for a large answer and reading
+    none of it held their connections, and the answers in memory, for ever."""
+    big = next(p for p in (ROOT / "static" / "vendor").rglob("*.js")
+               if p.stat().st_size > 1_000_000)
+    path = "/static/" + big.relative_to(ROOT / "static").as_posix()
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(_address(base))
+    try:
+        # ten answers asked for at once: more than loopback's socket buffers hold (~4 MB)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode() * 10)
+        time.sleep(DEADLINE * 3)  # reading nothing meanwhile
+        got = 0
+        s.settimeout(DEADLINE * 2)
+        try:
+            while chunk := s.recv(65536):
+                got += len(chunk)
+        except ConnectionResetError:
+            pass
+        except TimeoutError:
+            pytest.fail(f"the server still holds a connection that read nothing for "
+                        f"{DEADLINE * 3:g} s (after {got} bytes)")
+        assert got < 10 * big.stat().st_size  # cut off, not sent whole
+    finally:
+        s.close()
+    assert httpx.get(base + path, timeout=30).status_code == 200  # a reader gets it whole
 
 
 def test_a_request_that_has_arrived_is_not_timed(base):
