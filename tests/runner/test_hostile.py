@@ -127,6 +127,13 @@ CASES = [
          "import torch\nw = torch.ones(2, requires_grad=True)\n(w * w).sum().backward()\n",
          None, stdout=r"(autograd-lab-run|root) \['\d+'\] Europe/Paris\n[23] accounts",
          needs=("own_root",)),
+    # found by the attacker's read: /proc/self/cgroup named the server's pid and the machine's
+    # (a container's) cgroup; in a cgroup namespace of its own the run's cgroup is its "/"
+    Case("own-cgroup-names",
+         "paths = [line.split(':', 2)[2] for line in open('/proc/self/cgroup').read().split()]\n"
+         "print(sorted(set(paths)))\n"
+         "import torch\nw = torch.ones(2, requires_grad=True)\n(w * w).sum().backward()\n",
+         None, stdout=r"^\['/'\]$", needs=("cgroups", "namespaces")),
 ]
 
 

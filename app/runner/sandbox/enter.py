@@ -88,11 +88,21 @@ def join_cgroups(procs_files: list[str]) -> None:
             f.write("0")
 
 
+_CLONE_NEWCGROUP = 0x02000000
+
+
 def prepare(plan: LaunchPlan) -> None:
     """The first step of every run's worker, exec'd or forked: into the run's cgroups (so that
-    everything after is counted, limited and killed with it), then its CPU priority (only ever
-    lower: the run cannot take it back)."""
+    everything after is counted, limited and killed with it), then a cgroup namespace rooted
+    there, then its CPU priority (only ever lower: the run cannot take it back)."""
     join_cgroups(plan.cgroups)
+    if plan.cgroups and os.readlink("/proc/self/ns/mnt") != plan.server_mnt_ns:
+        # its own cgroup is its "/": /proc/self/cgroup no longer names the server's pid, the
+        # machine's cgroup tree or the container's (found by the attacker's read). Only in a
+        # run with namespaces of its own, as everything the launcher unshares
+        if _libc.unshare(_CLONE_NEWCGROUP) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"a cgroup namespace: {os.strerror(err)}")
     if plan.nice:
         os.nice(plan.nice)
 
