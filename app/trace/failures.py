@@ -91,11 +91,16 @@ def _saved_tensor_modified(doc, err, script: _Script, rec: Recorder):
     if not m:
         return None
     of = m.group(2)
-    candidates = [c for c in rec.inplace if c.line < (err["line"] or 10**9)] or rec.inplace
-    chosen = next((c for c in reversed(candidates)
-                   if of and c.output_of and c.output_of.startswith(of)), None)
-    chosen = chosen or (candidates[-1] if candidates else None)
     failed = _failed_event(doc)
+    candidates = [c for c in rec.inplace if c.line < (err["line"] or 10**9)] or rec.inplace
+    matching = next((c for c in reversed(candidates)
+                     if of and c.output_of and c.output_of.startswith(of)), None)
+    # an optimizer step changes its parameters in place too, unseen as an op (no_grad): it is
+    # the culprit unless an in-place op on the very output autograd names came after it
+    stepped = _step_that_changed(rec, failed, int(m.group(4)), int(m.group(3)))
+    if stepped is not None and (matching is None or (stepped[0] or 0) > matching.line):
+        return _step_before_backward(doc, err, script, failed, *stepped)
+    chosen = matching or (candidates[-1] if candidates else None)
     nodes = [n["id"] for n in failed["graph"]["nodes"]
              if any(s.get("modified") for s in n.get("saved", ()))] if failed else []
     line = chosen.line if chosen else None
@@ -115,6 +120,41 @@ def _saved_tensor_modified(doc, err, script: _Script, rec: Recorder):
         "change a copy, not the saved tensor: clone it before the in-place call (or use the "
         "out-of-place op, e.g. `mul` for `mul_`)", edits, "inplace_version", nodes,
         failed["index"] if failed else None)
+
+
+def _step_that_changed(rec: Recorder, failed: dict | None, expected: int, now: int):
+    """The optimizer step that moved a parameter of the failing pass's graph past the version
+    autograd saved (`expected`): (its line, the optimizer, the parameters), the latest one."""
+    if failed is None:
+        return None
+    reached = set(failed.get("uses") or {})
+    for line, optimizer, versions in reversed(rec.step_versions):
+        moved = sorted(name for name, (before, after) in versions.items()
+                       if name in reached and before <= expected < after <= now)
+        if moved:
+            return line, optimizer, moved
+    return None
+
+
+def _step_before_backward(doc, err, script: _Script, failed: dict, line: int | None,
+                          optimizer: str, params: list[str]):
+    """A GAN's order: the discriminator's step runs before the generator's backward, which
+    needs the weights that step just changed in place."""
+    back = err["line"]
+    step_text, back_text = script.line(line).strip(), script.line(back).strip()
+    named = ", ".join(f"`{p}`" for p in params[:3]) + (" ..." if len(params) > 3 else "")
+    article = "an" if optimizer[:1].upper() in "AEIOU" else "a"
+    what = (f"Line {line} (`{step_text}`, {article} {optimizer} step) changes {named} in place, "
+            f"and the backward at line {back} (`{back_text}`) needs their values from before the "
+            "step: its forward pass used them and autograd saved them. The culprit is the "
+            "order of the two lines, not the model.")
+    fix = (f"run the backward first: move line {back} (`{back_text}`) above line {line}, so "
+           "that every backward that needs these weights runs before the step changes them; "
+           "or compute the loss again (a fresh forward) after the step")
+    nodes = [n["id"] for n in failed["graph"]["nodes"]
+             if any(s.get("modified") for s in n.get("saved", ()))]
+    return _explanation("step_before_backward", what, line, fix, [], "inplace_version",
+                        nodes, failed["index"])
 
 
 _CUT_FIX = {"detach()": (".detach()", ""), ".data": (".data", "")}

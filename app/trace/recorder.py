@@ -81,6 +81,8 @@ class Recorder:
         # leaves the script hooked: id -> (leaf, [(kind, line)]): each pass draws what their
         # hooks changed as a share of .grad of its own (backward_event.py)
         self.leaf_hooks: dict[int, tuple[torch.Tensor, list[tuple[str, int | None]]]] = {}
+        # each optimizer step's (line, optimizer, {parameter: (version before, after)})
+        self.step_versions: list[tuple[int | None, str, dict[str, tuple[int, int]]]] = []
         # what the script computed that the tracer does not draw: line -> the calls made there
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
@@ -239,7 +241,8 @@ class Recorder:
                                         summarize(p.grad, budget=self.values))
                 self._pending_steps[id(optimizer)] = {
                     "line": self.current_line(), "params": params,
-                    "lr": [g.get("lr") for g in optimizer.param_groups]}
+                    "lr": [g.get("lr") for g in optimizer.param_groups],
+                    "versions": {name: p._version for name, (p, _, _) in params.items()}}
         except Exception as exc:  # noqa: BLE001
             self._internal_error("recording an optimizer step", exc)
 
@@ -254,6 +257,12 @@ class Recorder:
                                  "grad": grad}
                           for name, (p, before, grad) in pending["params"].items()}
             lr = [float(x) if isinstance(x, (int, float)) else None for x in pending["lr"]]
+            if len(self.step_versions) < MAX_NOTES:
+                # the step changes its parameters in place: a backward that needed their old
+                # values fails, and failures.py names this step as the culprit
+                self.step_versions.append((pending["line"], type(optimizer).__name__, {
+                    name: (before, pending["params"][name][0]._version)
+                    for name, before in pending["versions"].items()}))
             self.events.append({"kind": "step", "index": len(self.events),
                                 "optimizer": type(optimizer).__name__, "line": pending["line"],
                                 "lr": lr, "params": params})

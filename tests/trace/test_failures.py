@@ -223,3 +223,53 @@ def test_nonleaf_grad_names_the_non_leaves_read_not_the_first_grad_on_the_line(t
     fixed = trace_source(apply(code, ex["fix"]), name="fixed.py")
     assert fixed["error"] is None
     assert not any(d["code"] == "nonleaf_grad" for d in fixed["diagnostics"])
+
+
+GAN_ORDER = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+D = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
+opt_G = torch.optim.Adam(G.parameters(), lr=1e-3)
+opt_D = torch.optim.Adam(D.parameters(), lr=1e-3)
+bce = nn.BCEWithLogitsLoss()
+fake = G(torch.randn(16, 4))
+D_loss = bce(D(torch.randn(16, 2)), torch.ones(16, 1)) + bce(D(fake.detach()), torch.zeros(16, 1))
+G_loss = bce(D(fake), torch.ones(16, 1))
+opt_D.zero_grad()
+D_loss.backward()
+opt_D.step()
+opt_G.zero_grad()
+G_loss.backward()
+opt_G.step()
+"""
+
+
+def test_an_optimizer_step_before_the_backward_that_needs_its_weights_is_named(trace_source):
+    """GAN code's usual failure (issue 24): the discriminator's step (line 15) changes the
+    weights G_loss's backward (line 17) needs. It was "Something changed the output of
+    AsStrided in place", with no line."""
+    doc = trace_source(GAN_ORDER)
+    err = doc["error"]
+    assert err["type"] == "RuntimeError" and "inplace operation" in err["message"]
+    explained = err["explanation"]
+    assert explained["code"] == "step_before_backward" and explained["line"] == 15
+    assert "Line 15 (`opt_D.step()`, an Adam step)" in explained["what"]
+    assert "the backward at line 17 (`G_loss.backward()`)" in explained["what"]
+    assert "changes `D.0.bias`, `D.0.weight`" in explained["what"]  # Adam moved all of D's
+    assert "move line 17" in explained["fix"]["say"]
+    # the fix as said: the backward moved above the step; PyTorch runs it without an error
+    lines = GAN_ORDER.split("\n")  # lines[n - 1] is line n
+    lines[14], lines[16] = lines[16], lines[14]
+    fixed = trace_source("\n".join(lines))
+    assert fixed["error"] is None
+
+
+def test_an_in_place_change_that_is_not_a_step_is_not_blamed_on_one(trace_source):
+    doc = trace_source("import torch\nw = torch.ones(3, requires_grad=True)\n"
+                       "opt = torch.optim.SGD([w], lr=0.1)\n"
+                       "(w * 2).sum().backward()\nopt.step()\n"
+                       "y = w.sigmoid()\nz = y * 1\ny.mul_(2)\nz.sum().backward()\n")
+    explained = doc["error"]["explanation"]
+    assert explained["code"] == "saved_tensor_modified" and explained["line"] == 8
