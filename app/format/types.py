@@ -155,6 +155,7 @@ class BackwardEvent(TypedDict):
     synthetic: NotRequired[bool]
     synthetic_reason: NotRequired[str]
     results: NotRequired[list[TensorSummary | None]]
+    inputs: NotRequired[list[str]]       # autograd.grad's inputs: results[i] is inputs[i]'s
     error: NotRequired[EventError | None]
     create_graph: NotRequired[bool]
     gradient_view: NotRequired[int]      # index in Trace.views: the gradients' own graph

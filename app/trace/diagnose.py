@@ -160,18 +160,20 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
         out.append(_hook_changed(name, share, index, passes))
 
     # one finding per parameter, not one per pass: a training loop would repeat it each time
-    reused: dict[str, list[tuple[int, int]]] = {}
+    reused: dict[str, list[tuple[int, int, bool]]] = {}
     for e in backward_events:
         for name, k in e["uses"].items():
             if k > 1:
-                reused.setdefault(name, []).append((e["index"], k))
+                returned = name in (e.get("inputs") or ())  # autograd.grad's, not .grad
+                reused.setdefault(name, []).append((e["index"], k, returned))
     for name, found in reused.items():
-        index, k = found[0]
+        index, k, returned = found[0]
         more = f" (and in {len(found) - 1} more backward passes)" if len(found) > 1 else ""
+        into = "the gradient autograd.grad returns is" if returned else "`.grad` receives"
         out.append(_diag(
             "multiple_uses", "info",
             f"`{name}` is used {k} times in backward #{index}{more}: each use sends its own "
-            "gradient, and `.grad` receives their sum.", params=[name], event=index))
+            f"gradient, and {into} their sum.", params=[name], event=index))
 
     for e in backward_events:
         err = e.get("error")

@@ -164,6 +164,15 @@ class Recorder:
             finally:
                 recording.remove_hooks()
             event = recording.finish(results=result if returns_grads else None)
+            if returns_grads and inputs is not None:
+                # autograd.grad returns a gradient per input and leaves .grad alone: what a
+                # parameter's uses add up to is its result, found by this list
+                try:
+                    with self.guard():
+                        event["inputs"] = [self.namer.name(x)[0]
+                                           for x in tensors_of(inputs)][:10_000]
+                except Exception as exc:  # noqa: BLE001
+                    self._internal_error("naming autograd.grad's inputs", exc)
             self.events.append(event)
             if create_graph:
                 try:

@@ -44,8 +44,18 @@ export function paramView(doc, event, name, hooks) {
 function backwardView(doc, event, name, hooks) {
   const out = h("div.accumulation");
   const contribs = (event.contributions || {})[name] || [];
-  const grads = (event.grads || {})[name] || { before: null, after: null };
   const nodes = new Map(event.graph.nodes.map((n) => [n.id, n]));
+  // torch.autograd.grad returns a gradient per input and leaves .grad alone: the uses add up
+  // to what it returned for this parameter, and that is the total they are held to
+  const returns = Array.isArray(event.inputs);
+  if (returns && !event.inputs.includes(name)) {
+    out.append(h("p.notice", {}, `torch.autograd.grad at line ${event.line ?? "?"} was not asked for this parameter: it returns gradients for its inputs only, and `,
+      h("code", {}, ".grad"), " is left as it was."));
+    return out;
+  }
+  const grads = returns ? { before: null, after: (event.results || [])[event.inputs.indexOf(name)] || null }
+    : (event.grads || {})[name] || { before: null, after: null };
+  const totalName = returns ? "what autograd.grad returned" : ".grad after backward";
   if (!contribs.length) {
     out.append(h("p.notice.notice-warning", {}, `Not used in backward #${event.index}: no gradient reaches it, so `,
       h("code", {}, ".grad"), grads.after ? " keeps its earlier value." : " stays None."));
@@ -54,7 +64,8 @@ function backwardView(doc, event, name, hooks) {
   const cell = hooks.cell && grads.after && valueAt(grads.after, hooks.cell) !== null ? hooks.cell : null;
   const what = cell ? `entry [${cell.join(", ")}]` : "sum of all entries";
   out.append(h("p.lead-in", {}, contribs.length === 1 ? "Used once: its gradient is one contribution." :
-    `Used ${contribs.length} times: each use sends its own gradient, and `, contribs.length === 1 ? "" : h("code", {}, ".grad"),
+    `Used ${contribs.length} times: each use sends its own gradient, and `,
+  contribs.length === 1 ? "" : (returns ? "what autograd.grad returns" : h("code", {}, ".grad")),
   contribs.length === 1 ? "" : " is their sum."));
   out.append(h("div.measure", { role: "radiogroup", "aria-label": "What each bar measures" },
     h("span", {}, "Bars show: "),
@@ -75,7 +86,7 @@ function backwardView(doc, event, name, hooks) {
     rows.push({ kind: "hook", value: measure(s.grad, cell), label: hookLabel(s) });
   });
   const total = measure(grads.after, cell);
-  rows.push({ kind: "total", label: ".grad after backward", value: total });
+  rows.push({ kind: "total", label: totalName, value: total });
   out.append(waterfall(rows, { onHover: hooks.onHover, onPick: hooks.onPickNode }));
 
   const sum = rows.filter((r) => r.kind !== "total").reduce((a, r) => a + r.value, 0);
@@ -83,7 +94,7 @@ function backwardView(doc, event, name, hooks) {
   out.append(h("p.check", { dataset: { sum: String(sum), grad: String(total) } },
     h("span.check-mark", { "aria-hidden": "true" }, close ? "✓ " : "✗ "),
     `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"}${shares.length ? " + the hooks' share" : ""} = ${fmt(sum, 6)}; `,
-    h("code", {}, ".grad"), ` ${what} = `, h("strong.grad-value", {}, fmt(total, 6)),
+    returns ? "what autograd.grad returned" : h("code", {}, ".grad"), ` ${what} = `, h("strong.grad-value", {}, fmt(total, 6)),
     close ? " — they agree." : " — they differ (see the diagnostics)."));
 
   const tensors = [grads.after, grads.before, ...contribs.map((c) => c.grad), ...shares.map((s) => s.grad)];
@@ -92,7 +103,7 @@ function backwardView(doc, event, name, hooks) {
     const maps = h("div.heatmaps");
     const pick = (index) => hooks.onCell(index);
     const size = { maxWidth: MAP_WIDTH, onCell: pick, picked: cell, scale };
-    maps.append(heatmap(grads.after, { title: ".grad after backward", ...size }));
+    maps.append(heatmap(grads.after, { title: totalName, ...size }));
     if (grads.before) maps.append(heatmap(grads.before, { title: ".grad before", ...size }));
     contribs.forEach((c, i) => maps.append(heatmap(c.grad, { title: `use ${i + 1} (${c.node})`, ...size })));
     shares.forEach((s) => maps.append(heatmap(s.grad, { title: hookLabel(s), ...size })));

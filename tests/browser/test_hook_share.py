@@ -33,3 +33,24 @@ def test_a_hook_on_a_parameter_is_its_own_bar_and_the_bars_add_up(watched):
     assert "they agree" in page.locator("#details .check").inner_text()
     assert "the hooks' share" in page.locator("#details .check").inner_text()
     watched.shot("hook-bar")
+
+
+def test_autograd_grad_bars_are_held_to_what_it_returned(watched):
+    """Issue 24: the bars of an autograd.grad call were compared with .grad, which the call
+    leaves alone (here 2 per entry, while the uses add up to the 6 it returned)."""
+    import httpx
+
+    from tests.trace.test_gradient_facts import GRAD_AFTER_BACKWARD
+
+    page = watched.page
+    run = httpx.post(watched.base + "/api/runs", json={"source": GRAD_AFTER_BACKWARD},
+                     timeout=120).json()
+    assert run["error"] is None, run["error"]
+    page.goto(f"{watched.base}{run['run']['link']}?event=1&param=x")
+    page.wait_for_selector("#details .param-view")
+    total = page.locator("#details .acc-bar.total")
+    assert "what autograd.grad returned" in total.get_attribute("aria-label")
+    assert float(total.get_attribute("data-value")) == 18.0  # 6 per entry, summed
+    check = page.locator("#details .check").inner_text()
+    assert "what autograd.grad returned" in check and "they agree" in check
+    watched.shot("autograd-grad")

@@ -308,3 +308,25 @@ def test_uses_are_numbered_in_forward_order(trace_source):
     assert [values(u["grad"]).tolist() for u in uses] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]
     lines = {n["id"]: n.get("line") for n in event["graph"]["nodes"]}
     assert [lines[u["node"]] for u in uses] == [4, 5, 6]
+
+
+GRAD_AFTER_BACKWARD = """
+import torch
+x = torch.ones(3, requires_grad=True)
+(x * 2).sum().backward()               # x.grad = 2
+y = (x * x * 3).sum()
+(g,) = torch.autograd.grad(y, x)       # 6 per entry, returned; x.grad stays 2
+print([g.tolist(), x.grad.tolist()])
+"""
+
+
+def test_autograd_grad_uses_add_up_to_what_it_returned_not_to_grad(trace_source):
+    """Issue 24: a physics-informed network's collocation points already had a .grad; the
+    event paired its uses with .grad, which autograd.grad never changes."""
+    doc = trace_source(GRAD_AFTER_BACKWARD)
+    returned, grad = (torch.tensor(v) for v in eval(doc["stdout"]))  # noqa: S307 - our print
+    event = backward_events(doc)[1]
+    assert event["call"] == "torch.autograd.grad" and event["inputs"] == ["x"]
+    assert contribution_sum(event, "x").tolist() == returned.tolist() == [6.0, 6.0, 6.0]
+    assert values(event["results"][0]).tolist() == returned.tolist()
+    assert values(event["grads"]["x"]["after"]).tolist() == grad.tolist() == [2.0, 2.0, 2.0]
