@@ -34,7 +34,7 @@ def _script_path(text: str) -> Path:
 
 
 def _trace(args) -> dict:
-    from .runner import trace_in_sandbox
+    from .runner import plain_threads, trace_in_sandbox
 
     if args.script.endswith(".json") and Path(args.script).is_file():
         from .format import InvalidTrace, validate
@@ -46,8 +46,9 @@ def _trace(args) -> dict:
             raise SystemExit(f"autograd-lab: {args.script} is not a Trace document: {exc}") \
                 from None
         return doc
+    # the one run on this machine: torch's threads as a plain `python script.py` would have
     return trace_in_sandbox(_script_path(args.script), device=args.device, timeout=args.timeout,
-                            args=args.script_args)
+                            args=args.script_args, threads=plain_threads())
 
 
 def _report_error(doc: dict) -> int:

@@ -26,6 +26,7 @@ _EXPORTS = {
     "DEFAULT_TIMEOUT": "sandboxed_trace",
     "trace_in_sandbox": "sandboxed_trace",
     "probe_devices": "sandboxed_trace",
+    "plain_threads": "sandboxed_trace",
     "NoFreeUid": "sandbox.identity",
     "Pool": "pool",
     "Policy": "sandbox",

@@ -76,6 +76,9 @@ class Job:
     args: list[str] = field(default_factory=list)
     max_events: int = 10
     timeout: float = 60.0
+    # torch's threads for the script: 1 while runs share the machine, its cores when this run
+    # has it alone (a plain run would use them: traced runs took twice as long without)
+    threads: int = 1
     extra: dict[str, Any] = field(default_factory=dict)  # the self-test probe's instructions
 
     def to_line(self) -> bytes:
@@ -87,7 +90,7 @@ class Job:
     def from_line(cls, line: bytes) -> Job:
         data = json.loads(line)
         own = {k: data.pop(k) for k in ("script", "name", "device", "args", "max_events",
-                                        "timeout") if k in data}
+                                        "timeout", "threads") if k in data}
         return cls(**own, extra=data)
 
 

@@ -12,6 +12,7 @@ way, so a burst is slower but never refused here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -47,7 +48,7 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                      policy: sandbox.Policy | None = None, pool: Pool | None = None,
                      wait: float = 5.0,
                      started: Callable[[Child], None] | None = None,
-                     zygote: Zygote | None = None) -> Trace:
+                     zygote: Zygote | None = None, threads: int = 1) -> Trace:
     """Trace a script given as a path or as source text; always returns a Trace document.
 
     With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
@@ -70,15 +71,25 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
     if started is not None:
         started(child)
     return trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
-                    max_events=max_events)
+                    max_events=max_events, threads=threads)
+
+
+def plain_threads() -> int:
+    """The threads torch gives a plain `python script.py` here: one per core this process may
+    use. A run that has the machine to itself gets as many."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cpu",
-             timeout: float = DEFAULT_TIMEOUT, max_events: int = 10) -> Trace:
-    """Give one job to `child` (fresh or pre-started) and make its Trace document."""
+             timeout: float = DEFAULT_TIMEOUT, max_events: int = 10, threads: int = 1) -> Trace:
+    """Give one job to `child` (fresh or pre-started) and make its Trace document; `threads`:
+    torch's for the script (1 unless the run has the machine to itself)."""
     script_file = _script_file(name)
     job = Job(script=script_file, name=name, device=device, args=list(args),
-              max_events=max_events, timeout=timeout)
+              max_events=max_events, timeout=timeout, threads=threads)
     outcome = child.execute(job, {script_file: source}, timeout, start_timeout=START_TIMEOUT)
     return to_document(outcome, job=job, source=source, limits=child.policy.limits)
 

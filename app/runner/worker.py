@@ -227,6 +227,10 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     if not line.strip():
         return 0  # the pool is shutting down: no job will come
     job = Job.from_line(line)
+    if isinstance(job.threads, int) and 1 < job.threads <= (os.cpu_count() or 1):
+        import torch
+
+        torch.set_num_threads(job.threads)  # prepare() set one: this run has the machine
     drop_stdin()
     apply_job(ResourceLimits.from_json(sandbox.get("limits", {})), float(job.timeout))
     limits = RecordingLimits(max_backward_events=job.max_events,

@@ -33,6 +33,7 @@ from app.runner import (
     Zygote,
     bound_all_runs,
     machine_memory,
+    plain_threads,
     probe_devices,
     trace_in_sandbox,
     zygote_supported,
@@ -74,6 +75,9 @@ class Lane:
     timeout: float
     pool: Pool | None = None
     zygote: Zygote | None = None
+    # is this run alone on the machine (nothing else running or waiting, in any lane)? Then
+    # it gets torch's threads as a plain run would; under load, one each, as before
+    alone: Callable[[], bool] = lambda: False
 
     def start(self) -> None:
         if self.pool_size and self.pool is None:
@@ -89,7 +93,8 @@ class Lane:
         doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
                                timeout=self.timeout, pool=self.pool,
                                policy=None if self.pool else self.policy, started=started,
-                               zygote=self.zygote)
+                               zygote=self.zygote,
+                               threads=plain_threads() if self.alone() else 1)
         if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
             raise DeviceError(doc["error"]["message"])
         return doc
@@ -122,6 +127,7 @@ class TraceService:
                             Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
                             settings.upload_timeout)
         self.lessons.zygote = self.uploads.zygote = self.zygote
+        self.lessons.alone = self.uploads.alone = self._one_run_on_the_machine
         self._probe: dict | None = None
         self.torch_version = _torch_version()
         self.warmed = threading.Event()
@@ -129,6 +135,12 @@ class TraceService:
         self.warmed_in: float | None = None  # seconds from start until every lesson was traced
         self.warm_count = self.warm_total = 0
         self.all_runs_memory = (False, "not bounded yet: the server is starting")
+
+    def _one_run_on_the_machine(self) -> bool:
+        """Asked by a lane as its run starts (already counted as running there)."""
+        (lessons, lessons_waiting), (uploads, uploads_waiting) = (
+            self.lessons.gate.load(), self.uploads.gate.load())
+        return lessons + uploads <= 1 and not lessons_waiting and not uploads_waiting
 
     def upload_workers(self, forked: bool | None = None) -> int:
         """Uploads that may run at once. Forked workers cost little to start and a small run

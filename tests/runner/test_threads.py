@@ -1,0 +1,62 @@
+"""A traced run gets torch's threads as a plain run would when it has the machine alone
+(issue 24: traced runs took twice as long with one thread), and one under load."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from app.runner import plain_threads, trace_in_sandbox
+
+PRINTS_THREADS = ("import torch\nprint('threads', torch.get_num_threads())\n"
+                  "w = torch.ones(2, requires_grad=True)\n(w * w).sum().backward()\n")
+
+
+def _threads_of(doc: dict) -> int:
+    assert doc["error"] is None, doc["error"]
+    return int(doc["stdout"].split()[1])
+
+
+def test_a_run_has_one_thread_unless_told_and_the_cores_when_told():
+    assert _threads_of(trace_in_sandbox(source=PRINTS_THREADS, name="t.py")) == 1
+    told = trace_in_sandbox(source=PRINTS_THREADS, name="t.py", threads=plain_threads())
+    assert _threads_of(told) == plain_threads()
+
+
+def test_plain_threads_is_what_torch_gives_a_plain_run_here():
+    import torch
+
+    # torch's own default: the cores this process may use (os.sched_getaffinity)
+    assert plain_threads() == len(os.sched_getaffinity(0))
+    assert torch.get_num_threads() in (1, plain_threads())  # the test process may have set 1
+
+
+@pytest.mark.skipif(plain_threads() < 2, reason="one core: alone or not, one thread")
+def test_the_server_gives_the_cores_to_a_run_alone_and_one_to_each_under_load(tmp_path):
+    from app.web.settings import Settings
+    from app.web.traces import TraceService
+
+    service = TraceService(Settings(max_workers=2, pool_size=0, warm_lessons=False,
+                                    forkserver=False, store_path=str(tmp_path / "r.sqlite3")))
+    service.start()
+    try:
+        def run(source: str) -> dict:
+            with service.uploads.gate.enter():
+                return service.uploads.run(source, "t.py", [], "cpu")
+
+        assert _threads_of(run(PRINTS_THREADS)) == plain_threads()
+        done: dict = {}
+        sleeper = threading.Thread(target=lambda: done.update(doc=run(
+            "import time\ntime.sleep(6)\n" + PRINTS_THREADS)))
+        sleeper.start()
+        deadline = time.monotonic() + 30
+        while service.uploads.gate.load()[0] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _threads_of(run(PRINTS_THREADS)) == 1  # another run is running
+        sleeper.join(60)
+        assert _threads_of(done["doc"]) == plain_threads()  # it started alone
+    finally:
+        service.stop()
