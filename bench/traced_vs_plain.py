@@ -1,0 +1,130 @@
+"""Traced against plain, on long training scripts of our own (issue 24: "as fast as plain").
+
+Each script runs three ways, one after the other, on this machine alone:
+- plain: `python script.py`, torch with its default threads;
+- traced: `autograd-lab trace script.py`, the CLI (sandboxed worker, the tracer, the report),
+  which now gives the script torch's threads as a plain run has them;
+- traced, one thread: the same through the runner with `threads=1`, the previous design (every
+  worker set one thread).
+Wall-clock seconds, the best of `--repeat` runs each; prints a Markdown table and the ratios
+traced / plain. Asserts nothing; not part of the test suite.
+
+    .venv/bin/python bench/traced_vs_plain.py [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.runner import plain_threads, trace_in_sandbox  # noqa: E402
+
+# long enough that start-up is a small part; each trains with many backward passes (the tracer
+# records the first ten and runs the rest untraced, as the CLI does by default)
+SCRIPTS = {
+    "mlp, 400 steps": """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                      nn.Linear(512, 10))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = torch.randn(512, 256), torch.randint(0, 10, (512,))
+for step in range(400):
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+print(f"{loss.item():.4f}")
+""",
+    "cnn, 60 steps": """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1),
+                      nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(1024, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+x, y = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
+for step in range(60):
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+print(f"{loss.item():.4f}")
+""",
+    "transformer, 40 steps": """
+import torch
+from torch import nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True,
+                                   dropout=0.0)
+model = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(32, 64, 128)
+for step in range(40):
+    opt.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+print(f"{loss.item():.4f}")
+""",
+}
+
+
+def _best(run, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--limit", type=float, default=600.0, help="each run's limit, s")
+    args = parser.parse_args()
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, source in SCRIPTS.items():
+            path = Path(tmp) / (name.split(",")[0] + ".py")
+            path.write_text(source.lstrip())
+
+            def plain(path=path):
+                subprocess.run([sys.executable, str(path)], check=True, capture_output=True,
+                               timeout=args.limit)
+
+            def traced(path=path):
+                done = subprocess.run([sys.executable, "-m", "app.cli", "trace", str(path),
+                                       "--timeout", str(args.limit)], cwd=ROOT,
+                                      capture_output=True, timeout=args.limit + 60)
+                assert done.returncode == 0, done.stderr[-2000:]
+
+            def one_thread(source=source, name=name):
+                doc = trace_in_sandbox(source=source, name="script.py", timeout=args.limit,
+                                       threads=1)
+                assert doc["error"] is None, (name, doc["error"])
+
+            rows[name] = (_best(plain, args.repeat), _best(traced, args.repeat),
+                          _best(one_thread, args.repeat))
+            print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
+    print(f"\nTraced against plain, best of {args.repeat}, {plain_threads()} core(s), "
+          "wall-clock seconds\n")
+    print("| script | plain s | traced s (threads as plain) | traced s (one thread, before) "
+          "| traced / plain | before / plain |")
+    print("|---|---|---|---|---|---|")
+    for name, (p, t, one) in rows.items():
+        print(f"| {name} | {p:.1f} | {t:.1f} | {one:.1f} | {t / p:.2f} | {one / p:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
