@@ -1,7 +1,12 @@
 """Who may run code on this server.
 
 - A token configured (`--token` or AUTOGRAD_LAB_TOKEN): every upload needs it, as
-  `Authorization: Bearer <token>`, wherever the server listens (so it can be tried on loopback).
+  `Authorization: Bearer <token>`, wherever the server listens (so it can be tried on loopback),
+  except from a member of an open class: a class grants the browsers that joined it (their
+  signed session cookie, clients.py; not the teacher, who has the token, and not one the teacher
+  removed) the right to run code, so no student ever needs the server's token. The right ends
+  when the class ends or the teacher removes the member. Their runs count against the same
+  per-person and per-address limits as everyone's (jobs.py, Classroom.people_at).
 - No token, bound to loopback and asked from loopback: the server is one person's; uploads are
   open. The client's address is checked as well as the bind, because a server started by
   `uvicorn --host 0.0.0.0` directly does not tell the settings where it listens. Only a direct
@@ -20,12 +25,13 @@ import secrets
 
 from fastapi import Request
 
+from .clients import client_key
 from .errors import AppError
 from .guards import forwarded
 from .sandbox_status import sandbox_status
 
-__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_teacher", "check_uploader", "has_token",
-           "upload_policy"]
+__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_teacher", "check_uploader", "class_grant",
+           "has_token", "upload_policy"]
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -62,13 +68,23 @@ def _refusal(request: Request, status: dict) -> AppError | None:
                     "sandbox_incomplete")
 
 
+def class_grant(request: Request) -> str | None:
+    """The code of the open class whose membership lets this browser run code without the
+    token, or None (classroom.py: `Classroom.member_of`)."""
+    session = request.app.state.classroom.member_of(client_key(request))
+    return session.code if session is not None else None
+
+
 def upload_policy(request: Request) -> dict:
-    """What the "Your code" page and GET /api/uploads say about uploading from here."""
+    """What the "Your code" page and GET /api/uploads say about uploading from here: a member
+    of an open class (`class_member`: its code) needs no token."""
     settings = request.app.state.settings
     status = sandbox_status(settings, request.app.state.selftest)
     refusal = _refusal(request, status)
+    member = class_grant(request) if settings.token else None
     return {"accepts": refusal is None, "refused": refusal.detail if refusal else None,
-            "token_required": bool(settings.token), "max_upload_bytes": settings.max_upload_bytes,
+            "token_required": bool(settings.token) and member is None,
+            "class_member": member, "max_upload_bytes": settings.max_upload_bytes,
             "sandbox": status}
 
 
@@ -80,18 +96,22 @@ def has_token(request: Request) -> bool:
         value.strip().encode(), token.encode())
 
 
-def _require_token(request: Request, doing: str) -> None:
+def _require_token(request: Request, doing: str, or_else: str = "") -> None:
     """401 unless the request carries the token, when this server has one."""
     if request.app.state.settings.token and not has_token(request):
         raise AppError(401, f"{doing} needs the server's token: send the header "
-                            "'Authorization: Bearer TOKEN' (the page asks for it once)",
-                       "token_needed", headers={"WWW-Authenticate": "Bearer"})
+                            "'Authorization: Bearer TOKEN' (the page asks for it once)"
+                            + or_else, "token_needed", headers={"WWW-Authenticate": "Bearer"})
 
 
 def check_uploader(request: Request) -> None:
-    """Raise the HTTP error that tells this caller how to be allowed to run code."""
+    """Raise the HTTP error that tells this caller how to be allowed to run code: the token,
+    or membership of an open class (`class_grant`), and then the sandbox for other hosts."""
     settings = request.app.state.settings
-    _require_token(request, "running code here")
+    if not (settings.token and class_grant(request)):
+        _require_token(request, "running code here",
+                       "; a student in a class needs no token: open the class's link "
+                       "(/c/CODE) in this browser first")
     refusal = _refusal(request, sandbox_status(settings, request.app.state.selftest))
     if refusal is not None:
         raise refusal

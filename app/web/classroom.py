@@ -14,11 +14,18 @@ machine could otherwise be a whole class) unless the teacher says the room share
 address (`shared_address`: a classroom behind one NAT); the per-address limits on answers,
 streams and runs sent then count that address's members. The teacher sees the members and may
 remove one: its answer and runs leave the class, its streams end, and its cookie cannot join
-again.
+again. A member chooses the name the teacher sees (`display_name`: text a stranger typed, so
+cleaned, capped and made unique in the class; the alias stays the handle the teacher removes by).
+
+Membership is also a right: a member of an open class may run code on the server without its
+token (auth.py asks `Classroom.member_of`), within the same per-person and per-address limits as
+anyone; the right ends when the class ends or the teacher removes the member. A run is its
+starter's (`Classroom.note_run`, `started_by`): a student sends the teacher only their own runs.
 
 Everything here runs on the server's event loop (the routes are `async def`), so the state
-needs no lock; the one exception, `Classroom.people_at`, is read by the run queue's threads and
-only reads. Torch-free, and it never sees user code: a view is a path and a query string.
+needs no lock; the exceptions, `Classroom.people_at` (read by the run queue's threads) and
+`Classroom.member_of` (by the pages' threads: may this browser run code?), only read.
+Torch-free, and it never sees user code: a view is a path and a query string.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import hashlib
 import re
 import secrets
 import time
+import unicodedata
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -37,7 +45,7 @@ from .clients import is_browser
 from .errors import AppError
 from .settings import default_of
 
-__all__ = ["ClassError", "ClassSession", "Classroom", "Member", "check_view"]
+__all__ = ["ClassError", "ClassSession", "Classroom", "Member", "check_view", "display_name"]
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read aloud and typed on phones
 CODE_LENGTH = 6
@@ -52,6 +60,9 @@ MAX_MEMBERS = 2000  # browsers per class, those the teacher removed included
 MAX_TURNED_AWAY = 1000  # browsers refused for their address, counted for the teacher's hint
 WRONG_CODES_PER_MINUTE = 30  # per address: a person mistypes a few, a script tries thousands
 SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
+MAX_NAME = 40  # characters of a member's display name: a name on a list, not a message
+RENAMES_PER_MEMBER = 20  # each rename redraws the teacher's list: a few typos, not a ticker
+RUNS_REMEMBERED = 10_000  # whose each run is (the run store keeps 500 by default)
 STREAMS_PER_CLASS = 500
 STREAMS_IN_ALL = 3000
 # the pages a class can be shown: the index, a scenario, a stored run
@@ -83,6 +94,45 @@ def _text(value: object, what: str) -> str:
     return value.strip()
 
 
+_SPACES = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85"
+_ALIAS_LIKE = re.compile(r"student-[0-9a-f]*")
+_TEACHER_LIKE = {"teacher", "the teacher"}
+
+
+def display_name(value: object) -> str:
+    """A name a student typed, as others may be shown it: NFKC-normalised; control, format
+    (bidirectional overrides, zero-width characters), private-use and unassigned characters
+    dropped; every run of spaces one space; at most two combining marks on a letter; at most
+    MAX_NAME characters. Empty once cleaned, or posing as the teacher or a member's alias
+    (student-…), it is refused (422) with what to do. Pages still put it in as text, never
+    as markup (classroom.js: textContent inside <bdi>)."""
+    if not isinstance(value, str):
+        raise ClassError(422, f"a name is text of 1 to {MAX_NAME} characters", "bad_name")
+    kept: list[str] = []
+    marks = 0
+    for ch in unicodedata.normalize("NFKC", value):
+        kind = unicodedata.category(ch)
+        if kind in ("Mn", "Me"):
+            marks += 1
+            if marks > 2:  # "Zalgo" text: marks stacked until they cover the lines around
+                continue
+        else:
+            marks = 0
+        if ch in _SPACES or kind[0] == "Z":
+            kept.append(" ")
+        elif kind[0] != "C":  # Cc, Cf, Cs, Co, Cn
+            kept.append(ch)
+    name = " ".join("".join(kept).split())[:MAX_NAME].strip()
+    if not name:
+        raise ClassError(422, f"type a name of 1 to {MAX_NAME} letters: the teacher sees it "
+                              "beside your answers and the runs you send", "bad_name")
+    key = name.casefold()
+    if key in _TEACHER_LIKE or _ALIAS_LIKE.fullmatch(key):
+        raise ClassError(422, "that name is the teacher's or looks like a member's alias "
+                              "(student-…): choose your own", "bad_name")
+    return name
+
+
 @dataclass
 class Member:
     """A browser that joined a class: what the teacher sees of it (`alias`, and its address
@@ -91,6 +141,13 @@ class Member:
     address: str
     alias: str
     joined: float = field(default_factory=time.monotonic)
+    name: str | None = None  # the display name it chose (display_name), unique in its class
+    renames: int = 0
+
+    @property
+    def shown(self) -> str:
+        """How the teacher's lists name it: its display name, or its alias until it has one."""
+        return self.name or self.alias
 
 
 @dataclass
@@ -166,6 +223,32 @@ class ClassSession:
             if alias not in taken:
                 return alias
         raise AssertionError("two browsers with one SHA-256")  # pragma: no cover
+
+    def rename(self, client: str, name: object) -> str:
+        """A member chooses the name the teacher sees (`display_name`); one another member has
+        already is made distinguishable ("Ana (2)"). Its answer and runs sent are listed under
+        the new name at once. The name it ends up with."""
+        if client == self.teacher:
+            raise ClassError(409, "the teacher needs no name here: students choose theirs")
+        self._member(client)
+        member = self.members[client]
+        wanted = display_name(name)
+        if wanted == member.name:
+            return wanted
+        if member.renames >= RENAMES_PER_MEMBER:
+            raise ClassError(429, f"this browser has changed its name {RENAMES_PER_MEMBER} "
+                                  "times in this class, as often as one may")
+        taken = {m.name.casefold() for m in self.members.values()
+                 if m.name and m is not member}
+        unique, n = wanted, 1
+        while unique.casefold() in taken:
+            n += 1
+            suffix = f" ({n})"
+            unique = wanted[:MAX_NAME - len(suffix)].rstrip() + suffix
+        member.name = unique
+        member.renames += 1
+        self._bump_teacher()  # the teacher's lists show it
+        return unique
 
     def knows(self, client: str) -> bool:
         return client == self.teacher or client in self.members
@@ -312,8 +395,16 @@ class ClassSession:
         self.answered_from = {}
         self._bump()
 
-    def submit(self, client: str, run_id: str, name: str, address: str = "") -> None:
+    def submit(self, client: str, run_id: str, name: str, address: str = "",
+               owner: str | None = None) -> None:
+        """A member sends a run to the teacher's list: only a run it started itself (`owner`,
+        Classroom.started_by); the teacher may list any."""
         self._member(client)
+        if client != self.teacher and owner != client:
+            raise ClassError(403, "only your own runs can be sent to the teacher: this one was "
+                                  "started by someone else (or before the server restarted); "
+                                  "run the script yourself (\u201cEdit and run again\u201d), "
+                                  "then send that run", "not_your_run")
         if len(self.submissions) >= MAX_SUBMISSIONS:
             raise ClassError(429, f"this class has {MAX_SUBMISSIONS} runs sent in already")
         if any(s["run"] == run_id for s in self.submissions):
@@ -330,11 +421,22 @@ class ClassSession:
             key = "address:" + address
             self.sent_by[key] = self.sent_by.get(key, 0) + 1
         self.sent_from[run_id] = (client, address)
-        member = self.members.get(client)
+        # who sent it is looked up when the list is shown: a name chosen later shows there too
         self.submissions.append({"run": run_id, "link": f"/runs/{run_id}", "name": name[:100],
-                                 "by": member.alias if member else "the teacher",
                                  "at": time.time()})
         self._bump()
+
+    def sent(self, run_id: str) -> bool:
+        return run_id in self.sent_from
+
+    def _sender(self, run_id: str) -> dict:
+        """Who sent a run, as the teacher's list says it: the member's name (or alias until it
+        has one) and its alias, or the teacher."""
+        client = self.sent_from.get(run_id, ("", ""))[0]
+        member = self.members.get(client)
+        if member is None:
+            return {"by": "the teacher", "alias": None}
+        return {"by": member.shown, "alias": member.alias}
 
     def end(self) -> None:
         self.ended = True
@@ -413,23 +515,27 @@ class ClassSession:
                 shown["tally"] = tally
             shown["mine"] = self.answers.get(client)
             out["question"] = shown
+        member = self.members.get(client)
+        if member is not None:
+            out["me"] = {"name": member.name, "alias": member.alias}
         if teacher:
             out["followers"] = len(self.followers)
-            out["submissions"] = list(self.submissions)
+            out["submissions"] = [{**s, **self._sender(s["run"])} for s in self.submissions]
             out["members"] = len(self.members)
             out["shared_address"] = self.shared_address
             out["turned_away"] = len(self.turned_away)
         return out
 
     def roster(self, teacher_address: str = "") -> dict:
-        """The members as the teacher sees them: alias, seconds since joining, whether it
+        """The members as the teacher sees them: alias, display name (None until it chose
+        one), seconds since joining, whether it
         answered the question asked now (None: none asked), its open pages, its runs sent,
         and its address as a group ("address 2", numbered as they first joined): the page
         tells a room behind one NAT from strangers, and never shows an address."""
         now = time.monotonic()
         asked = self.question is not None
         sent = Counter(by for by, _ in self.sent_from.values())
-        members = [{"alias": m.alias, "joined_s": round(now - m.joined),
+        members = [{"alias": m.alias, "name": m.name, "joined_s": round(now - m.joined),
                     "answered": (m.client in self.answers) if asked else None,
                     "streams": self.streams.get(m.client, 0),
                     "runs_sent": sent[m.client],
@@ -480,6 +586,7 @@ class Classroom:
         self.sessions: dict[str, ClassSession] = {}
         self.open_streams = 0  # event streams of every class, for the server-wide cap
         self._wrong_codes: LRU[deque] = LRU(10_000)  # address -> times of its wrong codes
+        self._started_by: LRU[str] = LRU(RUNS_REMEMBERED)  # run id -> its starter's client key
 
     def start(self, teacher: str) -> ClassSession:
         self._expire()
@@ -548,6 +655,25 @@ class Classroom:
         shared = sum(s.at_address.get(address, 0) for s in list(self.sessions.values())
                      if s.shared_address and not s.ended)
         return max(self.people_per_address, shared)
+
+    def member_of(self, client: str) -> ClassSession | None:
+        """An open class `client` is a member of (not its teacher, not removed), or None: its
+        membership is its right to run code without the server's token (auth.py). A cookie the
+        server did not sign is an address here (clients.py), and an address is never a member.
+        Read from the request threads too: the list of sessions is taken at once."""
+        if not is_browser(client):
+            return None
+        for session in list(self.sessions.values()):
+            if not session.ended and client in session.members:
+                return session
+        return None
+
+    def note_run(self, client: str, run_id: str) -> None:
+        """`client` started `run_id` (POST /api/runs): it alone may send it to a teacher."""
+        self._started_by.put(run_id, client)
+
+    def started_by(self, run_id: str) -> str | None:
+        return self._started_by.get(run_id)
 
     def end(self, session: ClassSession) -> None:
         session.end()

@@ -3,7 +3,9 @@ browser's session cookie, set by the first page it opens, else the client's addr
 or a browser that refuses cookies). The cookie is signed by this server process (HMAC with a
 key made at start), so a made-up value counts as no cookie: one machine cannot become thirty
 people by inventing cookies, in the run queue or in a class's answers. Not an identity to trust
-beyond that: a token or the loopback rule decides who may run code at all (auth.py)."""
+beyond that: a token, the loopback rule or a membership of an open class (a signed cookie the
+class admitted and the teacher has not removed) decides who may run code at all (auth.py); the
+same key says whose a run is (classroom.py `note_run`: a student sends only their own)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,17 @@
 //
 // This tab's part in a class is kept in sessionStorage: {code, role, following}.
 //
-// The teacher's bar has a Members panel: who joined (by alias, grouped by network address,
-// never showing one), a remove button each, and the switch a room behind one NAT needs ("This
-// room shares one network address"). A browser the teacher removed is told so and stops.
+// The teacher's bar has a Members panel: who joined (by the name each chose, with its alias,
+// grouped by network address, never showing one), a remove button each, and the switch a room
+// behind one NAT needs ("This room shares one network address"). A browser the teacher removed
+// is told so and stops.
+//
+// A student joining (/c/CODE) first chooses the name the teacher sees; the page follows once it
+// is taken. Names are text strangers typed: they go in as text (never markup), inside <bdi> so
+// a right-to-left name does not reorder the words around it. A student's bar offers "Send this
+// run to the teacher" only on a run this browser started (the server says which). Choices are
+// lettered; after the reveal a student's own pick is marked in words, and the revealed question
+// folds away once the page moves on (a click opens it again).
 
 import { callJson } from "./api.js";
 import { fill, h } from "./dom.js";
@@ -17,6 +25,8 @@ import { apply as applyView, subscribe, subscribeShown } from "./view_state.js";
 
 const KEY = "autograd-lab-class";
 const TOKEN_KEY = "autograd-lab-token";
+const NAME_KEY = "autograd-lab-name"; // the last name this browser chose: offered next time
+const LETTERS = "ABCDEFGHIJKL"; // a question has at most 12 choices (classroom.py)
 // the pages a class can be shown (classroom.py checks the same)
 const SHOWABLE = /^\/$|^\/scenarios\/[a-z][a-z0-9_]*$|^\/runs\/[A-Za-z0-9_-]+$/;
 
@@ -32,6 +42,13 @@ let rosterAt = 0; // when it came (performance.now()), for "joined N min ago"
 let membersOpen = false;
 let rosterTimer = null;
 let leaving = false; // this page is being left: its stream's end means nothing
+let naming = false; // a student who has not chosen a name yet: the bar asks for one
+let nameDraft = null; // what they typed so far (the bar is redrawn as a whole)
+let nameProblem = null; // why the server did not take the name
+let ownRun = null; // {id, yours, sent}: is the run this page shows this student's own?
+let revealOpen = null; // the id of the revealed question this page shows unfolded
+let seenQuestion = null; // {id, revealed} as the last state had it: a reveal is a change
+let followedView = null; // the last view followed (JSON): a new one folds the answer away
 window.addEventListener("pagehide", () => { leaving = true; });
 
 function storage() {
@@ -109,8 +126,9 @@ async function setShared(on) {
   else if (membersOpen) loadRoster();
 }
 
-async function removeMember(alias) {
-  if (!window.confirm(`Remove ${alias} from the class? Its answer and runs leave the class, and that browser cannot join again.`)) return;
+async function removeMember(alias, name) {
+  const who = name ? `${name} (${alias})` : alias;
+  if (!window.confirm(`Remove ${who} from the class? Their answer and runs leave the class, and that browser cannot join again.`)) return;
   const answer = await call("DELETE", `/api/classes/${mine.code}/members/${encodeURIComponent(alias)}`);
   if (!answer.ok && answer.status !== 404) say(`${alias} was not removed: ${(answer.data && answer.data.detail) || answer.status}`);
   else loadRoster();
@@ -144,7 +162,52 @@ async function ask(question) {
 
 function follow(view) {
   if (!view || !mine || mine.role !== "student" || !mine.following) return;
+  followedView = JSON.stringify(view);
   applyView(view);
+}
+
+const needsName = (data) => data.role === "student" && !(data.me && data.me.name);
+
+function askName(data) {
+  state = data;
+  naming = true;
+  if (nameDraft === null) {
+    try { nameDraft = window.localStorage.getItem(NAME_KEY) || ""; } catch { nameDraft = ""; }
+  }
+  render();
+  const input = document.getElementById("class-name");
+  if (input) input.focus();
+}
+
+async function chooseName(event) {
+  event.preventDefault();
+  const answer = await call("PUT", `/api/classes/${mine.code}/name`, { name: nameDraft || "" });
+  if (!answer.ok) {
+    if (answer.status === 403 || answer.status === 404) { recheck(); return; }
+    nameProblem = (answer.data && answer.data.detail) || `HTTP ${answer.status}`;
+    render();
+    const input = document.getElementById("class-name");
+    if (input) input.focus();
+    return;
+  }
+  try { window.localStorage.setItem(NAME_KEY, answer.data.name); } catch { /* no storage */ }
+  nameProblem = null;
+  if (state) state.me = { ...(state.me || {}), name: answer.data.name };
+  if (naming) {
+    naming = false;
+    connect(); // in the class now: follow the teacher
+  }
+  render();
+}
+
+async function rename() {
+  const now = (state && state.me && state.me.name) || "";
+  const wanted = window.prompt("The name your teacher sees:", now);
+  if (wanted === null || wanted.trim() === now) return;
+  nameDraft = wanted;
+  nameProblem = null;
+  await chooseName(new Event("submit"));
+  if (nameProblem) say(`Your name was not changed: ${nameProblem}`);
 }
 
 function setFollowing(on) {
@@ -166,8 +229,23 @@ async function answerQuestion(choice) {
 
 async function sendRun(runId) {
   const answer = await call("POST", `/api/classes/${mine.code}/runs`, { run: runId });
+  if (answer.ok && ownRun && ownRun.id === runId) {
+    ownRun.sent = true;
+    render();
+    return;
+  }
   const button = document.getElementById("class-send-run");
   if (button) button.textContent = answer.ok ? "Sent to the teacher ✓" : `Not sent: ${(answer.data && answer.data.detail) || answer.status}`;
+}
+
+/** Did this browser start the run the page shows (only then may it send it), and is it on the
+ * teacher's list already? Asked once per run; the bar is drawn again with the answer. */
+async function checkRun(runId) {
+  ownRun = { id: runId, yours: false, sent: false };
+  const answer = await call("GET", `/api/classes/${encodeURIComponent(mine.code)}/runs/${encodeURIComponent(runId)}`);
+  if (!ownRun || ownRun.id !== runId || !answer.ok) return;
+  ownRun = { id: runId, yours: Boolean(answer.data.yours), sent: Boolean(answer.data.sent) };
+  render();
 }
 
 // ---- both -----------------------------------------------------------------------------------
@@ -197,7 +275,8 @@ async function recheck() {
     setTimeout(recheck, 2000); // no network yet
     return;
   }
-  if (answer.status === 404) leave("The class is not on this server any more.");
+  if (answer.ok && needsName(answer.data)) askName(answer.data);
+  else if (answer.status === 404) leave("The class is not on this server any more.");
   else if (answer.status === 403) leave((answer.data && answer.data.detail) || "The teacher removed this browser from the class.");
   else if (answer.status === 429) {
     // this address is full (the teacher may switch on "shares one network address"), or too
@@ -218,6 +297,7 @@ function leave(message) {
   state = null;
   roster = null;
   membersOpen = false;
+  naming = false;
   save(null);
   document.body.classList.remove("class-predicting");
   say(message, "info");
@@ -225,6 +305,13 @@ function leave(message) {
 }
 
 function receive(next) {
+  const q = next.question;
+  // the class moved on to another view: a revealed answer folds away (before it is drawn)
+  if (mine.role === "student" && mine.following && next.view && followedView !== null &&
+    JSON.stringify(next.view) !== followedView) revealOpen = null;
+  // the reveal, seen happen on this page: the answer is shown unfolded here, folded elsewhere
+  if (q && q.revealed && seenQuestion && seenQuestion.id === q.id && !seenQuestion.revealed) revealOpen = q.id;
+  seenQuestion = q ? { id: q.id, revealed: q.revealed } : null;
   state = next;
   if (mine && next.role !== mine.role) save({ ...mine, role: next.role });
   bar.classList.remove("class-offline");
@@ -237,6 +324,10 @@ function render() {
   if (!mine || !state) return;
   bar.hidden = false;
   if (startButton) startButton.hidden = true;
+  if (naming) {
+    fill(bar, nameForm());
+    return;
+  }
   const link = `${location.origin}/c/${state.code}`;
   const q = state.question;
   // students predict before they see: the gradient views stay hidden until the reveal
@@ -254,6 +345,9 @@ function render() {
         h("button#class-unfollow", { type: "button", onclick: () => setFollowing(false) }, "Stop following")] :
       [h("span.class-following", {}, " · exploring on your own "),
         h("button#class-follow", { type: "button", onclick: () => setFollowing(true) }, "Follow again")],
+    state.me && state.me.name ? h("span.class-me", {}, " · as ", h("bdi.class-name#class-my-name", {}, state.me.name), " ",
+      h("button.link#class-rename", { type: "button", onclick: rename }, "change")) :
+      h("button.link#class-rename", { type: "button", onclick: rename }, "choose your name"),
     sendButton(),
   ];
   fill(bar, h("div.class-head", {}, head), q ? questionView(q) : null,
@@ -272,14 +366,39 @@ function askButtons() {
       onclick: () => ask(question) }, labels[question.key])));
 }
 
+/** A student's way into the class: the name the teacher will see, before following. */
+function nameForm() {
+  return h("form.class-name-form#class-name-form", { onsubmit: chooseName },
+    h("strong", {}, `Class ${state.code}`),
+    h("label", { for: "class-name" }, " · your name, as the teacher will see it: "),
+    h("input#class-name", { type: "text", maxlength: 40, autocomplete: "nickname", required: true,
+      value: nameDraft || "", "aria-describedby": "class-name-help", oninput: (e) => { nameDraft = e.target.value; } }),
+    " ", h("button#class-join-button", { type: "submit" }, "Join the class"),
+    nameProblem ? h("p.class-message.class-error#class-name-problem", { role: "alert" }, nameProblem) : null,
+    h("p.hint#class-name-help", {}, "Up to 40 characters. The teacher sees it in the class's list of members ",
+      "(whether you answered a question, not what) and beside the runs you send. You can change it later."));
+}
+
 function sendButton() {
   const match = location.pathname.match(/^\/runs\/([A-Za-z0-9_-]+)$/);
-  if (!match) return null;
-  return h("button#class-send-run", { type: "button", onclick: () => sendRun(match[1]) }, "Send this run to the teacher");
+  if (!match || mine.role !== "student") return null;
+  // only on this student's own runs: not on one the teacher (or a classmate) showed
+  if (!ownRun || ownRun.id !== match[1]) {
+    checkRun(match[1]);
+    return null;
+  }
+  if (!ownRun.yours) return null;
+  return h("button#class-send-run", { type: "button", disabled: ownRun.sent, onclick: () => sendRun(match[1]) },
+    ownRun.sent ? "Sent to the teacher ✓" : "Send this run to the teacher");
 }
+
+const letter = (i) => LETTERS[i] || String(i + 1);
+const choiceLabel = (q, i) => [h("span.choice-letter", { "aria-hidden": "true" }, letter(i)), h("span.choice-text", {}, q.choices[i])];
+const said = (q, i) => `${letter(i)} (${q.choices[i]})`;
 
 function questionView(q) {
   const teacher = mine.role === "teacher";
+  if (!teacher && q.revealed) return revealedView(q);
   const total = q.tally ? q.tally.reduce((a, b) => a + b, 0) : 0;
   const choices = q.choices.map((text, i) => {
     // marked only once revealed: the teacher's screen is often the projector
@@ -289,27 +408,51 @@ function questionView(q) {
       const bar = h("span.tally-bar");
       bar.style.width = `${total ? (100 * count) / total : 0}%`; // CSSOM: no inline style attribute (CSP)
       return h(`li.tally-row${right ? ".is-answer" : ""}`, { dataset: { choice: i } },
-        h("span.tally-choice", {}, text), h("span.tally-track", {}, bar),
-        h("span.tally-count", {}, String(count)));
+        h("span.choice-letter", { "aria-hidden": "true" }, letter(i)),
+        h("span.tally-choice", {}, text, right ? h("span.choice-mark", {}, " ✔ the answer") : null),
+        h("span.tally-track", {}, bar), h("span.tally-count", {}, String(count)));
     }
-    return h(`li${right ? ".is-answer" : ""}`, {},
-      h("button", { type: "button", "aria-pressed": q.mine === i ? "true" : "false", disabled: q.revealed,
-        dataset: { choice: i }, onclick: () => answerQuestion(i) }, text));
+    const picked = q.mine === i;
+    return h(`li${picked ? ".is-mine" : ""}`, {},
+      h("button", { type: "button", "aria-pressed": picked ? "true" : "false", "aria-label": `${letter(i)}: ${text}`,
+        dataset: { choice: i }, onclick: () => answerQuestion(i) }, choiceLabel(q, i),
+      picked ? h("span.choice-mark", {}, "your answer") : null));
   });
   return h("section.class-question", { "aria-label": "Question" },
     h("p.class-prompt", {}, q.prompt),
-    h("ol.class-choices", {}, choices),
+    h("ul.class-choices", {}, choices),
     teacher ? h("p", {}, `${total} answered `,
       q.revealed ? h("button#class-clear", { type: "button", onclick: () => call("DELETE", `/api/classes/${mine.code}/question`) }, "Put it away") :
         h("button#class-reveal", { type: "button", onclick: () => call("POST", `/api/classes/${mine.code}/reveal`) }, "Reveal")) :
-      h("p.hint", {}, q.revealed ? `The answer: ${q.choices[q.answer]}. The gradient views are back.` :
-        q.mine === null || q.mine === undefined ? "Pick your answer: the gradient views stay hidden until the teacher reveals." :
-          "Your answer is in. Wait for the reveal (you may still change it)."));
+      h("p.hint", {}, q.mine === null || q.mine === undefined ? "Pick your answer: the gradient views stay hidden until the teacher reveals." :
+        `Your answer, ${said(q, q.mine)}, is in. Wait for the reveal (you may still change it).`));
+}
+
+/** A student's revealed question: the answer and their own pick said in words, folded away
+ * once the page has moved on from where the reveal was seen (a click opens it). */
+function revealedView(q) {
+  const answered = q.mine !== null && q.mine !== undefined;
+  const right = answered && q.mine === q.answer;
+  const verdict = !answered ? `the answer: ${said(q, q.answer)} (you did not answer)` :
+    right ? `you picked ${said(q, q.mine)}: right ✔` : `you picked ${said(q, q.mine)}; the answer: ${said(q, q.answer)}`;
+  const choices = q.choices.map((text, i) => {
+    const classes = `${i === q.answer ? ".is-answer" : ""}${i === q.mine ? ".is-mine" : ""}`;
+    return h(`li${classes}`, { dataset: { choice: i } }, choiceLabel(q, i),
+      i === q.answer ? h("span.choice-mark.choice-right", {}, "✔ the answer") : null,
+      i === q.mine ? h("span.choice-mark.choice-yours", {}, right ? "· your answer" : "your answer ✗") : null);
+  });
+  const toggle = (e) => { revealOpen = e.target.open ? q.id : null; };
+  return h(`details.class-question.is-revealed${right ? ".is-right" : answered ? ".is-wrong" : ""}`,
+    { open: revealOpen === q.id, ontoggle: toggle, "aria-label": "Question" },
+    h("summary", {}, h("span.class-prompt", {}, q.prompt), " — ", h("strong.class-verdict", {}, verdict)),
+    h("ul.class-choices.is-revealed", {}, choices),
+    h("p.hint", {}, "The gradient views are back."));
 }
 
 function submissionsView(list) {
   return h("details.class-runs", { open: true }, h("summary", {}, `Runs sent in (${list.length})`),
-    h("ul", {}, list.map((s) => h("li", {}, h("a", { href: s.link }, `${s.name || s.run}`), ` by ${s.by}`))));
+    h("ul", {}, list.map((s) => h("li", { dataset: { run: s.run } }, h("a", { href: s.link }, `${s.name || s.run}`), " by ",
+      h("bdi.class-name", {}, s.by)))));
 }
 
 function membersView() {
@@ -343,12 +486,13 @@ function rosterView(r) {
   return h("ul.class-roster", {}, r.addresses.map((group) => h("li", {},
     h("span.class-group", {}, `${group.name}${group.yours ? " (your address too)" : ""} · ${group.members} member${group.members === 1 ? "" : "s"}`),
     h("ul", {}, r.members.filter((m) => m.address === group.name).map((m) => h("li.class-member", { dataset: { alias: m.alias } },
+      m.name ? h("bdi.class-name", {}, m.name) : h("span.hint", {}, "(no name yet)"), " ",
       h("span.class-alias", {}, m.alias),
       h("span.hint", {}, [` joined ${ago(m.joined_s + since)}`,
         m.answered === null ? "" : m.answered ? " · answered" : " · not answered",
         ` · ${m.streams} page${m.streams === 1 ? "" : "s"}`,
         m.runs_sent ? ` · ${m.runs_sent} run${m.runs_sent === 1 ? "" : "s"} sent` : ""].join("")),
-      " ", h("button.link.class-remove", { type: "button", onclick: () => removeMember(m.alias) }, "Remove")))))));
+      " ", h("button.link.class-remove", { type: "button", onclick: () => removeMember(m.alias, m.name) }, "Remove")))))));
 }
 
 async function endClass() {
@@ -375,7 +519,9 @@ if (mine && mine.role === "student" && mine.following && !joining && !SHOWABLE.t
   save({ ...mine, following: false });
 }
 if (mine) {
-  connect();
+  // a student joining chooses a name first (recheck asks the class, then the bar asks them)
+  if (joining && mine.role === "student") recheck();
+  else connect();
   // a page opened from within this app is shown to the class; one another site sent this tab
   // to (or a typed address) is not, until the teacher changes something on it
   let fromHere = false;

@@ -6,7 +6,7 @@
 import { ApiError, fetchDevices, fetchRunStatus, fetchStoredRun, startRun, stopRun } from "./api.js";
 import { fill, h } from "./dom.js";
 import { Progress } from "./progress.js";
-import { explanationParts, setStatus } from "./status.js";
+import { errorHeadline, explanationParts, setStatus } from "./status.js";
 
 const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("page-data").textContent);
@@ -83,13 +83,12 @@ function showScriptError(doc) {
   const ex = err.explanation && err.explanation.code !== "unrecognised" ? err.explanation : null;
   const text = err.line ? (source.value.split("\n")[err.line - 1] || "") : "";
   setStatus(status, [
-    h("strong", {}, err.type === "Stopped" ? "Stopped" : `The script stopped with ${err.type}`),
-    err.line ? [" at ", h("button.link", { type: "button", onclick: () => goToLine(err.line) }, `line ${err.line}`)] : "",
-    `: ${err.message}`,
+    errorHeadline(err, goToLine),
     // the line itself, unless the message already quotes it (a SyntaxError's does)
     text.trim() && !err.message.includes(text.trim()) ? h("pre.run-error-source", {}, `${err.line} | ${text}`) : "",
     ex ? explanationParts(ex, goToLine) : "",
-    h("br"), "Fix it in the box and run again, or ",
+    h("br"), err.type === "Stopped" ? "Change it in the box if you like and run again, or " :
+      "Fix it in the box and run again, or ",
     h("a", { href: doc.run.link }, "open the run anyway"), ".",
   ], "error");
   const culprit = (ex && ex.line) || err.line;
@@ -101,6 +100,11 @@ const sentence = (text) => text.charAt(0).toUpperCase() + text.slice(1) + (/[.)]
 
 function explainFailure(err) {
   if (!(err instanceof ApiError)) return `Something went wrong in the page: ${err.message}`;
+  if (err.status === 401 && !token) {
+    // no token field: this page was opened as a class's member, and the class has ended (or
+    // the teacher removed this browser) since; reloading shows the field if it is needed now
+    return `${sentence(err.message)} (Reload this page: it asks for the server's token if you need it now.)`;
+  }
   if (err.status === 401) {
     const s = storage("local");
     if (s) s.removeItem(TOKEN_KEY); // it was wrong: ask again rather than resend it

@@ -1,5 +1,6 @@
-// Progress while a run is computed: a trace takes seconds (a fresh worker imports torch and runs
-// the script), so the graph area says what is happening and for how long, instead of freezing.
+// Progress while a page waits for a run or a drawing: the graph area says what is happening and
+// for how long, instead of freezing. It says nothing of how the server works (a stored run is
+// only read back; a lesson may come from the cache or a worker).
 
 export class Progress {
   constructor(box, text) {
@@ -15,7 +16,7 @@ export class Progress {
     this.box.setAttribute("aria-busy", "true");
     const tick = () => {
       const secs = ((performance.now() - t0) / 1000).toFixed(1);
-      this.text.textContent = `${what} — ${secs} s (a run takes a few seconds: a fresh worker starts PyTorch and runs the script)`;
+      this.text.textContent = `${what} — ${secs} s`;
     };
     tick();
     this.timer = setInterval(tick, 200);

@@ -30,9 +30,7 @@ export function runReport(doc, { onLine }) {
   const parts = [];
   const err = doc.error;
   if (err) {
-    parts.push(h("strong", {}, `The script stopped with ${err.type}`),
-      err.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(err.line) }, `line ${err.line}`)] : "",
-      ": ", ...richText(err.message, onLine));
+    parts.push(errorHeadline(err, onLine));
     const ex = err.explanation;
     if (ex && ex.code !== "unrecognised") parts.push(explanationParts(ex, onLine));
   }
@@ -43,6 +41,24 @@ export function runReport(doc, { onLine }) {
       ...richText(synthetic.synthetic_reason || "the graph shown is that of its last output tensor.", onLine));
   }
   return [parts.length ? parts : null, err ? "error" : "info"];
+}
+
+// error types that are not the script's: the run was stopped, or the server could not start it
+// (app/web/run_queue.py, app/runner/explain.py)
+const NOT_THE_SCRIPTS = {
+  Stopped: "Stopped",
+  ServerBusy: "The server could not run this script",
+  ServerError: "The server could not run this script",
+};
+
+/** How a run's error is said: "The script stopped with ValueError at line 6: ...", but a stop
+ *  or a server's failure in words of its own (its message says where, as a line button). */
+export function errorHeadline(err, onLine) {
+  const own = NOT_THE_SCRIPTS[err.type];
+  if (own) return [h("strong", {}, own), ": ", ...richText(err.message, onLine)];
+  return [h("strong", {}, `The script stopped with ${err.type}`),
+    err.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(err.line) }, `line ${err.line}`)] : "",
+    ": ", ...richText(err.message, onLine)];
 }
 
 /** An autograd failure explained: what happened, where (a button to the line), the fix as

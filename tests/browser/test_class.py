@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.proxy import Relay
+from tests.server import serve
 
 from .conftest import Watched, api_trace
 
@@ -61,8 +62,15 @@ def start_class(teacher: Watched, scenario: str) -> str:
     return code
 
 
-def join(student: Watched, code: str, scenario: str) -> None:
+def give_name(student: Watched, name: str | None = None) -> None:
+    """Type the name the teacher will see in the class bar's join form, and join."""
+    student.page.fill("#class-name", name or student.test_name.rsplit("-", 1)[-1])
+    student.page.click("#class-join-button")
+
+
+def join(student: Watched, code: str, scenario: str, name: str | None = None) -> None:
     student.page.goto(f"{student.base}/c/{code}")
+    give_name(student, name)
     student.page.wait_for_url(re.compile(rf".*/scenarios/{scenario}(\?.*)?$"))
     student.page.wait_for_selector("#graph svg g.node")
 
@@ -177,6 +185,8 @@ def test_predict_then_reveal(room, server):
         assert "class-predicting" in s.page.evaluate("() => document.body.className")
     students[0].page.click(f".class-question button[data-choice='{uses}']")  # right
     students[1].page.click(".class-question button[data-choice='1']")  # wrong
+    students[1].page.wait_for_selector(".class-choices li.is-mine >> text=your answer")
+    students[1].shot("picked", full_page=False)
     teacher.page.wait_for_function(
         "() => document.querySelector('.class-question > p:last-child').textContent"
         ".startsWith('2 answered')")
@@ -191,8 +201,35 @@ def test_predict_then_reveal(room, server):
     for s in students:
         s.page.wait_for_selector(".col-panel", state="visible")
         s.page.wait_for_selector(".class-choices li.is-answer")
-        assert s.page.text_content(".class-choices li.is-answer").strip().startswith(str(uses))
+        assert s.page.text_content(".class-choices li.is-answer .choice-text") == str(uses)
+    # choices are lettered, not numbered beside numeric answers; the student's own pick is
+    # said in words after the reveal, right or wrong
+    letters = students[0].page.eval_on_selector_all(".class-choices .choice-letter",
+                                                   "els => els.map(e => e.textContent)")
+    assert letters == list("ABCDEFGHIJKL"[:len(letters)])
+    assert students[0].page.evaluate(
+        "() => getComputedStyle(document.querySelector('.class-choices')).listStyleType") == "none"
+    right = students[0].page.locator(".class-choices li.is-mine")
+    assert right.get_attribute("data-choice") == str(uses) and "is-answer" in right.get_attribute(
+        "class")
+    assert "your answer" in right.text_content()
+    assert "right ✔" in students[0].page.text_content(".class-verdict")
+    wrong = students[1].page.locator(".class-choices li.is-mine")
+    assert wrong.get_attribute("data-choice") == "1" and "your answer ✗" in wrong.text_content()
+    assert "the answer: " + "ABCD"[uses] in students[1].page.text_content(".class-verdict")
+    teacher.shot("revealed")
     students[0].shot("revealed")
+    students[1].shot("revealed")
+    # the teacher moves on (a replay step: the view changes in place): the students' revealed
+    # question folds away; a click opens it again
+    teacher.page.click("#replay-next")
+    for s in students:
+        s.page.wait_for_function(
+            "() => !document.querySelector('details.class-question.is-revealed').open")
+        assert s.page.locator(".class-choices").is_hidden()
+    students[1].shot("folded", full_page=False)
+    students[1].page.click("details.class-question.is-revealed > summary")
+    assert students[1].page.locator(".class-choices").is_visible()
     # the server agrees: a program reading the class sees the same tally
     state = httpx.get(f"{server}/api/classes/{code}", timeout=10).json()
     assert state["role"] == "student" and state["question"]["tally"] == tally
@@ -209,6 +246,9 @@ def test_the_teacher_sees_a_member_join_and_removes_it(room):
     member = teacher.page.wait_for_selector(".class-member")
     alias = member.get_attribute("data-alias")
     assert re.fullmatch(r"student-[0-9a-f]{6,}", alias)
+    # listed by the name it chose (the alias beside it, the handle the teacher removes by)
+    teacher.page.wait_for_selector(
+        f".class-member[data-alias='{alias}'] .class-name:text-is('student1')")
     assert teacher.page.text_content(".class-members summary") == "Members (1)"
     assert teacher.page.text_content(".class-group") == "address 1 (your address too) · 1 member"
     assert "127.0.0" not in teacher.page.text_content(".class-members")
@@ -225,8 +265,10 @@ def test_the_teacher_sees_a_member_join_and_removes_it(room):
         assert teacher.page.text_content(".class-members summary") == \
             "Members (4) · 1 turned away: their network address is full"
         teacher.shot("turned-away")
-        teacher.page.check("#class-shared")
-        teacher.page.wait_for_function("() => document.querySelector('#class-shared').checked")
+        # (the box is ticked at once; the server has it when its PATCH is answered)
+        with teacher.page.expect_response(lambda r: r.request.method == "PATCH") as switched:
+            teacher.page.check("#class-shared")
+        assert switched.value.ok
         assert others[3].get(f"/api/classes/{code}").status_code == 200
     finally:
         for other in others:
@@ -263,6 +305,8 @@ def test_a_student_turned_away_for_their_address_joins_once_the_teacher_says_so(
         student.shot("turned-away")
         teacher.page.click(".class-members summary")
         teacher.page.check("#class-shared")
+        student.page.wait_for_selector("#class-name")  # in: it chooses its name, then follows
+        give_name(student)
         student.page.wait_for_url(re.compile(r".*/scenarios/reused_layer(\?.*)?$"))
         teacher.page.wait_for_function(
             "() => document.querySelectorAll('.class-member').length === 5")
@@ -271,3 +315,143 @@ def test_a_student_turned_away_for_their_address_joins_once_the_teacher_says_so(
             other.close()
     # the refusals the page met before (429) are the test, not a fault of the page
     student.errors[:] = [e for e in student.errors if "status of 429" not in e]
+
+
+# ---- a class on a server with a token ---------------------------------------------------------
+
+TOKEN = "s3cret"
+MINE = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
+# what a stranger might type as a name: markup, a right-to-left override, a control character
+HOSTILE = "<img src=x onerror=alert(1)>\u202eBob\u0007"
+
+
+@pytest.fixture(scope="module")
+def token_server(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("store"), name="browser/class-token-server",
+               TOKEN=TOKEN, TRACE_TIMEOUT="120", WARM_LESSONS="false", SELFTEST="false") as base:
+        yield base
+
+
+@pytest.fixture
+def token_room(browser, token_server, request):
+    """new_page(who) -> a page of a browser of its own on the token server."""
+    name = request.node.name.replace("test_", "", 1)
+    contexts, watched = [], []
+
+    def page(who: str, viewport=(1400, 900)) -> Watched:
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        contexts.append(context)
+        p = context.new_page()
+        p.set_default_timeout(60_000)
+        w = Watched(p, token_server, f"{name}-{who}")
+        watched.append(w)
+        return w
+
+    yield page
+    for context in contexts:
+        context.close()
+    for w in watched:
+        assert not w.foreign, f"requests to other hosts: {w.foreign}"
+        assert not w.errors, f"console errors: {w.errors}"
+
+
+def _can_run(w: Watched) -> int:
+    """POST /api/runs from this browser (its cookie), without the token: the status."""
+    return w.page.request.post(f"{w.base}/api/runs", data={"source": " "},
+                               fail_on_status_code=False).status
+
+
+def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(token_room):
+    teacher, ana, bob, stranger = (token_room(who) for who in ("teacher", "ana", "bob",
+                                                                  "stranger"))
+    teacher.page.goto(f"{teacher.base}/scenarios/reused_layer")
+    teacher.page.wait_for_selector("#graph svg g.node")
+    teacher.page.once("dialog", lambda dialog: dialog.accept(TOKEN))  # the token, asked once
+    teacher.page.click("#class-start")
+    teacher.page.wait_for_selector(".class-link")
+    code = re.search(r"/c/([A-Z0-9]{6})$", teacher.page.text_content(".class-link")).group(1)
+    # (the page tried without the token first: Chromium logs that 401)
+    teacher.errors[:] = [e for e in teacher.errors if "status of 401" not in e]
+
+    # Ana joins: the bar asks for her name first, then her page follows the teacher
+    ana.page.goto(f"{ana.base}/c/{code}")
+    ana.page.wait_for_selector("#class-name")
+    assert ana.page.locator("#graph").count() == 0  # not followed anywhere before the name
+    ana.page.fill("#class-name", "Ana")
+    ana.shot("join", full_page=False)
+    ana.page.click("#class-join-button")
+    ana.page.wait_for_url(re.compile(r".*/scenarios/reused_layer(\?.*)?$"))
+    assert ana.page.text_content("#class-my-name") == "Ana"
+    # Bob types markup and a right-to-left override: an empty name is refused, this one is
+    # taken as text
+    bob.page.goto(f"{bob.base}/c/{code}")
+    bob.page.fill("#class-name", " \u200b ")
+    bob.page.click("#class-join-button")
+    bob.page.wait_for_selector("#class-name-problem")
+    assert "type a name" in bob.page.text_content("#class-name-problem")
+    bob.errors[:] = [e for e in bob.errors if "status of 422" not in e]  # that refusal
+    bob.page.fill("#class-name", HOSTILE)
+    bob.page.click("#class-join-button")
+    bob.page.wait_for_url(re.compile(r".*/scenarios/reused_layer(\?.*)?$"))
+    assert bob.page.text_content("#class-my-name") == "<img src=x onerror=alert(1)>Bob"
+
+    # Ana's own code: no token field, a word on why; the run takes no token
+    ana.page.goto(f"{ana.base}/own-code")
+    assert ana.page.locator("#token").count() == 0
+    assert code in ana.page.text_content("#class-grant")
+    ana.shot("own-code", full_page=False)
+    ana.page.fill("#source", MINE)
+    ana.page.fill("#name", "mine.py")
+    ana.page.click("#run")
+    ana.page.wait_for_url(re.compile(r".*/runs/[A-Za-z0-9_-]+$"))
+    run_path = urlparse(ana.page.url).path
+    ana.page.wait_for_selector("#graph svg g.node")
+    send = ana.page.wait_for_selector("#class-send-run")
+    assert send.text_content() == "Send this run to the teacher"
+    ana.shot("own-run", full_page=False)
+    send.click()
+    ana.page.wait_for_selector("#class-send-run:disabled >> text=Sent to the teacher ✓")
+
+    # the teacher sees her name in the runs sent in, and both names among the members
+    teacher.page.wait_for_selector(".class-runs li")
+    assert teacher.page.text_content(".class-runs li") == "mine.py by Ana"
+    teacher.page.click(".class-members summary")
+    teacher.page.wait_for_function("() => document.querySelectorAll('.class-member').length === 2")
+    names = teacher.page.eval_on_selector_all(".class-member .class-name",
+                                              "els => els.map(e => e.textContent)")
+    assert sorted(names) == sorted(["Ana", "<img src=x onerror=alert(1)>Bob"])
+    assert teacher.page.locator("#class-bar img").count() == 0  # text, never markup
+    teacher.shot("names", full_page=False)
+
+    # the teacher opens Ana's run for the class: Bob, following, is shown it, with no "Send"
+    with bob.page.expect_response(lambda r: f"/api/classes/{code}/runs/" in r.url) as checked:
+        teacher.page.click(".class-runs li a")
+        bob.page.wait_for_url(re.compile(rf".*{run_path}(\?.*)?$"))
+    assert checked.value.json()["yours"] is False
+    bob.page.wait_for_selector("#graph svg g.node")
+    assert bob.page.locator("#class-send-run").count() == 0
+    bob.shot("not-his-run", full_page=False)
+
+    # a stranger (in no class) still needs the token
+    stranger.page.goto(f"{stranger.base}/own-code")
+    assert stranger.page.locator("#token").count() == 1
+    assert _can_run(stranger) == 401
+    assert _can_run(ana) == 422  # (an empty script: let in, refused for being empty)
+
+    # the teacher removes Ana: she loses the right at once, Bob keeps it
+    teacher.page.click(".class-members summary")  # (a new page: the panel starts closed)
+    teacher.page.wait_for_function("() => document.querySelectorAll('.class-member').length === 2")
+    alias = teacher.page.evaluate("() => [...document.querySelectorAll('.class-member')].find("
+                                  "li => li.querySelector('.class-name').textContent === 'Ana')"
+                                  ".dataset.alias")
+    teacher.page.once("dialog", lambda dialog: dialog.accept())
+    teacher.page.click(f".class-member[data-alias='{alias}'] .class-remove")
+    teacher.page.wait_for_selector(f".class-member[data-alias='{alias}']", state="detached")
+    assert _can_run(ana) == 401
+    assert _can_run(bob) == 422
+    ana.page.goto(f"{ana.base}/own-code")
+    assert ana.page.locator("#token").count() == 1 and ana.page.locator("#class-grant").count() == 0
+    # the class ends: Bob's right with it
+    teacher.page.click("#class-end")
+    teacher.page.wait_for_selector(".class-message >> text=The class has ended.")
+    assert _can_run(bob) == 401

@@ -188,6 +188,7 @@ def test_a_waiting_run_shows_its_time_and_can_be_stopped(watched):
     assert time.monotonic() - started < 10
     status_text = page.text_content("#run-status")
     assert "stopped on request" in status_text and "line" in status_text, status_text
+    assert "stopped with" not in status_text  # not "The script stopped with Stopped"
     assert page.input_value("#source").startswith("import torch\nx = 0")
     assert page.is_hidden("#progress")
     watched.shot("stopped")

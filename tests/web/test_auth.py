@@ -105,3 +105,69 @@ def test_a_missing_layer_is_named_on_the_page_and_refuses_other_hosts(settings):
                                           headers={"Authorization": "Bearer t"})
     assert response.status_code == 403 and "landlock unavailable" in response.json()["detail"]
     assert here.get("/healthz").json()["sandbox"]["missing"] == ["landlock"]
+
+
+# ---- a class's members -----------------------------------------------------------------------
+
+def _browser(app, client=LOCAL) -> TestClient:
+    c = TestClient(app, client=client)
+    c.get("/")  # its signed session cookie
+    return c
+
+
+def test_a_classs_members_run_code_without_the_token_while_the_class_is_open(settings):
+    """A class grants the browsers that joined it the right to run code; nobody else gets it
+    from the class: not a program, a made-up cookie, a removed member, a member of an ended
+    class, nor the teacher's browser without its token."""
+    app = create_app(settings(token="s3cret"))
+    bearer = {"Authorization": "Bearer s3cret"}
+    teacher = _browser(app)
+    code = teacher.post("/api/classes", json={}, headers=bearer).json()["code"]
+    student, stranger = _browser(app), _browser(app)
+    assert status(student) == 401  # not in the class yet
+    refused = student.post("/api/runs", json=EMPTY).json()["detail"]
+    assert "Authorization: Bearer TOKEN" in refused and "/c/CODE" in refused
+    assert student.get(f"/c/{code}").status_code == 200  # joins
+    assert status(student) == 422  # allowed in: no token asked
+    policy = student.get("/api/uploads").json()
+    assert policy["token_required"] is False and policy["class_member"] == code
+    page = student.get("/own-code").text
+    assert 'id="token"' not in page and 'id="class-grant"' in page and code in page
+    # the rest still need the token
+    assert status(stranger) == 401 and stranger.get("/api/uploads").json()["token_required"]
+    assert 'id="token"' in stranger.get("/own-code").text
+    assert status(teacher) == 401 and status(teacher, "s3cret") == 422
+    program = TestClient(app, client=LOCAL)  # no cookie: an address, never a member
+    assert status(program) == 401
+    # the member's own cookie with a signature the server did not make: no member
+    token_part = student.cookies.get("autograd_lab_client").split(".")[0]
+    forged = TestClient(app, client=LOCAL,
+                        cookies={"autograd_lab_client": token_part + "." + "B" * 22})
+    assert status(forged) == 401
+    # a removed member loses the right at once
+    other = _browser(app)
+    other.get(f"/c/{code}")
+    assert status(other) == 422
+    alias = next(m["alias"] for m in teacher.get(f"/api/classes/{code}/members").json()["members"]
+                 if m["alias"] != student.get(f"/api/classes/{code}").json()["me"]["alias"])
+    assert teacher.delete(f"/api/classes/{code}/members/{alias}").status_code == 200
+    assert status(other) == 401 and status(other, "s3cret") == 422
+    assert status(student) == 422
+    # the class ends: so does the right
+    assert teacher.delete(f"/api/classes/{code}").status_code == 200
+    assert status(student) == 401
+    assert student.get("/api/uploads").json()["token_required"] is True
+
+
+def test_a_member_from_another_host_still_needs_a_sandbox_that_held(settings):
+    """The class lifts the token, not the sandbox: a member on another machine runs code only
+    where every sandbox layer held, as a token holder does."""
+    app = create_app(settings(token="s3cret", host="0.0.0.0"))
+    app.state.selftest = SelfTest(report=None)  # never checked
+    teacher = _browser(app)
+    code = teacher.post("/api/classes", json={},
+                        headers={"Authorization": "Bearer s3cret"}).json()["code"]
+    member = _browser(app, OTHER)
+    assert member.get(f"/c/{code}").status_code == 200
+    answer = member.post("/api/runs", json=EMPTY)
+    assert answer.status_code == 403 and "sandbox" in answer.json()["detail"]

@@ -257,6 +257,87 @@ def test_a_student_sends_a_run_and_the_teacher_sees_it_without_the_students_cook
     cookie = student.cookies.get("autograd_lab_client")
     assert cookie not in json.dumps(sent) and sent[0]["by"].startswith("student-")
     assert "submissions" not in student.get(f"/api/classes/{code}").json()
+    # a name chosen later is what the teacher's list says
+    assert student.put(f"/api/classes/{code}/name", json={"name": "Ana"}).json() == {"name": "Ana"}
+    sent = teacher.get(f"/api/classes/{code}").json()["submissions"]
+    assert (sent[0]["by"], sent[0]["alias"]) == ("Ana", sent[0]["alias"])
+    assert sent[0]["alias"].startswith("student-")
+    # the run is the student's own: its page may offer "Send"; a classmate who follows the
+    # teacher onto it may neither be offered nor send it
+    assert student.get(f"/api/classes/{code}/runs/{run_id}").json() == {
+        "run": run_id, "yours": True, "sent": True}
+    classmate = browser(teacher.app)
+    assert classmate.get(f"/api/classes/{code}/runs/{run_id}").json() == {
+        "run": run_id, "yours": False, "sent": True}
+    refused = classmate.post(f"/api/classes/{code}/runs", json={"run": run_id})
+    assert refused.status_code == 403 and refused.json()["code"] == "not_your_run"
+    assert "only your own runs" in refused.json()["detail"]
+
+
+def test_a_member_chooses_the_name_the_teacher_sees(room, app):
+    teacher, student, code = room
+    student.get(f"/c/{code}")  # joins
+    assert student.get(f"/api/classes/{code}").json()["me"]["name"] is None
+    assert student.put(f"/api/classes/{code}/name", json={"name": "  Ana  Lima "}).json() == {
+        "name": "Ana Lima"}
+    me = student.get(f"/api/classes/{code}").json()["me"]
+    assert me["name"] == "Ana Lima" and me["alias"].startswith("student-")
+    roster = teacher.get(f"/api/classes/{code}/members").json()["members"]
+    assert [(m["name"], m["alias"]) for m in roster] == [("Ana Lima", me["alias"])]
+    # two students who type the same name can be told apart (case and width do not matter)
+    twins = [browser(app) for _ in range(3)]
+    got = [t.put(f"/api/classes/{code}/name", json={"name": n}).json()["name"]
+           for t, n in zip(twins, ["Ana Lima", "ana lima", "Ａｎａ Ｌｉｍａ"], strict=True)]
+    assert got == ["Ana Lima (2)", "ana lima (3)", "Ana Lima (4)"]
+    names = [m["name"] for m in teacher.get(f"/api/classes/{code}/members").json()["members"]]
+    assert len(set(names)) == 4
+    # keeping one's own name is no duplicate; the teacher removes by alias, whatever the name
+    assert student.put(f"/api/classes/{code}/name", json={"name": "Ana Lima"}).json() == {
+        "name": "Ana Lima"}
+    assert teacher.delete(f"/api/classes/{code}/members/{me['alias']}").status_code == 200
+    # the teacher needs no name; a stranger's program (no cookie) is no member
+    assert teacher.put(f"/api/classes/{code}/name", json={"name": "Boss"}).status_code == 409
+    program = TestClient(app, client=LOCAL)
+    assert program.put(f"/api/classes/{code}/name", json={"name": "x"}).status_code == 403
+
+
+@pytest.mark.parametrize("typed, shown", [
+    ("<script>alert(1)</script>", "<script>alert(1)</script>"),  # text: pages escape it
+    ('"><img src=x onerror=alert(1)>', '"><img src=x onerror=alert(1)>'),
+    ("x" * 10_000, "x" * 40),  # 10 kB: capped
+    ("Bob\x00\x07\x1b[31m red\r\nline\u2028two", "Bob[31m red line two"),  # controls
+    ("\u202eevil\u202c.exe \u2066iso\u2069", "evil.exe iso"),  # bidirectional overrides
+    ("ze\u200bro\u200dwidth\ufeff", "zerowidth"),
+    # marks stacked on a letter: two kept (NFKC made the first one part of the letter, Ź)
+    ("Z" + "\u0301" * 500 + "algo", "\u0179\u0301\u0301algo"),
+    ("\U0001F469\u200d\U0001F4BB Zoë", "\U0001F469\U0001F4BB Zoë"),
+    ("   ", None), ("\u200b\u202e\x00", None), ("", None), (None, None), (42, None),
+    (["Ana"], None), ("The Teacher", None), ("student-0a1b2c", None), ("STUDENT-", None),
+])
+def test_a_name_is_text_a_stranger_typed(room, app, typed, shown):
+    teacher, _, code = room
+    student = browser(app)
+    answer = student.put(f"/api/classes/{code}/name", json={"name": typed})
+    if shown is None:
+        assert answer.status_code == 422 and answer.json()["code"] == "bad_name"
+        assert answer.json()["detail"]
+        return
+    assert answer.status_code == 200 and answer.json() == {"name": shown}
+    assert len(shown) <= 40
+    listed = teacher.get(f"/api/classes/{code}/members")
+    assert [m["name"] for m in listed.json()["members"]] == [shown]
+    # JSON carries it as a string (the browser puts it in as text); no page renders it as HTML
+    assert "\\u202e" not in listed.text and "alert(1)" not in student.get(f"/c/{code}").text
+
+
+def test_a_name_body_past_the_cap_and_renames_are_bounded(room, app):
+    _, student, code = room
+    huge = student.put(f"/api/classes/{code}/name", json={"name": "x" * 20_000})
+    assert huge.status_code == 413  # a class request is at most 16 KiB
+    for n in range(20):
+        assert student.put(f"/api/classes/{code}/name", json={"name": f"n{n}"}).status_code == 200
+    again = student.put(f"/api/classes/{code}/name", json={"name": "one more"})
+    assert again.status_code == 429 and "20 times" in again.json()["detail"]
 
 
 def test_the_lessons_own_question_keeps_its_answer_on_the_server(room):

@@ -277,8 +277,11 @@ def test_one_student_sends_the_teacher_a_few_runs_not_the_whole_list(room, a_cla
                  for run in runs]
         assert codes == [200] * 5 + [429], codes
     with contextlib.closing(_browser(room, ELSEWHERE)) as other:
+        # (a student sends only their own runs: issue 21)
         assert other.post(f"/api/classes/{code}/runs", json={"run": runs[-1]}).status_code \
-            == 200
+            == 403
+        theirs = other.post("/api/runs", json={"source": SMALL}).json()["run"]["id"]
+        assert other.post(f"/api/classes/{code}/runs", json={"run": theirs}).status_code == 200
 
 
 def test_class_codes_cannot_be_tried_by_the_thousand(room, a_class):

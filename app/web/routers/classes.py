@@ -9,14 +9,17 @@
     POST   /api/classes/{code}/reveal        the teacher reveals the answer
     DELETE /api/classes/{code}/question      the teacher puts the question away
     POST   /api/classes/{code}/answer        a student answers: {question, choice}
-    POST   /api/classes/{code}/runs          a student sends one of their runs: {run}
-    GET    /api/classes/{code}/members       the teacher sees who joined (by alias)
+    PUT    /api/classes/{code}/name          a student chooses the name the teacher sees: {name}
+    GET    /api/classes/{code}/runs/{run}    is this run mine (may I send it), and sent already?
+    POST   /api/classes/{code}/runs          a student sends one of their own runs: {run}
+    GET    /api/classes/{code}/members       the teacher sees who joined (name and alias)
     DELETE /api/classes/{code}/members/{alias}  the teacher removes one (its cookie is barred)
     DELETE /api/classes/{code}               the teacher ends the class
 
 Every route a student uses joins the class first (one membership per browser, refused past
-`per_address_people` from one address unless the room shares one: classroom.py). The routes
-are `async def`: the state lives on the event loop (see classroom.py).
+`per_address_people` from one address unless the room shares one: classroom.py). A membership
+also lets the browser run code without the server's token while the class is open (auth.py).
+The routes are `async def`: the state lives on the event loop (see classroom.py).
 """
 
 from __future__ import annotations
@@ -134,7 +137,8 @@ async def change_class(request: Request, code: str) -> dict:
 
 @router.get("/api/classes/{code}/members")
 async def members(request: Request, code: str) -> dict:
-    """Who joined, for the teacher: each member's alias, seconds since it joined, whether it
+    """Who joined, for the teacher: each member's name (None until it chose one) and alias
+    (the handle to remove it by), seconds since it joined, whether it
     answered the question asked now, its open pages, its runs sent, and which members share a
     network address ("address 1", "address 2": never the address itself)."""
     address = client_address(request)
@@ -198,10 +202,32 @@ async def answer(request: Request, code: str) -> dict:
     return {"version": session.version}
 
 
+@router.put("/api/classes/{code}/name")
+async def choose_name(request: Request, code: str) -> dict:
+    """A student chooses the name the teacher sees (cleaned and capped; one another member has
+    is made distinguishable: classroom.py `display_name`): the name it got."""
+    session = _classroom(request).get(code, client_address(request), client_key(request))
+    body = await _body(request)
+    return {"name": session.rename(client_key(request), body.get("name"))}
+
+
+@router.get("/api/classes/{code}/runs/{run_id}")
+async def run_of_mine(request: Request, code: str, run_id: str) -> dict:
+    """Whether this browser started the run (so may send it to the teacher), and whether it
+    is on the teacher's list already: a student's page offers "Send" on their own runs only."""
+    classroom = _classroom(request)
+    client = client_key(request)
+    session = classroom.get(code, client_address(request), client)
+    return {"run": run_id[:64], "yours": classroom.started_by(run_id) == client,
+            "sent": session.sent(run_id)}
+
+
 @router.post("/api/classes/{code}/runs")
 async def send_run(request: Request, code: str) -> dict:
-    """A student sends one of their stored runs to the teacher's list."""
-    session = _classroom(request).get(code, client_address(request), client_key(request))
+    """A student sends one of their own stored runs to the teacher's list (403 for another's
+    run: `Classroom.started_by`)."""
+    classroom = _classroom(request)
+    session = classroom.get(code, client_address(request), client_key(request))
     body = await _body(request)
     run_id = body.get("run")
     store = request.app.state.store
@@ -211,7 +237,7 @@ async def send_run(request: Request, code: str) -> dict:
     if head is None:
         raise AppError(404, "no such run here: run your code first, then send it", "no_run")
     session.submit(client_key(request), run_id, str(head["name"] or ""),
-                   client_address(request))
+                   client_address(request), classroom.started_by(run_id))
     return {"version": session.version}
 
 
