@@ -11,8 +11,9 @@ is newer: nothing is replayed, because the newest state is all a follower needs.
 A browser that opens a class becomes a member (`Member`): its address, the alias the teacher
 sees, when it joined. One address may have at most `people` members (cookies are free: one
 machine could otherwise be a whole class) unless the teacher says the room shares one network
-address (`shared_address`: a classroom behind one NAT); the per-address limits on answers,
-streams and runs sent then count that address's members. The teacher sees the members and may
+address (`shared_address`: a classroom behind one NAT; that address only, the teacher's own or
+one group of the members); the per-address limits on answers, streams and runs sent then count
+that address's members. The teacher sees the members and may
 remove one: its answer and runs leave the class, its streams end, and its cookie cannot join
 again. A member chooses the name the teacher sees (`display_name`: text a stranger typed, so
 cleaned, capped and made unique in the class; the alias stays the handle the teacher removes by).
@@ -56,7 +57,8 @@ MAX_TEXT = 300
 MAX_SUBMISSIONS = 200
 MAX_ANSWERS = 1000  # per question: a class, not a poll of the internet
 STREAMS_PER_CLIENT = 4  # a student's tabs in one class
-MAX_MEMBERS = 2000  # browsers per class, those the teacher removed included
+MAX_MEMBERS = 2000  # browsers per class
+MAX_REMOVED = 10_000  # browsers a class bars: past it, a new class
 MAX_TURNED_AWAY = 1000  # browsers refused for their address, counted for the teacher's hint
 WRONG_CODES_PER_MINUTE = 30  # per address: a person mistypes a few, a script tries thousands
 SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
@@ -167,7 +169,9 @@ class ClassSession:
     # otherwise be a whole class) unless the room shares one address (the teacher says so);
     # votes, streams and runs sent in count per address too, as many people as it has members
     people: int = 4
-    shared_address: bool = False
+    # the one address the teacher said the room shares (one NAT): only from it may more than
+    # `people` browsers join, and only its members count as people past the setting
+    shared_at: str = ""
     answered_from: dict[str, str] = field(default_factory=dict)  # client -> its address
     address_streams: dict[str, int] = field(default_factory=dict)
     sent_by: dict[str, int] = field(default_factory=dict)  # client or address -> runs sent
@@ -194,10 +198,10 @@ class ClassSession:
             raise ClassError(403, "the teacher removed this browser from the class, so it "
                                   "cannot join again; if that was a mistake, talk to the "
                                   "teacher", "removed_from_class")
-        if len(self.members) + len(self.removed) >= MAX_MEMBERS:
+        if len(self.members) >= MAX_MEMBERS:
             raise ClassError(429, f"this class has {MAX_MEMBERS} members, as many as one "
                                   "class may", "class_full")
-        if address and not self.shared_address and \
+        if address and address != self.shared_at and \
                 self.at_address.get(address, 0) >= self.people:
             if client not in self.turned_away and len(self.turned_away) < MAX_TURNED_AWAY:
                 self.turned_away.add(client)
@@ -269,15 +273,31 @@ class ClassSession:
         `people` (so a room behind one NAT has a vote, pages and runs per student)."""
         return max(self.people, self.at_address.get(address, 0))
 
-    def share_address(self, on: object) -> None:
-        """The teacher says whether the room shares one network address: on, every browser
-        from one address may join (up to MAX_MEMBERS); off, new ones from an address past
-        `people` members are refused (members already in stay)."""
-        if not isinstance(on, bool):
-            raise ClassError(422, "shared_address is true or false")
-        if on != self.shared_address:
-            self.shared_address = on
-            if on:
+    @property
+    def shared_address(self) -> bool:
+        return bool(self.shared_at)
+
+    def share_address(self, on: object, teacher_address: str = "") -> None:
+        """The teacher says which network address the room shares: `True`, the teacher's own
+        (the usual case: the teacher's laptop is in the room), or a group of the members list
+        ("address 2"); every browser from that address, and that address only, may join (up to
+        MAX_MEMBERS). `False`: none; new browsers past `people` from one address are refused
+        (members already in stay)."""
+        if on is False:
+            address = ""
+        elif on is True:
+            address = teacher_address
+        elif isinstance(on, str):
+            address = next((a for a, n in self.places.items() if f"address {n}" == on), "")
+            if not address:
+                raise ClassError(422, f"no group {on[:40]!r} among the members: name one the "
+                                      "members list shows (\"address 1\", ...)")
+        else:
+            raise ClassError(422, "shared_address is true (your own address), false, or a "
+                                  "group of the members list (\"address 2\")")
+        if address != self.shared_at:
+            self.shared_at = address
+            if address:
                 self.turned_away.clear()  # they may join now: the hint has done its work
             self._bump_teacher()
 
@@ -289,6 +309,9 @@ class ClassSession:
         if member is None:
             raise ClassError(404, f"no member {str(alias)[:80]!r} in this class (removed "
                                   "already?)", "no_member")
+        if len(self.removed) >= MAX_REMOVED:
+            raise ClassError(429, f"this class has barred {MAX_REMOVED:,} browsers already: "
+                                  "end it and start a new one", "too_many_removed")
         client = member.client
         del self.members[client]
         self.removed.add(client)
@@ -542,7 +565,7 @@ class ClassSession:
                     "address": f"address {self.places[m.address]}"}
                    for m in sorted(self.members.values(), key=lambda m: m.joined)]
         groups = [{"name": f"address {n}", "members": self.at_address[a],
-                   "yours": a == teacher_address}
+                   "yours": a == teacher_address, "shared": a == self.shared_at}
                   for a, n in sorted(self.places.items(), key=lambda p: p[1])
                   if self.at_address.get(a)]
         return {"count": len(members), "shared_address": self.shared_address,
@@ -653,7 +676,7 @@ class Classroom:
         shares one network address, if more. Called from the queue's threads: it only reads
         (the list of sessions taken at once, then one lookup in each)."""
         shared = sum(s.at_address.get(address, 0) for s in list(self.sessions.values())
-                     if s.shared_address and not s.ended)
+                     if s.shared_at == address and not s.ended)
         return max(self.people_per_address, shared)
 
     def member_of(self, client: str) -> ClassSession | None:

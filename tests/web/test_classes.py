@@ -373,3 +373,21 @@ def test_an_oversized_or_bottomless_body_is_refused_not_a_500(room):
     deep = teacher.put(f"/api/classes/{code}/view", content=b"[" * 10000,
                        headers={"Content-Type": "application/json"})
     assert deep.status_code == 422 and deep.json()["detail"]
+
+
+def test_removed_members_leave_room_in_a_full_class(monkeypatch):
+    """Found by the attacker's read: removed browsers counted toward the class's size, so a
+    class a script filled stayed full whatever the teacher removed."""
+    from app.web import classroom
+
+    monkeypatch.setattr(classroom, "MAX_MEMBERS", 3)
+    session = classroom.ClassSession("ABCDEF", "cookie:teacher", people=10)
+    for n in range(3):
+        session.admit(f"cookie:bot{n}", "10.0.0.9")
+    with pytest.raises(classroom.ClassError, match="3 members"):
+        session.admit("cookie:student", "10.0.0.1")
+    for member in list(session.members.values()):
+        session.remove(member.alias)
+    session.admit("cookie:student", "10.0.0.1")  # room again
+    with pytest.raises(classroom.ClassError, match="removed this browser"):
+        session.admit("cookie:bot0", "10.0.0.9")

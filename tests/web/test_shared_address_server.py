@@ -146,7 +146,8 @@ def test_a_room_of_thirty_behind_one_address_votes_and_follows(base, a_class, br
         assert roster.status_code == 200
         seen = roster.json()
         assert seen["count"] == 30 and seen["shared_address"] is True
-        assert seen["addresses"] == [{"name": "address 1", "members": 30, "yours": True}]
+        assert seen["addresses"] == [{"name": "address 1", "members": 30, "yours": True,
+                                  "shared": True}]
         assert all(m["answered"] is True and m["address"] == "address 1"
                    for m in seen["members"])
         assert sorted(m["streams"] for m in seen["members"]) == [1] * 29 + [4]
@@ -281,3 +282,37 @@ def test_a_room_that_shares_an_address_has_a_share_of_runs_per_member(base, a_cl
         assert codes.count(202) == 12 and codes.count(429) == 4, codes
     finally:
         _stop(booked)
+
+
+def _join(browser: httpx.Client, code: str) -> int:
+    return browser.get(f"/api/classes/{code}").status_code
+
+
+def test_the_switch_opens_the_room_s_address_only(base, a_class, browsers):
+    """Found by the attacker's read: with the switch on, a stranger's address joined with 40
+    fresh cookies and voted 40 times, and its run share grew with them."""
+    teacher, code = a_class
+    _share(teacher, code, True)  # the teacher sits in the room: its address is the room's
+    assert [_join(browsers(base, ROOM), code) for _ in range(6)] == [200] * 6
+    stranger = [_join(browsers(base, "127.0.0.27"), code) for _ in range(6)]
+    assert stranger == [200] * 4 + [429] * 2
+    roster = teacher.get(f"/api/classes/{code}/members").json()
+    shared = [g for g in roster["addresses"] if g["shared"]]
+    assert len(shared) == 1 and shared[0]["yours"] and shared[0]["members"] == 6
+
+
+def test_a_teacher_elsewhere_names_the_room_s_group(base, browsers):
+    """A teacher not behind the room's address (a remote teacher) names its group instead."""
+    teacher = browsers(base, ELSEWHERE)
+    code = teacher.post("/api/classes", json={}).json()["code"]
+    try:
+        assert [_join(browsers(base, ROOM), code) for _ in range(5)] == [200] * 4 + [429]
+        group = next(g["name"] for g in teacher.get(f"/api/classes/{code}/members").json()[
+            "addresses"] if not g["yours"])
+        answer = teacher.patch(f"/api/classes/{code}", json={"shared_address": group})
+        assert answer.status_code == 200 and answer.json()["shared_address"] is True
+        assert _join(browsers(base, ROOM), code) == 200
+        assert teacher.patch(f"/api/classes/{code}",
+                             json={"shared_address": "address 99"}).status_code == 422
+    finally:
+        teacher.delete(f"/api/classes/{code}")

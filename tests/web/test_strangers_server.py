@@ -360,12 +360,18 @@ def _processes_of(uids: range) -> set[int]:
     return found
 
 
+# a range of this test process's own: two suites on one machine (two clones side by side) must
+# not lease each other's uids
+TWO_UIDS = 3500300000 + (os.getpid() % 50_000) * 2
+
+
 @pytest.fixture(scope="module")
 def two_uids(tmp_path_factory):
-    # as many sandbox uids as runs at once, less one: the third run finds none free
+    # as many sandbox uids as runs at once, less one: the third run finds none free; the loops
+    # may run long enough to overlap however slowly the machine starts them
     with serve(tmp_path_factory.mktemp("store"), name="strangers-two-uids", MAX_WORKERS="1",
                UPLOAD_WORKERS="3", POOL_SIZE="0", WARM_LESSONS="false", SELFTEST="false",
-               UID_BASE="3500300000", UID_COUNT="2") as url:
+               UPLOAD_TIMEOUT="180", UID_BASE=str(TWO_UIDS), UID_COUNT="2") as url:
         yield url
 
 
@@ -377,8 +383,8 @@ def test_a_run_that_finds_every_sandbox_uid_taken_keeps_its_script_and_says_so(t
                for i in (1, 2)]
     ids = [c.post("/api/runs?wait=false", json={"source": LOOP}).json()["id"] for c in looping]
     try:
-        deadline = time.monotonic() + 60
-        while _processes_of(range(3500300000, 3500300002)) != {3500300000, 3500300001}:
+        deadline = time.monotonic() + 150
+        while _processes_of(range(TWO_UIDS, TWO_UIDS + 2)) != {TWO_UIDS, TWO_UIDS + 1}:
             assert time.monotonic() < deadline, "the two looping runs never both started"
             time.sleep(0.2)
         with httpx.Client(base_url=two_uids, timeout=120,

@@ -2,7 +2,7 @@
 
     POST   /api/classes                      start (the teacher; the token off loopback)
     GET    /api/classes/{code}               the state, as this browser may see it (it joins)
-    PATCH  /api/classes/{code}               the teacher says: {shared_address: true|false}
+    PATCH  /api/classes/{code}               the teacher says: {shared_address: true|false|group}
     GET    /api/classes/{code}/events        the same, pushed (server-sent events, resumable)
     PUT    /api/classes/{code}/view          the teacher shows a page: {path, query}
     POST   /api/classes/{code}/question      the teacher asks: {prompt, choices, answer}
@@ -129,9 +129,9 @@ async def change_class(request: Request, code: str) -> dict:
     body = await _body(request)
     unknown = sorted(set(body) - {"shared_address"})
     if unknown or not body:
-        raise AppError(422, "a class's switch is shared_address (true or false)"
+        raise AppError(422, "a class's switch is shared_address (true, false or \"address N\")"
                        + (f"; not {unknown[0][:40]!r}" if unknown else ""))
-    session.share_address(body["shared_address"])
+    session.share_address(body["shared_address"], client_address(request))
     return {"shared_address": session.shared_address, "members": len(session.members)}
 
 
