@@ -41,7 +41,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 RESERVED_QUERY_NAMES = ("variant", "device", "event", "node", "param", "line", "step", "cell",
                         "present", "say", "layout", "depth", "open",
                         # the graph API's own (not in a page's address)
-                        "fold", "view")
+                        "fold", "view", "font")
 SHOW_KINDS = ("param", "node", "line")
 _SHOW = re.compile(r"^[ \t]*Show:[ \t]*(.*)$", re.MULTILINE)
 

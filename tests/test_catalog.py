@@ -61,7 +61,7 @@ def test_the_reserved_names_are_the_page_s_own_query_parameters():
         listed = re.search(rf"const {name} = \[([^\]]*)\]", js)
         assert listed, name
         keys |= set(re.findall(r'"(\w+)"', listed.group(1)))
-    assert keys | {"fold", "view"} == set(RESERVED_QUERY_NAMES)  # those two: the graph API's
+    assert keys | {"fold", "view", "font"} == set(RESERVED_QUERY_NAMES)  # the graph API's
 
 
 def test_show_lines_become_steps_and_leave_the_text(tmp_path):

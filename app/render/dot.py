@@ -18,7 +18,7 @@ from .legend import EDGE_COLOR, KINDS, UNIT_KINDS
 
 _STYLES = {**KINDS, **UNIT_KINDS}
 
-__all__ = ["EventNotFound", "event_graph", "to_dot", "edge_id"]
+__all__ = ["EventNotFound", "FONT_SCALES", "event_graph", "font_scale", "to_dot", "edge_id"]
 
 
 class EventNotFound(LookupError):
@@ -93,17 +93,37 @@ def _node(dot: graphviz.Digraph, node: dict, node_id: str, copy: bool = False) -
              **{"class": f"kind-{node['kind']}" + (" use-copy" if copy else "")})
 
 
-def to_dot(graph: dict, title: str | None = None, compact: bool = False) -> str:
-    """DOT for `graph`; `compact` leaves the tensor shapes off the edges (big graphs)."""
+FONT_SCALES = (1.0, 1.5, 2.0, 2.5, 3.0)  # the label type a drawing may be asked for
+
+
+def font_scale(value: float) -> float:
+    """The nearest of FONT_SCALES: requests that differ by a little share one drawing."""
+    return min(FONT_SCALES, key=lambda s: abs(s - value))
+
+
+def _size(value: float) -> str:
+    return f"{value:g}"
+
+
+def to_dot(graph: dict, title: str | None = None, compact: bool = False,
+           font: float = 1.0) -> str:
+    """DOT for `graph`; `compact` leaves the tensor shapes off the edges (big graphs). `font`
+    scales the label type (and the lines with it) while the space between ranks and nodes
+    grows less or shrinks: a page that shows labels at a given size on screen (a projector's
+    24 px) fits more of the graph in view than it would by zooming the 1x drawing."""
+    font = font_scale(font)
     dot = graphviz.Digraph("autograd", graph_attr={
-        "rankdir": "TB", "fontname": "Helvetica", "bgcolor": "white", "nodesep": "0.3",
-        "ranksep": "0.4", **({"label": title, "labelloc": "t"} if title else {}),
+        "rankdir": "TB", "fontname": "Helvetica", "bgcolor": "white",
+        "nodesep": _size(max(0.15, 0.3 / font)), "ranksep": _size(max(0.2, 0.4 / font)),
+        **({"label": title, "labelloc": "t"} if title else {}),
         # a big flat graph: fewer network-simplex iterations for x positions (app/render/draw)
         **({"nslimit": "0.05", "nslimit1": "0.05"} if compact else {})})
     # sized for a projector: the page zooms out to fit, and 11 pt labels then became unreadable
-    dot.attr("node", fontname="Helvetica", fontsize="14", penwidth="1.4")
-    dot.attr("edge", fontname="Helvetica", fontsize="12", color=EDGE_COLOR,
-             fontcolor=EDGE_COLOR)
+    dot.attr("node", fontname="Helvetica", fontsize=_size(14 * font),
+             penwidth=_size(1.4 * font))
+    dot.attr("edge", fontname="Helvetica", fontsize=_size(12 * font), color=EDGE_COLOR,
+             fontcolor=EDGE_COLOR,
+             **({"penwidth": _size(font), "arrowsize": _size(font)} if font != 1 else {}))
     by_id = {}
     for node in graph["nodes"]:
         by_id[node["id"]] = node
@@ -132,7 +152,8 @@ def to_dot(graph: dict, title: str | None = None, compact: bool = False) -> str:
         if compact:
             label = ""
         dot.edge(_text(edge["source"]), _text(edge["target"]), id=_text(eid),
-                 label=_text(label), penwidth=str(min(1 + count / 4, 4)) if count > 1 else None,
+                 label=_text(label),
+                 penwidth=str(min(1 + count / 4, 4) * font) if count > 1 else None,
                  **{"class": "grad-edge"})
     for cut in graph.get("cuts", ()):
         if cut.get("source") is None:

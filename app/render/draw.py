@@ -66,9 +66,11 @@ def check_inert(svg: bytes) -> None:
                               "served; names in the trace may have been forged")
 
 
-def render_graph(graph: dict, fmt: str = "svg", title: str | None = None) -> bytes:
-    """Draw a Trace graph (flat, or grouped by app/render/group.py). A graph too big to lay
-    out in reasonable time is refused with what to draw instead: the same graph by module."""
+def render_graph(graph: dict, fmt: str = "svg", title: str | None = None,
+                 font: float = 1.0) -> bytes:
+    """Draw a Trace graph (flat, or grouped by app/render/group.py), its label type scaled by
+    `font` (dot.py). A graph too big to lay out in reasonable time is refused with what to
+    draw instead: the same graph by module."""
     n = len(graph["nodes"])
     if n > MAX_DRAWN_NODES:
         raise RenderError(f"this graph has {n:,} nodes; autograd-lab lays out at most "
@@ -79,5 +81,5 @@ def render_graph(graph: dict, fmt: str = "svg", title: str | None = None) -> byt
         raise RenderError(f"this graph has {edges:,} edges; autograd-lab lays out at most "
                           f"{MAX_DRAWN_EDGES:,} at once. Draw it by module instead, or export "
                           "the Trace JSON to inspect it.")
-    return render(to_dot(graph, title, compact=n > COMPACT_ABOVE), fmt,
+    return render(to_dot(graph, title, compact=n > COMPACT_ABOVE, font=font), fmt,
                   timeout=60.0 if n <= COMPACT_ABOVE else 300.0)

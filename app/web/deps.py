@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Query, Request
 
 from app.catalog import Scenario, load_catalog
+from app.render import font_scale
 
 from .drawings import Layout
 from .errors import AppError
@@ -64,10 +65,14 @@ def get_layout(
                                       description="module paths (or folds, `layers.0-47`) "
                                       "to draw open")] = [],  # noqa: B006 - FastAPI copies it
     fold: bool = True,
+    font: Annotated[float, Query(ge=1, le=3, description="the labels' type size, 1 to 3 "
+                                 "times the default (rounded to a half); the page's "
+                                 "presenter mode asks for larger type")] = 1.0,
 ) -> Layout:
     if any(len(path) > 1000 for path in open_):
         raise AppError(422, "a module path in `open` is longer than 1000 characters")
-    return Layout(flat=layout == "flat", depth=depth, opened=frozenset(open_), fold=fold)
+    return Layout(flat=layout == "flat", depth=depth, opened=frozenset(open_), fold=fold,
+                  font=font_scale(font))
 
 
 LayoutDep = Annotated[Layout, Depends(get_layout)]

@@ -37,11 +37,14 @@ ANALYSES_KEPT = 16  # graphs whose grouping facts are kept (a big one's are a fe
 @dataclass(frozen=True)
 class Layout:
     """How a drawing is asked for: flat, or by module (a depth, 0 for every module open; the
-    module paths opened; repeats folded). No depth: the readable grouping for its size."""
+    module paths opened; repeats folded). No depth: the readable grouping for its size.
+    `font`: the label type's scale (app/render/dot.py FONT_SCALES; a projector's page asks
+    for larger type than the 1x of exports and the CLI)."""
     flat: bool = False
     depth: int | None = None
     opened: frozenset[str] = frozenset()
     fold: bool = True
+    font: float = 1.0
 
 
 class Drawings:
@@ -83,7 +86,8 @@ class Drawings:
             grouping = choose_grouping(graph, flat=layout.flat, depth=layout.depth,
                                        opened=layout.opened, fold=layout.fold,
                                        analysis=analysis)
-            dkey = (key, event, view, grouping, fmt)
+            # graph.json (units and grouping) is the same whatever the label type
+            dkey = (key, event, view, grouping, fmt, 1.0 if fmt == "json" else layout.font)
             kept = self._kept(dkey)
             if kept is not None:
                 self._drawn.put(rkey, kept)
@@ -93,7 +97,8 @@ class Drawings:
                     layout_document(graph, grouping, analysis)).encode("utf-8")
             else:
                 try:
-                    data = render_graph(group_graph(graph, grouping, analysis), fmt)
+                    data = render_graph(group_graph(graph, grouping, analysis), fmt,
+                                        font=layout.font)
                 except RenderError as exc:
                     data = exc
         self._drawn.put(rkey, data)

@@ -20,7 +20,8 @@ export function measure(summary, cell) {
 
 /**
  * The panel body for parameter `name` in `event`.
- * hooks: {cell, onCell(index|null), onHover(nodeId|null), onPickNode(id), onEvent(index), diagnostics}
+ * hooks: {cell, onCell(index|null), onHover(nodeId|null), onPickNode(id), onEvent(index), diagnostics,
+ *   chartScale (the bars' type, larger in presenter mode)}
  */
 export function paramView(doc, event, name, hooks) {
   const info = doc.params[name] || {};
@@ -87,7 +88,7 @@ function backwardView(doc, event, name, hooks) {
   });
   const total = measure(grads.after, cell);
   rows.push({ kind: "total", label: totalName, value: total });
-  out.append(waterfall(rows, { onHover: hooks.onHover, onPick: hooks.onPickNode }));
+  out.append(waterfall(rows, { onHover: hooks.onHover, onPick: hooks.onPickNode, scale: hooks.chartScale || 1 }));
 
   const sum = rows.filter((r) => r.kind !== "total").reduce((a, r) => a + r.value, 0);
   const close = Math.abs(sum - total) <= 1e-5 * Math.max(1, Math.abs(total));

@@ -36,13 +36,15 @@ export function runQuery(run, extra = {}) {
  * Where a page's Trace and drawings come from. A scenario is run with the page's settings
  * (variant, device, options); a stored run is fixed: it is what ran, and has no settings.
  */
-/** The query of one drawing: which event, and how it is grouped ({layout, depth, open}). */
+/** The query of one drawing: which event, how it is grouped ({layout, depth, open}), and its
+ *  label type (`font`, 1 to 3 times the 1x type of exports and the CLI). */
 function drawingQuery(event, drawing = {}) {
   const q = new URLSearchParams();
   if (event !== null && event !== undefined) q.set("event", event);
   if (drawing.layout) q.set("layout", drawing.layout);
   if (drawing.depth !== null && drawing.depth !== undefined) q.set("depth", drawing.depth);
   for (const path of drawing.open || []) q.append("open", path);
+  if (drawing.font && drawing.font !== 1) q.set("font", drawing.font);
   return q;
 }
 

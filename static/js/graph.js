@@ -6,23 +6,31 @@
 import { s } from "./dom.js";
 import { touchGestures } from "./touch.js";
 
-// Graphviz labels are 11 units high: fitted below LEGIBLE they cannot be read on a projector,
-// and then the graph opens at READABLE instead (the Fit button still shows it whole).
-const LEGIBLE = 0.75;
-const READABLE = 0.95;
-// fitted to its width below this, a graph is a speck (every node of a big model): it opens at
-// READABLE on its output instead
+// Labels are drawn 14 units high at the server's 1x type (app/render/dot.py; the page may ask
+// for larger type, `font`): sizes here are label sizes on screen, in CSS px, whatever the type.
+// A big graph fitted so that its labels are below LEGIBLE px opens at READABLE px instead (the
+// Fit button still shows it whole).
+const BASE_UNIT = 14;
+const LEGIBLE = 0.75 * BASE_UNIT;
+const READABLE = 0.95 * BASE_UNIT;
+// fitted to its width below this zoom of the 1x type, a graph is a speck (every node of a big
+// model): it opens at READABLE on its output instead
 const UNREADABLE = 0.25;
-const MAX_FIT = 1.6;
-const MIN_HEIGHT = 420;
+const MAX_LABEL = 1.6 * BASE_UNIT; // a small graph fitted whole is not blown up past this
+const MIN_HEIGHT = 300;
+const PAD = 8; // px kept free around what an opening view shows
 const STATE_CLASSES = ["is-selected", "is-line", "is-current", "is-done", "is-pending",
   "is-contrib", "is-hinted", "is-edge-done", "is-edge-new"];
 
 export class GraphView {
-  constructor(container, { onNode, onBackground }) {
+  /** `coveredFrom()`: the screen y below which something lies over the graph (a phone's
+   * details sheet), or Infinity. */
+  constructor(container, { onNode, onBackground, coveredFrom = () => Infinity }) {
     this.container = container;
     this.onNode = onNode;
     this.onBackground = onBackground;
+    this.coveredFrom = coveredFrom;
+    this.unit = BASE_UNIT; // the drawing's label size in its own units
     this.svg = null;
     this.panZoom = null;
     this.nodes = new Map(); // id -> <g>
@@ -38,6 +46,7 @@ export class GraphView {
    * graph area in view (a projector has no room to spare); never below MIN_HEIGHT. */
   fitHeight() {
     const top = this.container.getBoundingClientRect().top + window.scrollY;
+    if (!this.container.offsetParent) return; // not shown: nothing to size
     // on a phone the graph keeps its fingers (touch pans it): leave a strip to scroll the page by
     const most = window.innerWidth <= 600 ? window.innerHeight * 0.7 : Infinity;
     const height = Math.max(MIN_HEIGHT, Math.min(most, window.innerHeight - top - 12));
@@ -58,6 +67,11 @@ export class GraphView {
     svg.setAttribute("aria-label", `Backward graph with ${event.graph.nodes.length} nodes`);
     this.container.replaceChildren(svg);
     this.svg = svg;
+    // the drawing's label type: badges and highlight lines are scaled with it (--ink in app.css)
+    this.unit = [...svg.querySelectorAll("g.node text")].map((t) => parseFloat(t.getAttribute("font-size")))
+      .filter((v) => v > 0).reduce((a, b) => Math.min(a, b), Infinity);
+    if (!Number.isFinite(this.unit)) this.unit = BASE_UNIT;
+    this.container.style.setProperty("--ink", String(this.unit / BASE_UNIT));
     const byId = new Map(event.graph.nodes.map((n) => [n.id, n]));
     for (const node of event.graph.nodes) {
       const g = svg.getElementById(node.id);
@@ -80,9 +94,11 @@ export class GraphView {
         dblClickZoomEnabled: false, controlIconsEnabled: false,
         customEventsHandler: touchGestures({ onTap: (target) => this.pick(target) }),
       });
-      // a huge graph fits at a tiny zoom: let it still be zoomed in far enough to read
+      // a huge graph fits at a tiny zoom: let it still be zoomed in far enough to read (a
+      // projector's 30 px labels on a small graph too)
       const fitted = this.panZoom.getSizes().realZoom;
-      if (fitted * 25 < 4 * READABLE) this.panZoom.setMaxZoom((4 * READABLE) / fitted);
+      const most = (4 * READABLE) / this.unit;
+      if (fitted * 25 < most) this.panZoom.setMaxZoom(most / fitted);
       this.notHuge();
       this.readable();
     }
@@ -92,9 +108,9 @@ export class GraphView {
    * (or the full width), and show the bottom, where the output is and backward starts. */
   readable() {
     const sizes = this.panZoom.getSizes();
-    if (sizes.realZoom >= LEGIBLE) return;
+    if (sizes.realZoom * this.unit >= LEGIBLE) return;
     const widthZoom = sizes.width / (sizes.viewBox.width || 1);
-    if (widthZoom < UNREADABLE) {
+    if (widthZoom * this.unit < UNREADABLE * BASE_UNIT) {
       // too wide as well as too tall (every node of a 7,000-node model): no fit reads, so open
       // readable on the output, where backward starts, and let the user pan from there.
       // svg-pan-zoom applies a fit on the next animation frame: measure after it
@@ -109,7 +125,7 @@ export class GraphView {
         const point = { x: box.left + box.width / 2 - area.left, y: box.top + box.height / 2 - area.top };
         // the zoom drawn now, measured on the page (the library's own figure is ahead of it)
         const drawn = root ? box.height / (root.getBBox().height || 1) : panZoom.getSizes().realZoom;
-        panZoom.zoomAtPoint(panZoom.getZoom() * (READABLE / drawn), point);
+        panZoom.zoomAtPoint(panZoom.getZoom() * (READABLE / this.unit / drawn), point);
         // the output in the middle of the visible area
         const seen = this.container.getBoundingClientRect();
         panZoom.panBy({ x: seen.left - area.left + seen.width / 2 - point.x,
@@ -117,7 +133,7 @@ export class GraphView {
       }));
       return;
     }
-    const target = Math.min(READABLE, widthZoom);
+    const target = Math.min(READABLE / this.unit, widthZoom);
     if (target <= sizes.realZoom * 1.05) return;
     this.panZoom.zoom(this.panZoom.getZoom() * (target / sizes.realZoom));
     const after = this.panZoom.getSizes();
@@ -166,8 +182,10 @@ export class GraphView {
       const g = this.nodes.get(id);
       if (!g) continue;
       g.classList.add("has-diagnostic", `diag-${level}`);
-      const box = g.getBBox();
-      g.append(badge(box.x + box.width - 2, box.y + 2, level === "info" ? "i" : "!", `badge diag-badge badge-${level}`));
+      const box = shapeBox(g);
+      // on the node's top right corner, clear of its label
+      const k = this.unit / BASE_UNIT;
+      g.append(badge(box.x + box.width + 7 * k, box.y + 2 * k, level === "info" ? "i" : "!", `badge diag-badge badge-${level}`, k));
     }
   }
 
@@ -189,8 +207,10 @@ export class GraphView {
     for (const [id, number] of contrib) {
       const g = this.nodes.get(id);
       if (!g) continue;
-      const box = g.getBBox();
-      g.append(badge(box.x + 2, box.y + 2, String(number), "badge use-badge"));
+      const box = shapeBox(g);
+      // on the node's top left corner, clear of its label
+      const k = this.unit / BASE_UNIT;
+      g.append(badge(box.x - 7 * k, box.y + 2 * k, String(number), "badge use-badge", k));
     }
     for (const [id, { g }] of this.edges) {
       g.classList.remove(...STATE_CLASSES);
@@ -204,27 +224,92 @@ export class GraphView {
 
   /** Bring a node into view if it is outside the visible area. */
   reveal(id) {
-    // svg-pan-zoom applies zoom and pan on the next animation frame: measure after it
-    requestAnimationFrame(() => requestAnimationFrame(() => this.revealNow(id)));
+    // after the page has laid itself out (a phone's sheet may just have opened)
+    requestAnimationFrame(() => this.revealNow(id));
   }
 
   revealNow(id) {
-    const g = this.nodes.get(id);
-    if (!g || !this.panZoom) return;
-    const box = g.getBoundingClientRect();
-    const rect = this.container.getBoundingClientRect();
-    // the part of the graph area actually on screen (the page may be scrolled, or be taller)
-    const top = Math.max(rect.top, 0);
-    const bottom = Math.min(rect.bottom, window.innerHeight);
-    const view = { left: rect.left, right: rect.right, width: rect.width, top, bottom,
-      height: Math.max(bottom - top, 40) };
-    const inside = box.left >= view.left && box.right <= view.right &&
-      box.top >= view.top && box.bottom <= view.bottom;
+    const box = this.contentBox(id);
+    if (!box || !this.panZoom) return;
+    // where the node is on screen, from the library's own state (the drawn transform may lag)
+    const { realZoom: z } = this.panZoom.getSizes();
+    const pan = this.panZoom.getPan();
+    const area = this.svg.getBoundingClientRect();
+    const node = { left: area.left + pan.x + box.x0 * z, right: area.left + pan.x + box.x1 * z,
+      top: area.top + pan.y + box.y0 * z, bottom: area.top + pan.y + box.y1 * z };
+    // the part of the graph area actually seen (the page may be scrolled, a sheet may cover it)
+    const top = Math.max(area.top, 0);
+    const bottom = Math.min(area.bottom, window.innerHeight, this.coveredFrom());
+    const view = { left: area.left, right: area.right, top, bottom: Math.max(bottom, top + 40) };
+    const inside = node.left >= view.left && node.right <= view.right &&
+      node.top >= view.top && node.bottom <= view.bottom;
     if (inside) return;
     this.panZoom.panBy({
-      x: view.left + view.width / 2 - (box.left + box.width / 2),
-      y: view.top + view.height / 2 - (box.top + box.height / 2),
+      x: (view.left + view.right) / 2 - (node.left + node.right) / 2,
+      y: (view.top + view.bottom) / 2 - (node.top + node.bottom) / 2,
     });
+  }
+
+  /** A node's box (or an element's) in the drawing's own units: where it is whatever the pan
+   * and zoom, {x0, y0, x1, y1}. */
+  contentBox(id) {
+    const el = typeof id === "string" ? this.nodes.get(id) : id;
+    const viewport = this.svg && this.svg.querySelector(".svg-pan-zoom_viewport");
+    if (!el || !viewport) return null;
+    const outer = viewport.getCTM();
+    const inner = el.getCTM();
+    if (!outer || !inner) return null; // not laid out (hidden)
+    const m = outer.inverse().multiply(inner);
+    const b = el.getBBox();
+    const corners = [[b.x, b.y], [b.x + b.width, b.y], [b.x, b.y + b.height], [b.x + b.width, b.y + b.height]]
+      .map(([x, y]) => new DOMPoint(x, y).matrixTransform(m));
+    return { x0: Math.min(...corners.map((p) => p.x)), x1: Math.max(...corners.map((p) => p.x)),
+      y0: Math.min(...corners.map((p) => p.y)), y1: Math.max(...corners.map((p) => p.y)) };
+  }
+
+  /**
+   * The view a lesson (or a presenter's step) opens with: the whole graph if its labels are
+   * then at least `floor` px on screen; else `focus` (node ids, the first the one that must
+   * be seen whole) at labels of `floor` px or more (up to `comfy` when it fits at that), the
+   * rest of the graph a pan away. Never blown up past `most` px.
+   */
+  open({ focus = [], floor = 12, comfy = floor * 1.25, most = floor * 1.6 } = {}) {
+    if (!this.panZoom) return;
+    this.panZoom.resize();
+    const sizes = this.panZoom.getSizes();
+    const vb = sizes.viewBox;
+    const all = { x0: vb.x, y0: vb.y, x1: vb.x + vb.width, y1: vb.y + vb.height };
+    const room = { w: Math.max(sizes.width - 2 * PAD, 40), h: Math.max(sizes.height - 2 * PAD, 40) };
+    const fits = (b) => Math.min(room.w / (b.x1 - b.x0 || 1), room.h / (b.y1 - b.y0 || 1));
+    let zoom = fits(all);
+    let box = all;
+    let first = null;
+    if (zoom * this.unit >= floor) {
+      zoom = Math.min(zoom, most / this.unit);
+    } else {
+      const boxes = focus.map((id) => this.contentBox(id)).filter(Boolean);
+      if (boxes.length) {
+        first = boxes[0];
+        box = union(boxes);
+        Object.assign(all, union([all, box])); // a badge may stick out of the drawing's edge
+      }
+      zoom = Math.max(floor / this.unit, Math.min(fits(box), comfy / this.unit));
+    }
+    // the middle of the view, in drawing units: the focus's middle; the first focus node whole
+    // when the focus is larger than the view; and no blank beyond the drawing's edge
+    let cx = (box.x0 + box.x1) / 2;
+    let cy = (box.y0 + box.y1) / 2;
+    const half = { w: room.w / 2 / zoom, h: room.h / 2 / zoom };
+    if (first) {
+      cx = clamp(cx, first.x1 - half.w, first.x0 + half.w);
+      cy = clamp(cy, first.y1 - half.h, first.y0 + half.h);
+    }
+    const edge = { w: half.w, h: half.h }; // the view less its padding, in drawing units
+    cx = all.x1 - all.x0 > 2 * edge.w ? clamp(cx, all.x0 + edge.w, all.x1 - edge.w) : (all.x0 + all.x1) / 2;
+    cy = all.y1 - all.y0 > 2 * edge.h ? clamp(cy, all.y0 + edge.h, all.y1 - edge.h) : (all.y0 + all.y1) / 2;
+    this.panZoom.zoom(this.panZoom.getZoom() * (zoom / sizes.realZoom));
+    const now = this.panZoom.getSizes().realZoom; // within the library's bounds
+    this.panZoom.pan({ x: sizes.width / 2 - cx * now, y: sizes.height / 2 - cy * now });
   }
 
   /** The window changed size: keep the zoom and pan, just tell the library. */
@@ -250,11 +335,12 @@ export class GraphView {
     this.readable();
   }
 
-  /** Fitting a small graph would blow it up to poster size: keep it at most MAX_FIT. */
+  /** Fitting a small graph would blow it up to poster size: keep its labels at most MAX_LABEL. */
   notHuge() {
     const sizes = this.panZoom.getSizes();
-    if (sizes.realZoom > MAX_FIT) {
-      this.panZoom.zoom(this.panZoom.getZoom() * (MAX_FIT / sizes.realZoom));
+    const most = MAX_LABEL / this.unit;
+    if (sizes.realZoom > most) {
+      this.panZoom.zoom(this.panZoom.getZoom() * (most / sizes.realZoom));
       this.panZoom.center();
     }
   }
@@ -284,10 +370,24 @@ export class GraphView {
   }
 }
 
-function badge(x, y, text, cls) {
+function badge(x, y, text, cls, scale = 1) {
   return s("g", { class: cls, "aria-hidden": "true" },
-    s("circle", { cx: x, cy: y, r: 9 }),
-    s("text", { x, y: y + 4, "text-anchor": "middle", text }));
+    s("circle", { cx: x, cy: y, r: 9 * scale }),
+    s("text", { x, y: y + 4 * scale, "text-anchor": "middle", style: `font-size: ${12 * scale}px`, text }));
+}
+
+function union(boxes) {
+  return { x0: Math.min(...boxes.map((b) => b.x0)), y0: Math.min(...boxes.map((b) => b.y0)),
+    x1: Math.max(...boxes.map((b) => b.x1)), y1: Math.max(...boxes.map((b) => b.y1)) };
+}
+
+/** A node's own outline (not the badges drawn on it). */
+function shapeBox(g) {
+  return (g.querySelector("path, polygon, ellipse") || g).getBBox();
+}
+
+function clamp(v, lo, hi) {
+  return lo > hi ? (lo + hi) / 2 : Math.min(Math.max(v, lo), hi);
 }
 
 function describe(node) {

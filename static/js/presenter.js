@@ -1,8 +1,10 @@
-// Presenter mode: the graph and the narration only, in type that reads from the back of a room,
-// driven by the keyboard. The narration is walked one paragraph ("step") at a time; a step may
-// point at a parameter, a node or a source line (its `Show:` line, app/catalog.py), which is
-// selected while it is on screen. After the last step, → goes on into the backward replay.
-// The state is the view's `present` and `say` (permalink.js), so a class follows it too.
+// Presenter mode: the graph and the narration only, in type that reads from the back of a room
+// (the graph is drawn in larger type for it: trace_page.js PRESENT_FONT), driven by the
+// keyboard. The narration is walked one paragraph ("step") at a time; a step may point at a
+// parameter, a node or a source line (its `Show:` line, app/catalog.py), which is selected
+// while it is on screen, and the graph opens on that part of it; a parameter's bars are shown
+// beside the graph. After the last step, → goes on into the backward replay. The state is the
+// view's `present` and `say` (permalink.js), so a class follows it too.
 
 import { fill, h } from "./dom.js";
 
@@ -35,6 +37,8 @@ export function stepView(steps, n, { doc, shown, findLine }) {
 export function renderPresenter(box, steps, view, replay) {
   box.hidden = !view.present;
   document.body.classList.toggle("presenting", Boolean(view.present));
+  // a step that names a parameter shows its bars beside the graph (the details panel, large)
+  document.body.classList.toggle("presenting-param", Boolean(view.present && view.param));
   if (!view.present) return;
   const n = view.say;
   const step = n ? steps[n - 1] : null;

@@ -24,8 +24,9 @@ export function replayState(event, step) {
   return { step: s, total: order.length, current, done, pending, doneEdges, newEdges };
 }
 
-/** The sentence under the replay buttons; data-step/data-node say the same for programs. */
+/** The sentence over the graph while it replays; data-step/data-node say the same for programs. */
 export function renderReplayStatus(el, event, state, nodes) {
+  el.classList.toggle("active", Boolean(state)); // shown over the graph while a replay runs
   el.dataset.step = state ? String(state.step) : "";
   el.dataset.node = state && state.current ? state.current : "";
   if (!state) {

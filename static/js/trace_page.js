@@ -42,13 +42,27 @@ let flowDrawn = null; // what the flow chart shows now: redrawn only when that c
 const READABLE_NODES = 300;
 let hinted = null; // a node pointed at from the accumulation chart
 let pending = null; // AbortController of the run being fetched
-let laidOut = false; // the graph area was sized to the first screen
 const steps = page.steps || []; // the narration's paragraphs, for presenter mode
-let wasPresenting = false;
+let drawnAs = null; // the drawing on show, as asked of the server (exports ask for the same)
+let opened = null; // which opening view the graph was given: its drawing and presenter step
+let retyping = false; // a drawing in another type is on its way (presenter mode on or off)
+// The label type the page asks the server for (app/render/dot.py `font`), so that labels are
+// large on screen without zooming the 1x drawing's spacing up with them: the page's, and the
+// projector's. A big graph (drawn by module, or every node) keeps the 1x type.
+const PAGE_FONT = 2;
+const PRESENT_FONT = 3;
+const PRESENT_CHART = 1.3; // a parameter's bars beside the graph, in type the room reads
+// labels on screen at the opening view, in CSS px: at least this on the page (and a phone)
+const PAGE_LABELS = 12.5;
+const phone = window.matchMedia("(max-width: 600px)");
 
 const status = $("status");
 const progress = new Progress($("progress"), $("progress-text"));
-const graph = new GraphView($("graph"), { onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null }) });
+const graph = new GraphView($("graph"), {
+  onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null }),
+  // a phone's details sheet lies over the bottom of the graph
+  coveredFrom: () => (document.body.classList.contains("sheet-open") ? $("details").getBoundingClientRect().top : Infinity),
+});
 const source = new SourceView($("source"), { onLine: selectLine });
 // a stored run has no settings to change: it is what ran
 const controls = subject.fixed ? null : new Controls($("controls"), subject, {
@@ -133,7 +147,6 @@ async function redraw() {
     document.body.classList.remove("loading");
   }
   render();
-  graph.initialView();
 }
 
 function renderFlowSection() {
@@ -176,19 +189,117 @@ function renderLayoutBar() {
 
 // ---- presenter mode -----------------------------------------------------------------------
 
-function present(on) {
-  if (on && steps.length) {
-    view = { ...view, present: true };
-    say(view.say || 1); // the step's own highlights come with it
-  } else {
-    update({ present: on ? true : null, say: null });
+/** Presenter mode on or off. On, it starts at the first step (or the one the address says),
+ *  with that step's own highlights, as `?present=1` does. */
+async function present(on) {
+  const changes = on && steps.length ? stepView(steps, view.say || 1, stepContext()) : { say: null };
+  view = { ...view, ...changes, present: on ? true : null };
+  // the presenter's drawing has larger type: the page shows its layout at once, and the graph
+  // opens on the step once that drawing is in
+  if (!doc) {
+    render();
+    return;
   }
+  retyping = true;
+  render();
+  try {
+    await showGraph();
+  } catch (err) {
+    setStatus(status, explain(err), "error");
+  } finally {
+    retyping = false;
+  }
+  render();
 }
 
+function stepContext() {
+  return { doc, shown, findLine: (text) => source.find(text) };
+}
+
+/** Step `n` of the narration: its highlights, and the graph opened on what it points at. */
 function say(n) {
   if (n < 1 || n > steps.length) return;
-  const changes = stepView(steps, n, { doc, shown, findLine: (text) => source.find(text) });
-  update(changes, { reveal: changes.node });
+  update(stepView(steps, n, stepContext()));
+}
+
+/** Labels on a projector, in CSS px: 18 at 720 px high, 24 at 1080, a little more above. */
+function presenterLabels() {
+  return Math.min(28, Math.max(16, 18 + (window.innerHeight - 720) / 60)) + 0.5;
+}
+
+// ---- the opening view ---------------------------------------------------------------------
+
+/** The lesson's target: the parameter its `Show:` lines name first (the one it asks you to
+ *  click), else the node they name first, else the parameter this graph uses most. */
+function lessonTarget() {
+  const nodes = shown.graph.nodes;
+  const shows = steps.flatMap((step) => step.show);
+  for (const item of shows) {
+    const node = item.param && nodes.find((n) => n.param === item.param);
+    if (node) return node.id;
+  }
+  for (const item of shows) {
+    const node = item.node && nodes.find((n) => n.name === item.node);
+    if (node) return node.id;
+  }
+  let best = null;
+  for (const node of nodes) {
+    const uses = node.param ? (shown.uses || {})[node.param] || 0 : 0;
+    if (uses && (!best || uses > best.uses)) best = { id: node.id, uses };
+  }
+  return best ? best.id : null;
+}
+
+function outputId() {
+  const out = shown.graph.nodes.find((n) => n.kind === "output");
+  return out ? out.id : null;
+}
+
+/** What the page opens on: the node the address picked (or the replay's), else the lesson's
+ *  target, and the loss, where backward starts. */
+function pageFocus() {
+  const replay = replayState(shown, view.step);
+  const picked = (view.node && nodeById(view.node) ? view.node : null) || (replay && replay.current);
+  return [...new Set([picked || lessonTarget(), outputId()].filter(Boolean))];
+}
+
+/** The part of the graph a presenter's step is about: a parameter and the uses that feed it,
+ *  a node and its neighbours, or a line's nodes; a step that names none, the page's focus. */
+function stepFocus(n) {
+  const step = steps[n - 1];
+  const nodes = shown.graph.nodes;
+  const ids = [];
+  for (const item of step ? step.show : []) {
+    if (item.param) {
+      const node = nodes.find((x) => x.param === item.param);
+      if (node) ids.push(node.id, ...((shown.contributions || {})[item.param] || []).map((c) => c.node));
+    } else if (item.node) {
+      const node = nodes.find((x) => x.name === item.node);
+      if (node) {
+        ids.push(node.id, ...shown.graph.edges.filter((e) => e.source === node.id || e.target === node.id)
+          .map((e) => (e.source === node.id ? e.target : e.source)));
+      }
+    }
+  }
+  if (!ids.length && view.line) ids.push(...nodes.filter((x) => x.line === view.line).map((x) => x.id));
+  return ids.length ? [...new Set(ids)] : pageFocus();
+}
+
+/** Give the graph the view it opens with: a lesson's target and its loss with labels of at
+ *  least PAGE_LABELS px, or the presenter's step in projector-size labels; a big graph
+ *  readable from its output (graph.js initialView). */
+function openingView() {
+  if (!shown) return;
+  graph.resized(); // the graph area first: the layout may have changed (presenter mode)
+  if (shown.graph.nodes.length > READABLE_NODES || units.size) {
+    graph.initialView();
+  } else {
+    const floor = view.present ? presenterLabels() : PAGE_LABELS;
+    const focus = view.present && view.say ? stepFocus(view.say) : pageFocus();
+    graph.open({ focus, floor, comfy: floor * 1.2, most: floor * 1.6 });
+  }
+  const state = replayState(shown, view.step);
+  if (state && state.current) graph.revealNow(state.current);
 }
 
 /** → and ← in presenter mode: the narration's steps, then the backward replay. */
@@ -261,18 +372,12 @@ async function loadRun(newEntry = false) {
       const node = shown.graph.nodes.find((n) => n.param === view.param);
       view.node = node ? node.id : null;
     }
-    reportRun();
-    render();
-    if (!laidOut) {
-      // the toolbars have their real height only now: give the graph the rest of the screen
-      laidOut = true;
-      graph.fitHeight();
-      graph.initialView();
+    // `?present=1` starts where the Present button does: at the first step, with its highlights
+    if (view.present && !view.say && view.step === null && steps.length) {
+      view = { ...view, ...stepView(steps, 1, stepContext()) };
     }
-    // a permalink's node (or replay step) may be outside the opening view: bring it in
-    const state = replayState(shown, view.step);
-    const focus = view.node || (state && state.current);
-    if (focus) graph.reveal(focus);
+    reportRun();
+    render(); // it opens the graph on the lesson's target (a permalink's node, the step's part)
   } catch (err) {
     if (err.name === "AbortError") return;
     doc = null;
@@ -294,13 +399,16 @@ async function showGraph(signal) {
   const backward = doc.events.filter((e) => e.kind === "backward");
   const target = !ev ? null : ev.kind === "backward" ? ev :
     [...backward].reverse().find((e) => e.index < ev.index) || backward[0] || null;
-  const drawing = drawingOf(view);
+  // larger type than the 1x drawing, for a graph small enough to be drawn node by node
+  const font = target && target.graph.nodes.length <= READABLE_NODES ? (view.present ? PRESENT_FONT : PAGE_FONT) : null;
+  const drawing = { ...drawingOf(view), font };
   const key = target ? `${target.index}|${JSON.stringify(drawing)}` : null;
   if (target === shown && target && key === drawnKey) return;
   const generation = ++drawings; // a later call wins: an earlier answer is dropped
   if (!target) {
     shown = null;
     drawnKey = null;
+    drawnAs = null;
     layout = null;
     units.clear();
     graph.clear(doc.error ? "The script stopped before it recorded a graph." :
@@ -313,13 +421,14 @@ async function showGraph(signal) {
     // ask how it will be drawn first (cheap, no layout), so the modules can be clicked open
     nextLayout = await fetchGraphLayout(subject, run, target.index, { signal, drawing });
     const g = nextLayout.grouping;
-    asked = g.flat ? { layout: "flat" } : { layout: "modules", depth: g.depth === null ? 0 : g.depth, open: g.opened };
+    asked = g.flat ? { layout: "flat", font } : { layout: "modules", depth: g.depth === null ? 0 : g.depth, open: g.opened, font };
   }
   const svg = await fetchGraphSvg(subject, run, target.index, { signal, drawing: asked });
   if (generation !== drawings) return;
   // only now, with the drawing in hand, does the page change what it shows
   shown = target;
   drawnKey = key;
+  drawnAs = asked;
   layout = nextLayout;
   units.clear();
   for (const unit of layout ? layout.units : []) units.set(unit.id, unit);
@@ -421,16 +530,18 @@ function render() {
   renderReplayStatus($("replay-status"), ev, replay, new Map((shown ? shown.graph.nodes : []).map((n) => [n.id, n])));
   renderPresenter($("presenter"), steps, view, replay && { step: view.step, total: shown ? shown.order.length : 0 });
   $("present-toggle").setAttribute("aria-pressed", view.present ? "true" : "false");
-  if (Boolean(view.present) !== wasPresenting) {
-    // the layout changed under the graph: give it the new room once the page has reflowed
-    wasPresenting = Boolean(view.present);
-    requestAnimationFrame(() => { graph.resized(); graph.initialView(); });
+  renderSheet();
+  // a new drawing, presenter mode on or off, another step: the graph opens on what matters
+  const opening = `${drawnKey}|${view.present ? `say ${view.say || 0}` : "page"}`;
+  if (shown && drawnKey && !retyping && opening !== opened) {
+    opened = opening;
+    openingView();
   }
   for (const id of ["replay-first", "replay-prev", "replay-next", "replay-last", "replay-stop"]) {
     $(id).disabled = !(ev && ev.kind === "backward");
   }
   $("replay-stop").disabled = view.step === null;
-  updateExports(subject, run, shown ? shown.index : null, Boolean(doc), drawingOf(view));
+  updateExports(subject, run, shown ? shown.index : null, Boolean(doc), drawnAs || drawingOf(view));
   renderLayoutBar();
   renderFlowSection();
   // classroom.js asks the class about what is shown
@@ -441,11 +552,20 @@ function render() {
   $("permalink").value = location.origin + url;
 }
 
+/** On a phone, what is picked is shown in a sheet over the graph (not 2,000 px down the page). */
+function renderSheet() {
+  const open = phone.matches && !view.present && Boolean(doc && (view.node || view.param || view.line));
+  const was = document.body.classList.contains("sheet-open");
+  document.body.classList.toggle("sheet-open", open);
+  $("details-close").hidden = !open;
+  if (open && !was) $("details").scrollTop = 0;
+}
+
 function renderPanel(ev, node, diagnostics, replay) {
   const title = $("details-title");
   const body = $("details-body");
   const hooks = {
-    kinds: page.kinds, diagnostics, cell: view.cell,
+    kinds: page.kinds, diagnostics, cell: view.cell, chartScale: view.present ? PRESENT_CHART : 1,
     lineText: (n) => source.text(n), onLine: selectLine, onNode: selectNode, onReplay: setStep, onEvent: selectEvent,
     onCell: (cell) => update({ cell }),
     onHover: (id) => { hinted = id; highlight(); },
@@ -531,6 +651,7 @@ $("present-toggle").addEventListener("click", () => present(!view.present));
 $("presenter-next").addEventListener("click", () => presentKey(true));
 $("presenter-prev").addEventListener("click", () => presentKey(false));
 $("presenter-exit").addEventListener("click", () => present(false));
+$("details-close").addEventListener("click", () => update({ node: null, param: null, line: null, cell: null }));
 $("permalink-copy").addEventListener("click", async () => {
   const input = $("permalink");
   try {
@@ -556,7 +677,12 @@ onApply(redrawFromUrl);
 let resizeTimer = null;
 window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
-  resizeTimer = setTimeout(() => graph.resized(), 150);
+  resizeTimer = setTimeout(() => {
+    renderSheet();
+    graph.resized();
+    // a projector's window that went full screen: the step's view again, at the new size
+    if (view.present && shown) openingView();
+  }, 150);
 });
 
 if (controls) controls.set(run);

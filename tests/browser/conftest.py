@@ -88,3 +88,43 @@ def open_scenario(w: Watched, name: str, query: str = "") -> None:
 def api_trace(w: Watched, name: str, query: str = "") -> dict:
     """The Trace the page shows, read from the same API (served from the server's cache)."""
     return httpx.get(f"{w.base}/api/scenarios/{name}/trace?{query}", timeout=120).json()
+
+
+def settled(page) -> None:
+    """Wait until the graph's pan and zoom are drawn: svg-pan-zoom writes its transform on the
+    next animation frame, so two frames after the page set a view, the screen shows it."""
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+# the labels graphviz drew (a badge's digit, drawn by the page, is not one)
+_LABEL_PX = """sel => [...document.querySelectorAll(sel)].map(t => {
+  const m = t.getScreenCTM();
+  return parseFloat(t.getAttribute('font-size')) * Math.hypot(m.a, m.b);
+}).filter(Number.isFinite)"""
+
+
+def label_px(page, kind: str = "node") -> float:
+    """The smallest label of the graph's nodes (or edges) on screen, in CSS px: each text's
+    font size in the drawing times the drawing's scale on screen (its screen CTM)."""
+    sizes = page.evaluate(_LABEL_PX, f"#graph svg g.{kind} text[font-size]")
+    assert sizes, f"no {kind} labels drawn"
+    return min(sizes)
+
+
+def box(page, selector: str) -> dict:
+    """An element's box on screen: {x, y, width, height, right, bottom}."""
+    b = page.locator(selector).first.bounding_box()
+    assert b is not None, f"{selector} is not shown"
+    return {**b, "right": b["x"] + b["width"], "bottom": b["y"] + b["height"]}
+
+
+def inside(inner: dict, outer: dict, slack: float = 1.0) -> bool:
+    return (inner["x"] >= outer["x"] - slack and inner["y"] >= outer["y"] - slack
+            and inner["right"] <= outer["right"] + slack
+            and inner["bottom"] <= outer["bottom"] + slack)
+
+
+def screen(page) -> dict:
+    size = page.viewport_size
+    return {"x": 0, "y": 0, "width": size["width"], "height": size["height"],
+            "right": size["width"], "bottom": size["height"]}

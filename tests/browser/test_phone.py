@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from .conftest import Watched
+from .conftest import Watched, box, inside, label_px, screen, settled
 
 pytestmark = pytest.mark.browser
 
@@ -75,6 +75,9 @@ def test_a_tap_picks_a_node_and_two_fingers_zoom(phone):
     page.wait_for_selector("#graph svg g.node.is-selected")
     assert "MseLossBackward0" in page.text_content("#graph svg g.node.is-selected")
     assert "MseLossBackward0" in page.text_content("#details-body")
+    # its details are a sheet over the graph: put it away to have the whole graph again
+    page.locator("#details-close").tap()
+    page.wait_for_selector("#details-close", state="hidden")
     # pinch outwards about the graph's middle: the drawing grows
     graph = page.locator("#graph").bounding_box()
     cx, cy = graph["x"] + graph["width"] / 2, graph["y"] + graph["height"] / 2
@@ -96,3 +99,42 @@ def test_a_tap_picks_a_node_and_two_fingers_zoom(phone):
     assert viewport_zoom(page) == pytest.approx(before * 3, rel=0.1)  # fingers 3x further apart
     phone.shot("pinched")
     assert widths(page)[0] <= 390
+
+
+def test_a_phone_opens_on_the_graph_and_a_tap_shows_a_sheet(phone):
+    """Issue 21: on a 390 x 844 phone the graph starts in the upper half of the first screen,
+    its labels are legible there, and a tapped node's details come up over the graph (they
+    were 2,000 px further down the page)."""
+    page = phone.page
+    page.goto(phone.base + "/scenarios/reused_layer")
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#progress", state="hidden")
+    settled(page)
+    first = screen(page)
+    graph = box(page, "#graph")
+    assert graph["y"] < first["height"] / 2, f"the graph starts {graph['y']:.0f} px down"
+    assert inside(graph, first), graph
+    labels = label_px(page)
+    assert labels >= 12, f"labels are {labels:.1f} px at the opening zoom"
+    phone.shot("opening", full_page=False)
+    # the lesson's parameter is in view: tap it
+    node = page.locator("#graph svg g.node", has_text="middle_linear.weight")
+    tapped = node.bounding_box()
+    assert inside({**tapped, "right": tapped["x"] + tapped["width"],
+                   "bottom": tapped["y"] + tapped["height"]}, graph)
+    page.touchscreen.tap(tapped["x"] + tapped["width"] / 2, tapped["y"] + tapped["height"] / 2)
+    page.wait_for_selector("#details .param-view[data-param='middle_linear.weight']")
+    page.wait_for_selector("#details-close", state="visible")
+    settled(page)
+    assert page.evaluate("() => window.scrollY") == 0  # nothing jumped
+    sheet = box(page, "#details")
+    assert sheet["y"] > graph["y"] and sheet["y"] < first["height"], sheet
+    assert inside(box(page, "#details .param-name"), first)
+    # the node it shows stays in view above the sheet
+    picked = box(page, "#graph svg g.node.is-selected")
+    assert picked["bottom"] <= sheet["y"] + 1 and picked["y"] >= graph["y"] - 1, picked
+    phone.shot("sheet", full_page=False)
+    page.locator("#details-close").tap()
+    page.wait_for_selector("#details-close", state="hidden")
+    assert page.locator("#graph svg g.node.is-selected").count() == 0
+    assert "param=" not in page.url

@@ -6,12 +6,15 @@ import json
 import math
 import xml.etree.ElementTree as ET
 
+import httpx
 import jsonschema
 import pytest
 
+from app.catalog import load_catalog
 from app.format import load_schema
+from tests.conftest import SCENARIOS
 
-from .conftest import api_trace, open_scenario
+from .conftest import api_trace, box, inside, label_px, open_scenario, screen, settled
 
 pytestmark = pytest.mark.browser
 
@@ -289,3 +292,85 @@ def test_api_page_works_offline(watched):
     page.goto(watched.base + "/docs")
     page.get_by_text("/api/scenarios/{name}/trace", exact=True).wait_for()
     watched.shot("docs")
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1366, 768)], ids=["1280x800", "1366x768"])
+def test_the_first_screen_teaches(watched, size):
+    """Issue 21: the lesson's question and what to look at, the node it asks about and the loss,
+    all on the first screen, the labels at least 12 px, without scrolling."""
+    page = watched.page
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    open_scenario(watched, "reused_layer")
+    settled(page)
+    first = screen(page)
+    assert page.evaluate("() => window.scrollY") == 0
+    question = box(page, ".narration .para-question")
+    look = box(page, ".narration .para-what-to-look-at")
+    assert inside(question, first), f"the question is at {question}, below the fold"
+    assert inside(look, first), f"what to look at is at {look}, below the fold"
+    # the lesson's target: the parameter its Show: lines name (the one it asks you to click)
+    steps = load_catalog(SCENARIOS)["reused_layer"].steps
+    param = next(item["param"] for step in steps for item in step["show"] if "param" in item)
+    event = backward(api_trace(watched, "reused_layer", "k=3"))
+    target = next(n["id"] for n in event["graph"]["nodes"] if n.get("param") == param)
+    graph = box(page, "#graph")
+    assert inside(graph, first), f"the graph runs past the screen: {graph}"
+    for name, node in (("target", target), ("loss", "out0")):
+        drawn = box(page, f"#graph g.node#{node}")
+        assert inside(drawn, graph), f"the {name} {node} is outside the graph's view: {drawn}"
+    nodes, edges = label_px(page), label_px(page, "edge")
+    assert nodes >= 12, f"node labels are {nodes:.1f} px"
+    assert edges >= 10, f"edge labels are {edges:.1f} px"
+    # the drawing itself has the larger type; the zoom is not what made the labels readable
+    font = float(page.get_attribute("#graph svg g.node text[font-size]", "font-size"))
+    assert font >= 28
+    watched.shot(f"first-screen-{size[0]}x{size[1]}", full_page=False)
+
+
+TINY_GRADIENTS = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+layers = []
+for _ in range(12):
+    layers += [nn.Linear(16, 16), nn.Sigmoid()]
+net = nn.Sequential(*layers, nn.Linear(16, 1))
+net(torch.randn(8, 16)).pow(2).mean().backward()
+"""
+
+
+def test_numbers_stay_whole_and_the_axis_clears_the_labels(watched):
+    """‖.grad‖ never wraps inside a number ("8.732e-" over "8"), and the accumulation chart's
+    zero axis never crosses a row's label."""
+    page = watched.page
+    page.set_viewport_size({"width": 1280, "height": 800})
+    run = httpx.post(watched.base + "/api/runs", json={"source": TINY_GRADIENTS},
+                     timeout=120).json()
+    page.goto(watched.base + run["run"]["link"])
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#progress", state="hidden")
+    cells = page.eval_on_selector_all(
+        "#params td.num:last-child",
+        "tds => tds.map(td => [td.textContent, td.getBoundingClientRect().height,"
+        " parseFloat(getComputedStyle(td).lineHeight)])")
+    assert any("e-" in text for text, _, _ in cells), cells  # the vanishing gradients
+    for text, height, line in cells:
+        assert height < 1.8 * line, f"{text!r} wraps: {height:.0f} px high"
+    watched.shot("gradient-norms", full_page=False)
+
+    open_scenario(watched, "reused_layer", "param=middle_linear.weight")
+    page.wait_for_selector("#details .waterfall")
+    rect = "els => els.map(e => { const r = e.getBoundingClientRect();" \
+        " return [e.textContent, r.left, r.top, r.right, r.bottom]; })"
+    labels = page.eval_on_selector_all("#details .waterfall .acc-label", rect)
+    axis = page.eval_on_selector_all("#details .waterfall .zero-axis", rect)
+
+    def hit(a, b) -> bool:  # two [text, left, top, right, bottom] boxes overlap
+        return a[1] < b[3] + 0.5 and b[1] - 0.5 < a[3] and a[2] < b[4] and b[2] < a[4]
+
+    crossings = [label[0] for label in labels if any(hit(label, line) for line in axis)]
+    assert len(labels) == 4  # three uses and .grad
+    assert crossings == [], f"the zero axis crosses {crossings}"
+    page.locator("#details .waterfall").scroll_into_view_if_needed()
+    watched.shot("waterfall", full_page=False)
