@@ -31,7 +31,7 @@ export function renderReplayStatus(el, event, state, nodes) {
   el.dataset.node = state && state.current ? state.current : "";
   if (!state) {
     fill(el, event && event.kind === "backward" ?
-      "Replay the backward pass: press → or “step ▶”." : "The replay needs a backward event.");
+      "Replay the backward pass: press → or “next node ▶”." : "The replay needs a backward event.");
     return;
   }
   if (!state.current) {

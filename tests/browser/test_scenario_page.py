@@ -374,3 +374,13 @@ def test_numbers_stay_whole_and_the_axis_clears_the_labels(watched):
     assert crossings == [], f"the zero axis crosses {crossings}"
     page.locator("#details .waterfall").scroll_into_view_if_needed()
     watched.shot("waterfall", full_page=False)
+
+
+def test_the_event_menu_and_the_replay_use_different_words(watched):
+    """Issue 21: "▲ step #1" (the optimizer's step) stood beside "step ▶" (the replay)."""
+    page = watched.page
+    open_scenario(watched, "reused_layer")
+    assert "step #1" in page.locator("#timeline").inner_text()
+    replay = " ".join(page.locator(f"#{i}").inner_text().lower()
+                      for i in ("replay-first", "replay-prev", "replay-next", "replay-last"))
+    assert "step" not in replay and "next node" in replay
