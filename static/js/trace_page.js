@@ -343,7 +343,8 @@ async function loadRun(newEntry = false) {
   setStatus(status, null);
   const what = [subject.name + ".py", run.variant, ...Object.entries(run.options).map(([k, v]) => `${k} = ${v}`),
     run.device].filter(Boolean).join(", ");
-  progress.start(`Running ${what}`);
+  // a stored run ran already: it is only read back
+  progress.start(`${subject.fixed ? "Loading" : "Running"} ${what}`);
   document.body.classList.add("loading");
   try {
     if (run.device !== "cpu" && !subject.fixed) {
