@@ -54,3 +54,27 @@ def test_autograd_grad_bars_are_held_to_what_it_returned(watched):
     check = page.locator("#details .check").inner_text()
     assert "what autograd.grad returned" in check and "they agree" in check
     watched.shot("autograd-grad")
+
+
+def test_parameters_no_backward_reached_come_last_under_a_heading(watched):
+    """Issue 21: a 48-layer encoder's template (never called; its copies train) headed the
+    table of 588 parameters."""
+    import httpx
+
+    from tests.trace.test_gradient_facts import TEMPLATE_LAYER
+
+    page = watched.page
+    run = httpx.post(watched.base + "/api/runs", json={"source": TEMPLATE_LAYER},
+                     timeout=120).json()
+    assert run["error"] is None, run["error"]
+    page.goto(f"{watched.base}{run['run']['link']}")
+    page.wait_for_selector("#params table.params")
+    rows = page.locator("#params tbody tr")
+    names = [rows.nth(i).get_attribute("class") or "" for i in range(rows.count())]
+    head = names.index("unreached-head")
+    params = page.locator("#params tbody tr button.param-button")
+    shown = [params.nth(i).get_attribute("data-param") for i in range(params.count())]
+    assert shown[0].startswith("model.layers.0.")
+    assert shown[-12:] == [n for n in run["params"] if n.startswith("layer.")]
+    assert all("unreached" in c for c in names[head + 1:]) and len(names) - head - 1 == 12
+    assert "Never reached by a backward pass" in rows.nth(head).inner_text()
