@@ -42,6 +42,9 @@ def _on_term(signum, frame):
         "(look for an endless loop, a long sleep or too many iterations)")
 
 
+REPORT_MARGIN = 256 * 1024  # below the bound: the supervisor adds the sandbox's report
+
+
 def _dump(doc: dict, path: Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, allow_nan=False, separators=(",", ":"))
@@ -124,6 +127,7 @@ def prepare() -> None:
         pass  # already fixed by an earlier parallel call: nothing ran here yet, but be safe
     import torch.autograd.gradcheck  # noqa: F401 - custom_check uses it after the script
 
+    from app.format import shrink  # noqa: F401 - used after the script: the app is shut by then
     from app.trace import tracer  # noqa: F401 - the tracer and everything it imports
 
     _warm_up(torch)
@@ -240,6 +244,12 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
+    # past what the supervisor reads back (or may be written), smaller rather than refused
+    from app.format.shrink import shrink_to
+
+    bounds = ResourceLimits.from_json(sandbox.get("limits", {}))
+    bound = min(bounds.report_mb, bounds.file_size_mb) << 20
+    doc = shrink_to(doc, bound - REPORT_MARGIN, bound)
     _write_document(doc, run_dir / RESULT_FILE, keep=run_dir / job.script)
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report
