@@ -86,10 +86,15 @@ _next = os.getpid() % UID_COUNT  # spread the search start between server proces
 
 
 def lease_uid() -> UidLease:
+    """A uid no other run holds (its lock file, flock'ed, is the lease). Runs start on several
+    threads at once: the search starts from one snapshot of `_next`, or a thread that another
+    moved on under it tries the same uid twice and misses the free one (NoFreeUid with a uid
+    free: seen with two)."""
     global _next
     folder = _lock_dir()
+    start = _next
     for i in range(UID_COUNT):
-        uid = UID_BASE + (_next + i) % UID_COUNT
+        uid = UID_BASE + (start + i) % UID_COUNT
         fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                      0o600)
         try:
@@ -97,7 +102,7 @@ def lease_uid() -> UidLease:
         except BlockingIOError:
             os.close(fd)
             continue
-        _next = (_next + i + 1) % UID_COUNT
+        _next = (start + i + 1) % UID_COUNT
         kill_all(uid)  # a server that crashed may have left one behind
         return UidLease(uid, fd)
     raise NoFreeUid(f"every one of the server's {UID_COUNT:,} sandbox identities is held by "
