@@ -231,12 +231,17 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     if not line.strip():
         return 0  # the pool is shutting down: no job will come
     job = Job.from_line(line)
-    if isinstance(job.threads, int) and 1 < job.threads <= (os.cpu_count() or 1):
+    run_limits = ResourceLimits.from_json(sandbox.get("limits", {}))
+    # prepare() set one: this run has the machine. Never more than the cores, nor than half
+    # the run's process cap (threads count there: a 64-core server would fail to start them)
+    threads = min(job.threads if isinstance(job.threads, int) else 1, os.cpu_count() or 1,
+                  max(1, run_limits.processes // 2))
+    if threads > 1:
         import torch
 
-        torch.set_num_threads(job.threads)  # prepare() set one: this run has the machine
+        torch.set_num_threads(threads)
     drop_stdin()
-    apply_job(ResourceLimits.from_json(sandbox.get("limits", {})), float(job.timeout))
+    apply_job(run_limits, float(job.timeout))
     limits = RecordingLimits(max_backward_events=job.max_events,
                              max_step_events=job.max_events)
     doc = trace_script(run_dir / job.script, name=job.name, argv=job.args, device=job.device,

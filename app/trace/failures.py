@@ -96,10 +96,13 @@ def _saved_tensor_modified(doc, err, script: _Script, rec: Recorder):
     matching = next((c for c in reversed(candidates)
                      if of and c.output_of and c.output_of.startswith(of)), None)
     # an optimizer step changes its parameters in place too, unseen as an op (no_grad): it is
-    # the culprit unless an in-place op on the very output autograd names came after it
-    stepped = _step_that_changed(rec, failed, int(m.group(4)), int(m.group(3)))
-    if stepped is not None and (matching is None or (stepped[0] or 0) > matching.line):
-        return _step_before_backward(doc, err, script, failed, *stepped)
+    # the culprit when the tensor autograd names can be a parameter (no "output of", or a view
+    # of one, of a parameter's size) and no in-place op on that output ran after the step
+    stepped = _step_that_changed(rec, failed, int(m.group(4)), int(m.group(3)), of,
+                                 _numel(err["message"]), doc.get("params") or {})
+    if stepped is not None and (matching is None or
+                                rec.inplace.index(matching) < stepped[3]):
+        return _step_before_backward(doc, err, script, failed, *stepped[:3])
     chosen = matching or (candidates[-1] if candidates else None)
     nodes = [n["id"] for n in failed["graph"]["nodes"]
              if any(s.get("modified") for s in n.get("saved", ()))] if failed else []
@@ -122,17 +125,48 @@ def _saved_tensor_modified(doc, err, script: _Script, rec: Recorder):
         failed["index"] if failed else None)
 
 
-def _step_that_changed(rec: Recorder, failed: dict | None, expected: int, now: int):
+# what a parameter reaches a saved tensor through: itself, or a view of it (weight.t())
+_VIEWS = ("AsStrided", "TBackward", "ViewBackward", "TransposeBackward", "PermuteBackward",
+          "ExpandBackward", "SelectBackward", "SliceBackward", "UnsqueezeBackward",
+          "SqueezeBackward", "UnbindBackward", "UnsafeViewBackward")
+
+
+def _numel(message: str) -> int | None:
+    """The number of elements of the tensor an in-place error names ("[torch.FloatTensor
+    [8, 1]]"), or None."""
+    m = re.search(r"\[torch\.\w+ \[([\d, ]*)\]\]", message)
+    if not m:
+        return None
+    numel = 1
+    for part in filter(None, (p.strip() for p in m.group(1).split(","))):
+        numel *= int(part)
+    return numel
+
+
+def _step_that_changed(rec: Recorder, failed: dict | None, expected: int, now: int,
+                       of: str | None, numel: int | None, params: dict):
     """The optimizer step that moved a parameter of the failing pass's graph past the version
-    autograd saved (`expected`): (its line, the optimizer, the parameters), the latest one."""
-    if failed is None:
+    autograd saved (`expected`): (its line, the optimizer, the parameters, how many in-place
+    ops ran before it), the latest one. Only where the tensor autograd names can be such a
+    parameter: versions are per tensor, and an activation's 0 -> 1 must not match a leaf's."""
+    if failed is None or (of and not of.startswith(_VIEWS)):
         return None
     reached = set(failed.get("uses") or {})
-    for line, optimizer, versions in reversed(rec.step_versions):
+
+    def fits(name: str) -> bool:
+        shape = (params.get(name) or {}).get("shape")
+        if numel is None or not isinstance(shape, list):
+            return True
+        size = 1
+        for n in shape:
+            size *= n
+        return size == numel
+
+    for line, optimizer, versions, inplace_before in reversed(rec.step_versions):
         moved = sorted(name for name, (before, after) in versions.items()
-                       if name in reached and before <= expected < after <= now)
+                       if name in reached and before <= expected < after <= now and fits(name))
         if moved:
-            return line, optimizer, moved
+            return line, optimizer, moved, inplace_before
     return None
 
 

@@ -81,8 +81,9 @@ class Recorder:
         # leaves the script hooked: id -> (leaf, [(kind, line)]): each pass draws what their
         # hooks changed as a share of .grad of its own (backward_event.py)
         self.leaf_hooks: dict[int, tuple[torch.Tensor, list[tuple[str, int | None]]]] = {}
-        # each optimizer step's (line, optimizer, {parameter: (version before, after)})
-        self.step_versions: list[tuple[int | None, str, dict[str, tuple[int, int]]]] = []
+        # each optimizer step's (line, optimizer, {parameter: (version before, after)}, how
+        # many in-place ops were noted before it: what ran first, whatever the lines say)
+        self.step_versions: list[tuple[int | None, str, dict[str, tuple[int, int]], int]] = []
         # what the script computed that the tracer does not draw: line -> the calls made there
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
@@ -271,7 +272,7 @@ class Recorder:
                 # values fails, and failures.py names this step as the culprit
                 self.step_versions.append((pending["line"], type(optimizer).__name__, {
                     name: (before, pending["params"][name][0]._version)
-                    for name, before in pending["versions"].items()}))
+                    for name, before in pending["versions"].items()}, len(self.inplace)))
             self.events.append({"kind": "step", "index": len(self.events),
                                 "optimizer": type(optimizer).__name__, "line": pending["line"],
                                 "lr": lr, "params": params})

@@ -61,6 +61,9 @@ MAX_MEMBERS = 2000  # browsers per class
 MAX_REMOVED = 10_000  # browsers a class bars: past it, a new class
 MAX_TURNED_AWAY = 1000  # browsers refused for their address, counted for the teacher's hint
 WRONG_CODES_PER_MINUTE = 30  # per address: a person mistypes a few, a script tries thousands
+# and on the whole server, from every address together: a code is the way into a class, and a
+# member may run code, so many addresses (an IPv6 /48) must not guess it either
+WRONG_CODES_PER_MINUTE_IN_ALL = 600
 SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
 MAX_NAME = 40  # characters of a member's display name: a name on a list, not a message
 RENAMES_PER_MEMBER = 20  # each rename redraws the teacher's list: a few typos, not a ticker
@@ -609,6 +612,7 @@ class Classroom:
         self.sessions: dict[str, ClassSession] = {}
         self.open_streams = 0  # event streams of every class, for the server-wide cap
         self._wrong_codes: LRU[deque] = LRU(10_000)  # address -> times of its wrong codes
+        self._wrong_in_all: deque = deque()  # times of every wrong code, the last minute's
         self._started_by: LRU[str] = LRU(RUNS_REMEMBERED)  # run id -> its starter's client key
 
     def start(self, teacher: str) -> ClassSession:
@@ -638,16 +642,24 @@ class Classroom:
         session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
         misses = self._wrong_codes.get(address) if address else None
         now = time.monotonic()
+        while self._wrong_in_all and now - self._wrong_in_all[0] > 60:
+            self._wrong_in_all.popleft()
+        member = session is not None and client and session.knows(client)
+        if len(self._wrong_in_all) >= WRONG_CODES_PER_MINUTE_IN_ALL and not member:
+            raise ClassError(429, f"{WRONG_CODES_PER_MINUTE_IN_ALL} wrong class codes were tried "
+                                  "on this server in the last minute (someone is guessing): wait "
+                                  "a minute, then open the class's link again", "too_many_codes",
+                             headers={"Retry-After": "60"})
         if misses is not None:
             while misses and now - misses[0] > 60:
                 misses.popleft()
-            member = session is not None and client and session.knows(client)
             if len(misses) >= WRONG_CODES_PER_MINUTE and not member:
                 raise ClassError(429, f"{WRONG_CODES_PER_MINUTE} wrong class codes came from "
                                       "this address in a minute: wait a minute, then check the "
                                       "code with the teacher", "too_many_codes",
                                  headers={"Retry-After": "60"})
         if session is None:
+            self._wrong_in_all.append(now)
             if address:
                 if misses is None:
                     misses = deque()

@@ -257,13 +257,28 @@ def test_an_optimizer_step_before_the_backward_that_needs_its_weights_is_named(t
     assert explained["code"] == "step_before_backward" and explained["line"] == 15
     assert "Line 15 (`opt_D.step()`, an Adam step)" in explained["what"]
     assert "the backward at line 17 (`G_loss.backward()`)" in explained["what"]
-    assert "changes `D.0.bias`, `D.0.weight`" in explained["what"]  # Adam moved all of D's
+    # Adam moved all of D's; the tensor autograd names is [8, 1], D.2.weight's transpose: of
+    # the moved ones, only parameters of that size are named
+    assert "`D.2.weight`" in explained["what"] and "`D.0.weight`" not in explained["what"]
     assert "move line 17" in explained["fix"]["say"]
     # the fix as said: the backward moved above the step; PyTorch runs it without an error
     lines = GAN_ORDER.split("\n")  # lines[n - 1] is line n
     lines[14], lines[16] = lines[16], lines[14]
     fixed = trace_source("\n".join(lines))
     assert fixed["error"] is None
+
+
+def test_an_activation_changed_in_place_in_a_training_loop_is_not_blamed_on_the_step(
+        trace_source):
+    """The review's case: a leaf at version 0 and an activation whose versions go 0 -> 1 as the
+    step's do; the step sits below the real culprit in the loop."""
+    doc = trace_source("import torch\nw = torch.randn(3, requires_grad=True)\n"
+                       "opt = torch.optim.SGD([w], lr=0.1)\nfor i in range(3):\n"
+                       "    opt.zero_grad()\n    y = w.sigmoid()\n    z = y * 1\n"
+                       "    if i == 1:\n        y.mul_(2)\n    z.sum().backward()\n"
+                       "    opt.step()\n")
+    explained = doc["error"]["explanation"]
+    assert explained["code"] == "saved_tensor_modified" and explained["line"] == 9
 
 
 def test_an_in_place_change_that_is_not_a_step_is_not_blamed_on_one(trace_source):

@@ -391,3 +391,20 @@ def test_removed_members_leave_room_in_a_full_class(monkeypatch):
     session.admit("cookie:student", "10.0.0.1")  # room again
     with pytest.raises(classroom.ClassError, match="removed this browser"):
         session.admit("cookie:bot0", "10.0.0.9")
+
+
+def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
+    """The review's case: membership now runs code, and an IPv6 /48 is thousands of /64s, each
+    with its own 30 wrong codes a minute; the server counts them all together too."""
+    from app.web import classroom
+
+    monkeypatch.setattr(classroom, "WRONG_CODES_PER_MINUTE_IN_ALL", 50)
+    room = classroom.Classroom()
+    session = room.start("cookie:teacher")
+    session.admit("cookie:member", "10.0.0.1")
+    for n in range(50):  # 50 addresses, 1 wrong code each: no address past its own 30
+        with pytest.raises(classroom.ClassError, match="no class"):
+            room.get("ZZZZZ2", f"2001:db8:{n}::1", f"cookie:guesser{n}")
+    with pytest.raises(classroom.ClassError, match="wrong class codes were tried on this server"):
+        room.get(session.code, "2001:db8:99::1", "cookie:new")  # the right code, a stranger
+    assert room.get(session.code, "10.0.0.1", "cookie:member") is session  # members get in
