@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import math
 
+import httpx
 import pytest
 
 from .conftest import api_trace, open_scenario
 
 pytestmark = pytest.mark.browser
+
+
+def _open_run(watched, source: str, query: str = "") -> dict:
+    """Run `source` through the server (the own-code API) and open its page; its Trace."""
+    run = httpx.post(watched.base + "/api/runs", json={"source": source}, timeout=120).json()
+    assert run["error"] is None, run["error"]
+    watched.page.goto(f"{watched.base}{run['run']['link']}{query}")
+    return run
 
 
 def test_a_hook_on_a_parameter_is_its_own_bar_and_the_bars_add_up(watched):
@@ -38,15 +47,10 @@ def test_a_hook_on_a_parameter_is_its_own_bar_and_the_bars_add_up(watched):
 def test_autograd_grad_bars_are_held_to_what_it_returned(watched):
     """Issue 24: the bars of an autograd.grad call were compared with .grad, which the call
     leaves alone (here 2 per entry, while the uses add up to the 6 it returned)."""
-    import httpx
-
     from tests.trace.test_gradient_facts import GRAD_AFTER_BACKWARD
 
     page = watched.page
-    run = httpx.post(watched.base + "/api/runs", json={"source": GRAD_AFTER_BACKWARD},
-                     timeout=120).json()
-    assert run["error"] is None, run["error"]
-    page.goto(f"{watched.base}{run['run']['link']}?event=1&param=x")
+    _open_run(watched, GRAD_AFTER_BACKWARD, "?event=1&param=x")
     page.wait_for_selector("#details .param-view")
     total = page.locator("#details .acc-bar.total")
     assert "what autograd.grad returned" in total.get_attribute("aria-label")
@@ -59,15 +63,10 @@ def test_autograd_grad_bars_are_held_to_what_it_returned(watched):
 def test_parameters_no_backward_reached_come_last_under_a_heading(watched):
     """Issue 21: a 48-layer encoder's template (never called; its copies train) headed the
     table of 588 parameters."""
-    import httpx
-
     from tests.trace.test_gradient_facts import TEMPLATE_LAYER
 
     page = watched.page
-    run = httpx.post(watched.base + "/api/runs", json={"source": TEMPLATE_LAYER},
-                     timeout=120).json()
-    assert run["error"] is None, run["error"]
-    page.goto(f"{watched.base}{run['run']['link']}")
+    run = _open_run(watched, TEMPLATE_LAYER)
     page.wait_for_selector("#params table.params")
     rows = page.locator("#params tbody tr")
     names = [rows.nth(i).get_attribute("class") or "" for i in range(rows.count())]

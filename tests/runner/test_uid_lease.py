@@ -26,7 +26,7 @@ def test_two_runs_starting_at_once_get_the_two_free_uids(monkeypatch):
             got: list = []
             barrier = threading.Barrier(2)
 
-            def lease():
+            def lease(got=got, barrier=barrier):
                 barrier.wait()
                 try:
                     got.append(identity.lease_uid())

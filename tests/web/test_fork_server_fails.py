@@ -24,6 +24,21 @@ def failing_fork_server(monkeypatch):
                                             "sh"))
 
 
+def _sized_for_exec_and_still_runs(service: TraceService, why: str) -> None:
+    """Two uploads at once (one per core of max_workers=2), /healthz says `why`, and a run
+    still goes, exec'd. The resize runs on a thread of its own: waited for."""
+    for _ in range(300):
+        if service.uploads.gate.workers == 2:
+            break
+        time.sleep(0.1)
+    workers = service.workers()
+    assert workers["uploads_at_once"] == 2 and workers["forked"] is False
+    assert why in workers["detail"]
+    doc = service.uploads.run("import torch\nw = torch.ones(2, requires_grad=True)\n"
+                              "(w * w).sum().backward()\n", "s.py", [], "cpu")
+    assert doc["error"] is None and doc["sandbox"]["forked"] is False
+
+
 def test_a_failed_fork_server_is_settled_and_the_lanes_sized_for_what_works(
         failing_fork_server, tmp_path):
     service = TraceService(Settings(max_workers=2, pool_size=1, warm_lessons=False,
@@ -35,18 +50,7 @@ def test_a_failed_fork_server_is_settled_and_the_lanes_sized_for_what_works(
         assert service.zygote.settle(timeout=30) is False
         assert service.zygote.settled.is_set() and "exit status 3" in service.zygote.failed
         assert "torch is broken" in service.zygote.failed
-        # the lane is resized by a thread of its own once it is known: wait for it
-        for _ in range(300):
-            if service.uploads.gate.workers == 2:
-                break
-            time.sleep(0.1)  # the resize runs on a thread of its own
-        workers = service.workers()
-        assert workers["uploads_at_once"] == 2 and workers["forked"] is False
-        assert "exit status 3" in workers["detail"]
-        # a run still goes: exec'd
-        doc = service.uploads.run("import torch\nw = torch.ones(2, requires_grad=True)\n"
-                                  "(w * w).sum().backward()\n", "s.py", [], "cpu")
-        assert doc["error"] is None and doc["sandbox"]["forked"] is False
+        _sized_for_exec_and_still_runs(service, "exit status 3")
     finally:
         service.stop()
 
@@ -78,15 +82,6 @@ def test_a_fork_server_that_dies_while_serving_leaves_the_lanes_sized_for_exec(t
         assert service.zygote.settle(timeout=120) is True
         assert service.uploads.gate.workers == 6
         service.zygote.proc.kill()  # as the kernel's OOM killer or an administrator would
-        for _ in range(300):
-            if service.uploads.gate.workers == 2:
-                break
-            time.sleep(0.1)
-        workers = service.workers()
-        assert workers["uploads_at_once"] == 2 and workers["forked"] is False
-        assert "fork server ended" in workers["detail"]
-        doc = service.uploads.run("import torch\nw = torch.ones(2, requires_grad=True)\n"
-                                  "(w * w).sum().backward()\n", "s.py", [], "cpu")
-        assert doc["error"] is None and doc["sandbox"]["forked"] is False
+        _sized_for_exec_and_still_runs(service, "fork server ended")
     finally:
         service.stop()

@@ -417,3 +417,28 @@ def test_forty_reads_of_a_large_run_at_once_cost_a_few_mb_not_forty_copies(tmp_p
     # 128-256 KiB (about 50 MB for the 40, threads and buffers included)
     json_mb = len(text) / 2**20
     assert growth < 8 * json_mb, f"{before:.0f} MB -> {rss.peak:.0f} MB for {json_mb:.0f} MB"
+
+
+def test_a_run_dropped_between_finding_it_and_sending_it_is_404(settings, monkeypatch):
+    """The review's case: a run pruned after its blob was found was a 200 cut short, with an
+    application error in the log; it is a 404 now (read before the answer starts)."""
+    from fastapi.testclient import TestClient
+
+    from app.web.app import create_app
+    from app.web.store import RunStore
+
+    app = create_app(settings())
+    with TestClient(app) as client:
+        store = app.state.store
+        run_id = store.put(trace("gone.py"))
+        found = RunStore.blob
+
+        def found_then_dropped(self, rid):
+            blob = found(self, rid)
+            with self._connect() as db:  # as a prune by another request would, meanwhile
+                db.execute("DELETE FROM runs WHERE id = ?", (rid,))
+            return blob
+
+        monkeypatch.setattr(RunStore, "blob", found_then_dropped)
+        answer = client.get(f"/api/runs/{run_id}")
+        assert answer.status_code == 404 and "no run" in answer.json()["detail"]

@@ -31,7 +31,7 @@ from ..clients import client_address, client_key
 from ..deps import LayoutDep
 from ..errors import AppError
 from ..responses import MEDIA, accepts_gzip, document, drawing, gzip_json, matches_etag
-from ..store import RunStore, run_link
+from ..store import RunGone, RunStore, run_link
 from ..uploads import UploadService
 
 __all__ = ["router", "stored_head"]
@@ -194,7 +194,22 @@ def get_run(request: Request, run_id: str) -> Response:
     headers = {**_CACHING, "ETag": f'"{run_id}.{"json.gz" if compressed else "json"}"'}
     if matches_etag(request.headers.get("if-none-match"), headers["ETag"]):
         return Response(status_code=304, headers=headers)
-    return gzip_json(store.chunks(blob), blob.size, compressed, headers)
+    pieces = store.chunks(blob)
+    try:  # read before answering: a run dropped since `blob` is a 404, not a cut-off 200
+        first = next(pieces, b"")
+    except RunGone:
+        raise _not_kept(request, run_id) from None
+    return gzip_json(_then(first, pieces), blob.size, compressed, headers)
+
+
+def _then(first: bytes, rest):
+    """`first`, then the rest of the stored run; a run dropped while it is being sent ends
+    the body short (the client sees it is incomplete) rather than as a server error."""
+    yield first
+    try:
+        yield from rest
+    except RunGone:
+        return
 
 
 @router.get("/api/runs/{run_id}/gradient-flow")
