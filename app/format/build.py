@@ -34,7 +34,7 @@ def new_document(name: str, source: str, device: str, torch_version: str | None)
             "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
             "args": [],
         },
-        "torch": torch_version,
+        "torch": None if torch_version is None else str(torch_version),  # not TorchVersion
         "device": device,
         "events": [],
         "events_skipped": {"backward": 0, "step": 0},

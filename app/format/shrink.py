@@ -12,20 +12,28 @@ from typing import Any
 
 from .build import diagnostic
 
-__all__ = ["shrink_to", "size_of"]
+__all__ = ["report_text", "shrink_to", "size_of"]
 
 NODES_KEPT = 20_000  # per graph at most, at the last step (fewer where the bound needs it)
 
 
+def report_text(doc: dict) -> str:
+    """`doc` as the worker writes it: ASCII (json's default escapes the rest), so its length
+    is its size in bytes."""
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
 def size_of(doc: dict) -> int:
     """Bytes of `doc` as the worker writes it."""
-    return len(json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8"))
+    return len(report_text(doc))
 
 
-def shrink_to(doc: dict, max_bytes: int, bound: int | None = None) -> dict:
+def shrink_to(doc: dict, max_bytes: int, bound: int | None = None,
+              size: int | None = None) -> dict:
     """`doc` if it fits in `max_bytes`, else a smaller one, step by step, saying what went
-    (and that it was larger than `bound`, the bound a person knows, when it is given)."""
-    size = original = size_of(doc)
+    (and that it was larger than `bound`, the bound a person knows, when it is given).
+    `size`: the caller's measure of `doc`, when it has one (a whole encoding is not free)."""
+    size = original = size_of(doc) if size is None else size
     if size <= max_bytes:
         return doc
     dropped: list[str] = []

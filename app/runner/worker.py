@@ -45,15 +45,21 @@ def _on_term(signum, frame):
 REPORT_MARGIN = 256 * 1024  # below the bound: the supervisor adds the sandbox's report
 
 
-def _dump(doc: dict, path: Path) -> None:
+def _dump(doc: dict, path: Path, text: str | None = None) -> None:
+    # one json.dumps, not json.dump: dump writes piece by piece through json's pure-Python
+    # encoder, 3 times slower (0.36 s of a 48-layer encoder's run); the text is bounded anyway
+    if text is None:
+        text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, allow_nan=False, separators=(",", ":"))
+        f.write(text)
 
 
-def _write_document(doc: dict, out: Path, keep: Path | None = None) -> None:
+def _write_document(doc: dict, out: Path, keep: Path | None = None,
+                    text: str | None = None) -> None:
+    """`text`: `doc` already encoded (the worker measured it against the report bound)."""
     tmp = out.with_name(PARTIAL_FILE if out.name == RESULT_FILE else out.name + ".partial")
     try:
-        _dump(doc, tmp)
+        _dump(doc, tmp, text)
     except OSError:
         # the script filled its folder (ENOSPC): what it left is of no use any more
         if keep is not None:
@@ -250,12 +256,15 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
     # past what the supervisor reads back (or may be written), smaller rather than refused
-    from app.format.shrink import shrink_to
+    from app.format.shrink import report_text, shrink_to
 
     bounds = ResourceLimits.from_json(sandbox.get("limits", {}))
     bound = min(bounds.report_mb, bounds.file_size_mb) << 20
-    doc = shrink_to(doc, bound - REPORT_MARGIN, bound)
-    _write_document(doc, run_dir / RESULT_FILE, keep=run_dir / job.script)
+    text = report_text(doc)  # measured and written: one encoding when it fits
+    if len(text) > bound - REPORT_MARGIN:
+        doc = shrink_to(doc, bound - REPORT_MARGIN, bound, size=len(text))
+        text = report_text(doc)
+    _write_document(doc, run_dir / RESULT_FILE, keep=run_dir / job.script, text=text)
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report
 

@@ -81,3 +81,32 @@ def test_deep_nesting_is_refused_not_a_crash():
                                                               "device": "cpu", "values": deep}}}
     with pytest.raises(InvalidTrace):
         validate(broken)
+
+
+def _with_grad_values(values) -> dict:
+    doc = new_document("x.py", "", "cpu", None)
+    doc["params"] = {"w": {"shape": [2], "dtype": "float32", "device": "cpu",
+                           "requires_grad": True, "grad": {"shape": [2], "dtype": "float32",
+                                                           "device": "cpu", "values": values}}}
+    return doc
+
+
+@pytest.mark.parametrize("values", [[1.5, "NaN"], [["Infinity"], ["-Infinity", 0]], 2.0, "NaN"])
+def test_numbers_json_cannot_write_are_strings_both_validators_accept(values):
+    doc = _with_grad_values(values)
+    validate(doc)
+    jsonschema.validate(doc, load_schema())
+
+
+@pytest.mark.parametrize("values", [["nan"], ["NaN", "Infinityy"], [True], [None], [{"a": 1}],
+                                    ["<script>alert(1)</script>"], [[1.0, "x" * 5000]]])
+def test_anything_else_among_values_is_refused_by_both_and_not_echoed(values):
+    """The schema writes these without oneOf, for speed (schema.py): the same documents are
+    refused as by the reference validator, and the message names the place, not the value."""
+    doc = _with_grad_values(values)
+    with pytest.raises(InvalidTrace) as refused:
+        validate(doc)
+    assert "data.params.w.grad" in str(refused.value), refused.value
+    assert "<script>" not in str(refused.value) and "xxxx" not in str(refused.value)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, load_schema())
