@@ -237,11 +237,34 @@ class ErrorRecord(TypedDict):
     explanation: NotRequired[Explanation]
 
 
+class NotebookCell(TypedDict):
+    cell: int   # its place among all the notebook's cells, from 1
+    first: int  # the script lines it occupies
+    last: int
+
+
+class SkippedLine(TypedDict):
+    cell: int
+    line: int   # in its cell, from 1
+    text: str
+    lines: NotRequired[int]  # skipped with it: a cell magic's whole cell, continued lines
+    ran: NotRequired[bool]   # a %time/%%time: what it wraps ran, without the magic
+
+
+class NotebookPart(TypedDict):
+    """An uploaded notebook (set by the server, app/format/notebook.py)."""
+    name: str
+    cells: list[NotebookCell]
+    skipped: list[SkippedLine]
+    skipped_count: int
+
+
 class Script(TypedDict):
     name: str
     sha256: str
     source: str
     args: NotRequired[list[str]]
+    notebook: NotRequired[NotebookPart]
 
 
 class EventsSkipped(TypedDict):

@@ -12,7 +12,8 @@ What every implementation promises:
   while the queue knows it, None once only the run store does;
 - `cancel` takes a waiting run out of the line at once and ends a running one within seconds;
 - `result` waits (without holding a thread) for the run's Trace, stored in the run store
-  before it is handed out; a stop before the start still gives a Trace that says so.
+  before it is handed out; a stop before the start still gives a Trace that says so;
+- a notebook's Trace carries its cell map and skipped lines (`annotate`, before it is stored).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.format import Trace, error_record, new_document
+from app.format.notebook import annotate
 from app.runner import NoFreeUid
 
 from .gate import Stopped
@@ -46,6 +48,9 @@ class Submission:
     device: str
     limit: float  # wall-clock seconds
     address: str = ""  # the connection's address: its runs are bounded too (JobBook.open)
+    # an uploaded notebook's cell map and skipped lines, put in its Trace as it is stored
+    # (app/format/notebook.py: annotate); None for a script
+    notebook: dict | None = None
 
 
 class UnknownRun(KeyError):
@@ -125,6 +130,7 @@ class InProcessQueue:
             else:
                 if doc.get("error") and doc["error"]["type"] == "Stopped":
                     outcome = "stopped"
+            annotate(doc, run.notebook)  # the server's word on the cells, not the worker's
             self.store.put(doc, job.id)
             job.result = doc
         except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the result

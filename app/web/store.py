@@ -215,7 +215,8 @@ class RunStore:
 
     def head(self, run_id: str) -> dict | None:
         """What the run's page shows before the browser fetches the Trace: {"name", "source",
-        "device", "torch", "figures" (how many)}; None if the run is not kept."""
+        "device", "torch", "figures" (how many), "notebook" (an uploaded notebook's cell map, or
+        None)}; None if the run is not kept."""
         head = self._head(run_id)
         if head is None and self.exists(run_id):
             self._upgrade(run_id)
@@ -345,7 +346,7 @@ def _head(doc: dict, figures: list[bytes]) -> dict:
     script = doc.get("script") or {}
     return {"name": script.get("name"), "source": script.get("source") or "",
             "device": doc.get("device") or "cpu", "torch": doc.get("torch"),
-            "figures": len(figures)}
+            "figures": len(figures), "notebook": script.get("notebook")}
 
 
 def _figures(doc: dict) -> list[bytes]:

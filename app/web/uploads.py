@@ -26,10 +26,11 @@ class UploadService:
         self.limit = limit  # each run's wall-clock seconds
 
     def submit(self, client: str, name: str, source: str, device: str,
-               address: str = "") -> str:
-        """Queue a run for `client` (sent from `address`); its id (TooMany: 429, Busy: 503)."""
+               address: str = "", notebook: dict | None = None) -> str:
+        """Queue a run for `client` (sent from `address`); its id (TooMany: 429, Busy: 503).
+        `notebook`: the script is that notebook's code cells (its `script.notebook`)."""
         return self.queue.submit(Submission(client, name, source, device, self.limit,
-                                            address))
+                                            address, notebook))
 
     async def result(self, run_id: str) -> Trace:
         """The run's Trace with its id and link, once it is stored (or the error that ended

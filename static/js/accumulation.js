@@ -6,6 +6,7 @@
 import { h, fmt, num, shapeText, richText } from "./dom.js";
 import { heatmap, maxAbs, colourBar, valueAt, matrix, MAX_VALUES } from "./heatmap.js";
 import { waterfall } from "./waterfall.js";
+import { lineLabel } from "./lines.js";
 
 const MAP_WIDTH = 150; // two heat maps side by side in the panel
 
@@ -50,7 +51,7 @@ function backwardView(doc, event, name, hooks) {
   // to what it returned for this parameter, and that is the total they are held to
   const returns = Array.isArray(event.inputs);
   if (returns && !event.inputs.includes(name)) {
-    out.append(h("p.notice", {}, `torch.autograd.grad at line ${event.line ?? "?"} was not asked for this parameter: it returns gradients for its inputs only, and `,
+    out.append(h("p.notice", {}, `torch.autograd.grad at ${event.line ? lineLabel(event.line) : "line ?"} was not asked for this parameter: it returns gradients for its inputs only, and `,
       h("code", {}, ".grad"), " is left as it was."));
     return out;
   }
@@ -79,7 +80,7 @@ function backwardView(doc, event, name, hooks) {
   contribs.forEach((c, i) => {
     const n = nodes.get(c.node) || { name: c.node };
     rows.push({ kind: "use", node: c.node, value: measure(c.grad, cell),
-      label: `use ${i + 1}: from ${n.name} (${c.node})${n.line ? `, line ${n.line}` : ""}` });
+      label: `use ${i + 1}: from ${n.name} (${c.node})${n.line ? `, ${lineLabel(n.line)}` : ""}` });
   });
   // what the script's hooks on this leaf changed: a share of its own, so the bars add up
   const shares = ((event.hooks || {})[name] || []);
@@ -125,7 +126,7 @@ function backwardView(doc, event, name, hooks) {
 
 /** "hook at line 6": what a hook on the leaf added (or took away) on the way into .grad. */
 function hookLabel(share) {
-  const where = share.lines && share.lines.length ? ` at line ${share.lines.join(", ")}` : "";
+  const where = share.lines && share.lines.length ? ` at ${share.lines.map(lineLabel).join("; ")}` : "";
   return share.kind === "hook" ? `hook${where}: its change on the way into .grad` :
     `post-accumulate-grad hook${where}: its change to .grad`;
 }

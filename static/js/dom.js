@@ -1,6 +1,8 @@
 // Small DOM and number helpers shared by the page's modules. Text always goes in through
 // textContent, never innerHTML, because trace documents carry strings from user scripts.
 
+import { lineLabel, scriptLine } from "./lines.js";
+
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 /** h("div.cls#id", {attr: v, onclick: fn}, child, "text", [more]) -> HTMLElement */
@@ -50,16 +52,20 @@ export function fill(el, ...children) {
 }
 
 /**
- * Text with `backticks` turned into <code> (diagnostic messages are written that way), and,
- * given onLine, every "line N" into a button that shows that source line.
+ * Text with `backticks` turned into <code> (diagnostic messages are written that way), every
+ * "line N" said as lines.js says it (a notebook's "cell C, line M"), and, given onLine, each
+ * such place a button that shows that source line.
  */
 export function richText(text, onLine = null) {
   return String(text).split(/(`[^`]+`)/).flatMap((part) => {
     if (part.startsWith("`") && part.endsWith("`") && part.length > 1) return [h("code", {}, part.slice(1, -1))];
-    if (!onLine) return [part];
-    return part.split(/(\bline \d+)/).map((bit) => {
-      const m = /^line (\d+)$/.exec(bit);
-      return m ? h("button.link.line-link", { type: "button", onclick: () => onLine(Number(m[1])) }, bit) : bit;
+    return part.split(/(\b(?:cell \d+, )?line \d+)/).map((bit) => {
+      const m = /^(?:cell (\d+), )?line (\d+)$/.exec(bit);
+      if (!m) return bit;
+      // "cell C, line M" was said by the server already; a bare "line N" is the script's
+      const line = m[1] ? scriptLine(Number(m[1]), Number(m[2])) : Number(m[2]);
+      const said = m[1] ? bit : lineLabel(line);
+      return onLine && line ? h("button.link.line-link", { type: "button", onclick: () => onLine(line) }, said) : said;
     });
   });
 }

@@ -4,6 +4,7 @@
 // Highlights are CSS classes only; how they look (thickness, dashes, not just hue) is in app.css.
 
 import { s } from "./dom.js";
+import { lineLabel } from "./lines.js";
 import { touchGestures } from "./touch.js";
 
 // Labels are drawn 14 units high at the server's 1x type (app/render/dot.py; the page may ask
@@ -394,6 +395,6 @@ function describe(node) {
   const parts = [node.label && node.label !== node.name ? `${node.label} (${node.name})` : node.name,
     node.kind];
   if (node.module) parts.push(`module ${node.module}`);
-  if (node.line) parts.push(`line ${node.line}`);
+  if (node.line) parts.push(lineLabel(node.line));
   return parts.join(", ");
 }

@@ -6,6 +6,7 @@
 import { ApiError, fetchDevices, fetchRunStatus, fetchStoredRun, startRun, stopRun } from "./api.js";
 import { fill, h } from "./dom.js";
 import { Progress } from "./progress.js";
+import { lineLabel, setScript } from "./lines.js";
 import { errorHeadline, explanationParts, setStatus } from "./status.js";
 
 const $ = (id) => document.getElementById(id);
@@ -81,18 +82,24 @@ function goToLine(line) {
 function showScriptError(doc) {
   const err = doc.error;
   const ex = err.explanation && err.explanation.code !== "unrecognised" ? err.explanation : null;
-  const text = err.line ? (source.value.split("\n")[err.line - 1] || "") : "";
+  // a notebook's lines are its cells' ("cell 3, line 2"), and the box holds its JSON, so the
+  // line's text comes from the script that ran and the caret stays where it is
+  const notebook = Boolean(doc.script.notebook);
+  setScript(doc.script);
+  const onLine = notebook ? () => {} : goToLine;
+  const text = err.line ? ((notebook ? doc.script.source : source.value).split("\n")[err.line - 1] || "") : "";
   setStatus(status, [
-    errorHeadline(err, goToLine),
+    errorHeadline(err, onLine),
     // the line itself, unless the message already quotes it (a SyntaxError's does)
-    text.trim() && !err.message.includes(text.trim()) ? h("pre.run-error-source", {}, `${err.line} | ${text}`) : "",
-    ex ? explanationParts(ex, goToLine) : "",
+    text.trim() && !err.message.includes(text.trim()) ?
+      h("pre.run-error-source", {}, `${notebook ? lineLabel(err.line) : err.line} | ${text}`) : "",
+    ex ? explanationParts(ex, onLine) : "",
     h("br"), err.type === "Stopped" ? "Change it in the box if you like and run again, or " :
       "Fix it in the box and run again, or ",
     h("a", { href: doc.run.link }, "open the run anyway"), ".",
   ], "error");
   const culprit = (ex && ex.line) || err.line;
-  if (culprit) goToLine(culprit);
+  if (culprit && !notebook) goToLine(culprit);
 }
 
 /** The API's sentences start in lower case (they are also read by programs). */
@@ -197,14 +204,19 @@ async function stop() {
 async function readFile() {
   const file = $("file").files[0];
   if (!file) return;
+  const notebook = file.name.toLowerCase().endsWith(".ipynb");
   if (file.size > policy.max_upload_bytes) {
     setStatus(status, `${file.name} is ${Math.ceil(file.size / 1024)} KiB; the limit is ` +
-      `${policy.max_upload_bytes / 1024} KiB. Upload a smaller script.`, "error");
+      `${policy.max_upload_bytes / 1024} KiB. ` + (notebook ? "Clear its outputs (Jupyter: Edit → " +
+      "Clear Outputs of All Cells; they are not used), save it and upload it again." : "Upload a smaller script."), "error");
     return;
   }
   source.value = await file.text();
-  nameInput.value = file.name.endsWith(".py") ? file.name : "script.py";
-  setStatus(status, `Loaded ${file.name}: check it below, then run it.`, "info");
+  // a notebook is sent as it is (its JSON): the server runs its code cells (app/format/notebook.py)
+  nameInput.value = file.name.endsWith(".py") || notebook ? file.name : "script.py";
+  setStatus(status, notebook ? `Loaded the notebook ${file.name}: it runs as it is, its code cells in ` +
+    "order as one script; lines only IPython understands (%…, !…) are skipped and named, and its " +
+    "outputs are not used. Run it." : `Loaded ${file.name}: check it below, then run it.`, "info");
   saveDraft();
 }
 

@@ -2,6 +2,7 @@
 // backward, the gradients that flowed through it, and for a custom Function its backward code.
 
 import { h, fmt, shapeText, richText } from "./dom.js";
+import { lineLabel } from "./lines.js";
 
 /**
  * hooks: {kinds, onLine(n), onNode(id), onReplay(step), diagnostics}
@@ -20,7 +21,7 @@ export function nodeView(event, node, hooks) {
   if (node.shape) facts.push(["shape", `${shapeText(node.shape)} ${node.dtype || ""}`]);
   if (node.module) facts.push(["module", h("code", {}, node.module)]);
   facts.push(["created at", node.line ? [h("button.link", { type: "button", onclick: () => hooks.onLine(node.line) },
-    `line ${node.line}`), hooks.lineText && hooks.lineText(node.line) ?
+    lineLabel(node.line)), hooks.lineText && hooks.lineText(node.line) ?
     h("code.line-text", {}, hooks.lineText(node.line).trim()) : ""] : "— (not a line of the script)"]);
   const step = event.order.indexOf(node.id);
   facts.push(["backward runs it", step >= 0 ? h("button.link", { type: "button", onclick: () => hooks.onReplay(step + 1) },
@@ -71,7 +72,8 @@ export function nodeView(event, node, hooks) {
 /** What one source line made: a list of its nodes, each one click away. */
 export function lineView(event, line, hooks) {
   const made = event.graph.nodes.filter((n) => n.line === line);
-  return h("div.line-view", {}, h("h3", {}, `Line ${line}`),
+  const said = lineLabel(line);
+  return h("div.line-view", {}, h("h3", {}, said.charAt(0).toUpperCase() + said.slice(1)),
     made.length ? [h("p", {}, `made ${made.length} node${made.length > 1 ? "s" : ""} of this graph (outlined with a dashed line):`),
       h("ul.node-list", {}, made.map((n) => h("li", {}, h("button.link", { type: "button", onclick: () => hooks.onNode(n.id) },
         `${n.name} (${n.id})`), n.module ? ` · ${n.module}` : "")))] :

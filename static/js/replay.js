@@ -3,6 +3,7 @@
 // it is known once its target has run; edges into an output root carry the seed gradient.
 
 import { fill, h } from "./dom.js";
+import { lineLabel } from "./lines.js";
 
 export function replayState(event, step) {
   if (step === null || step === undefined || !event || event.kind !== "backward") return null;
@@ -41,6 +42,6 @@ export function renderReplayStatus(el, event, state, nodes) {
   const n = nodes.get(state.current) || { name: state.current };
   fill(el, h("strong", {}, `step ${state.step} of ${state.total}`), ": ",
     h("code", {}, n.name), ` (${n.id})`, n.kind === "param" || n.kind === "leaf" ?
-      ` adds its gradient into ${n.param || n.label}.grad` : n.line ? `, from line ${n.line}` : "",
+      ` adds its gradient into ${n.param || n.label}.grad` : n.line ? `, from ${lineLabel(n.line)}` : "",
     state.step === state.total ? " — backward is done." : "");
 }

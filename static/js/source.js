@@ -2,6 +2,7 @@
 // selected, where the run's events were called and where the script failed.
 
 import { h } from "./dom.js";
+import { lineLabel } from "./lines.js";
 
 export class SourceView {
   constructor(list, { onLine }) {
@@ -35,8 +36,8 @@ export class SourceView {
         li.classList.add("has-nodes");
         li.tabIndex = 0;
         li.setAttribute("role", "button");
-        li.setAttribute("aria-label", `line ${n}: made ${count} node${count > 1 ? "s" : ""}`);
-        li.title = `line ${n} made ${count} node${count > 1 ? "s" : ""} of this graph: click to see them`;
+        li.setAttribute("aria-label", `${lineLabel(n)}: made ${count} node${count > 1 ? "s" : ""}`);
+        li.title = `${lineLabel(n)} made ${count} node${count > 1 ? "s" : ""} of this graph: click to see them`;
       } else {
         li.removeAttribute("tabindex");
         li.removeAttribute("role");

@@ -3,6 +3,7 @@
 
 import { ApiError, FormatError } from "./api.js";
 import { fill, h, richText } from "./dom.js";
+import { lineLabel } from "./lines.js";
 
 export function setStatus(el, message, level = "info") {
   if (!message) {
@@ -57,7 +58,7 @@ export function errorHeadline(err, onLine) {
   const own = NOT_THE_SCRIPTS[err.type];
   if (own) return [h("strong", {}, own), ": ", ...richText(err.message, onLine)];
   return [h("strong", {}, `The script stopped with ${err.type}`),
-    err.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(err.line) }, `line ${err.line}`)] : "",
+    err.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(err.line) }, lineLabel(err.line))] : "",
     ": ", ...richText(err.message, onLine)];
 }
 
@@ -68,11 +69,11 @@ export function explanationParts(ex, onLine) {
   return h("div.explanation", { "data-code": ex.code },
     h("p", {}, h("strong", {}, "What happened: "), ...richText(ex.what || "", onLine)),
     ex.line ? h("p", {}, h("strong", {}, "Where: "),
-      h("button.link", { type: "button", onclick: () => onLine(ex.line) }, `line ${ex.line}`),
+      h("button.link", { type: "button", onclick: () => onLine(ex.line) }, lineLabel(ex.line)),
       ex.nodes.length ? ` (and the node${ex.nodes.length > 1 ? "s" : ""} marked in the graph)` : "") : "",
     fix ? h("p", {}, h("strong", {}, "Fix: "), ...richText(fix.say, onLine)) : "",
     fix && fix.edits.length ? h("pre.explanation-fix", {}, fix.edits.map((e) =>
-      `line ${e.line}\n- ${e.before}\n${e.after.split("\n").map((l) => `+ ${l}`).join("\n")}\n`).join("\n")) : "",
+      `${lineLabel(e.line)}\n- ${e.before}\n${e.after.split("\n").map((l) => `+ ${l}`).join("\n")}\n`).join("\n")) : "",
     ex.lesson ? h("p", {}, h("strong", {}, "The lesson about it: "),
       h("a.explanation-lesson", { href: `/scenarios/${encodeURIComponent(ex.lesson)}` }, ex.lesson.replaceAll("_", " "))) : "");
 }

@@ -11,6 +11,7 @@ import { fill, h, fmt } from "./dom.js";
 import { renderFlow } from "./flow.js";
 import { GraphView } from "./graph.js";
 import { installKeys } from "./keys.js";
+import { lineLabel, setScript } from "./lines.js";
 import { paramView } from "./accumulation.js";
 import { lineView, nodeView } from "./panel.js";
 import { paramList } from "./params.js";
@@ -356,6 +357,7 @@ async function loadRun(newEntry = false) {
       }
     }
     doc = await fetchTrace(subject, run, { signal: controller.signal });
+    setScript(doc.script); // a notebook's lines are said as its cells' (lines.js)
     shown = null;
     flow = null;
     flowDrawn = null;
@@ -464,7 +466,7 @@ function renderFigures() {
     h("img", { src: `/api/runs/${encodeURIComponent(page.run.id)}/figures/${i}.png`, width: f.width,
       height: f.height, alt: `Figure ${i + 1} of the script`, loading: "lazy" }),
     h("figcaption", {}, `Figure ${i + 1} · ${via[f.via] || f.via}`,
-      f.line ? [" at ", h("button.link.line-link", { type: "button", onclick: () => selectLine(f.line) }, `line ${f.line}`)] : null))));
+      f.line ? [" at ", h("button.link.line-link", { type: "button", onclick: () => selectLine(f.line) }, lineLabel(f.line))] : null))));
 }
 
 /** The graphs the script asked to see (its make_dot calls, a create_graph gradient's graph),

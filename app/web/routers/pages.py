@@ -10,6 +10,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from app.format.notebook import listing_rows
+
 from ..auth import upload_policy
 from ..clients import client_address, client_key
 from ..deps import CatalogDep, ScenarioDep
@@ -63,9 +65,11 @@ def run_page(request: Request, run_id: str):
     """A stored run, shown as a scenario is; the browser reads it from /api/runs/{id}. The
     page needs only the run's head (store.py), not its Trace."""
     head = stored_head(request, run_id)
-    run = {"id": run_id, "name": head["name"], "device": head["device"],
-           "link": run_link(run_id)["link"]}
-    return _page(request, "run.html", run=run, source=head["source"], torch=head["torch"])
+    notebook = head.get("notebook")  # an uploaded notebook: its cells in the listing
+    run = {"id": run_id, "name": notebook["name"] if notebook else head["name"],
+           "device": head["device"], "link": run_link(run_id)["link"]}
+    return _page(request, "run.html", run=run, source=head["source"], torch=head["torch"],
+                 rows=listing_rows(notebook, head["source"]) if notebook else None)
 
 
 @router.get("/c/{code}", response_class=HTMLResponse)

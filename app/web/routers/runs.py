@@ -1,4 +1,5 @@
-"""Your own code: POST a script, get its Trace; every run has a link that shows it again.
+"""Your own code: POST a script (or a notebook), get its Trace; every run has a link that shows
+it again. A notebook (app/format/notebook.py) runs as its code cells, in order, as one script.
 
 `POST /api/runs` answers when the run is done (the Trace), or at once with `?wait=false` (202:
 its id and where to ask how it goes); `GET /api/runs/ID/status` says its place in line, how long
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
@@ -25,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 
 from app.devices import parse_device
 from app.format import Trace
+from app.format.notebook import NotANotebook, looks_like_notebook, script_from_notebook
 
 from ..auth import check_uploader, has_token, upload_policy
 from ..clients import client_address, client_key
@@ -39,6 +42,7 @@ __all__ = ["router", "stored_head"]
 router = APIRouter(tags=["your code"])
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,97}\.py")
+_NOTEBOOK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,94}\.ipynb")
 
 
 
@@ -60,8 +64,16 @@ async def _read_capped(request: Request, cap: int) -> bytes:
     return bytes(data)
 
 
-async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str, str]:
-    """(source, name, device) from a JSON body or a multipart upload with the field `file`."""
+class _Upload(NamedTuple):
+    source: str
+    name: str
+    device: str
+    notebook: dict | None  # the Trace's script.notebook, for a notebook (app/format/notebook.py)
+
+
+async def _submission(request: Request, body: bytes, cap: int) -> _Upload:
+    """(source, name, device, notebook) from a JSON body or a multipart upload with the field
+    `file`; a notebook (a .ipynb name, or a notebook's JSON as the source) becomes its script."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         try:
@@ -97,13 +109,32 @@ async def _submission(request: Request, body: bytes, cap: int) -> tuple[str, str
     else:
         raise AppError(415, "send JSON ({\"source\": ..., \"device\": ...}) or a "
                                  "multipart form with the field 'file'")
+    if name.lower().endswith(".ipynb") or looks_like_notebook(source):
+        if len(source.encode("utf-8")) > cap:
+            raise AppError(413, f"the notebook is larger than {cap // 1024} KiB: clear its "
+                                "outputs (Jupyter: Edit → Clear Outputs of All Cells), save "
+                                "it and upload it again (outputs are not used)")
+        # nbformat's schema check takes a while on a big notebook: off the event loop
+        return await run_in_threadpool(_notebook_upload, source, name, parse_device(device))
     if len(source.encode("utf-8")) > cap:
         raise AppError(413, f"the script is larger than {cap // 1024} KiB")
     if not source.strip():
         raise AppError(422, "the script is empty")
     if not _SAFE_NAME.fullmatch(name):  # a file name in the run folder: plain, short, .py
         name = "script.py"
-    return source, name, parse_device(device)
+    return _Upload(source, name, parse_device(device), None)
+
+
+def _notebook_upload(text: str, name: str, device: str) -> _Upload:
+    """A notebook's code cells as the script that runs (422 if it is not a notebook)."""
+    try:
+        notebook = script_from_notebook(text)
+    except NotANotebook as exc:
+        raise AppError(422, str(exc)) from None
+    if not _NOTEBOOK_NAME.fullmatch(name):
+        name = "notebook.ipynb"
+    script = name[:-len(".ipynb")] + ".py"  # the run folder's file: tracebacks name it
+    return _Upload(notebook.source, script, device, notebook.document_part(name))
 
 
 @router.get("/api/uploads")
@@ -118,12 +149,12 @@ async def create_run(request: Request, wait: bool = True) -> Response:
     """Run a script; with `wait=false`, answer at once (202) with the run's id and status link."""
     check_uploader(request)
     cap = request.app.state.settings.max_upload_bytes
-    source, name, device = await _submission(request, await _read_capped(request, cap), cap)
+    upload = await _submission(request, await _read_capped(request, cap), cap)
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
     # out of the server's thread pool)
     uploads = _uploads(request)
-    run_id = uploads.submit(client_key(request), name, source, device,
-                            client_address(request))
+    run_id = uploads.submit(client_key(request), upload.name, upload.source, upload.device,
+                            client_address(request), notebook=upload.notebook)
     # whose run it is: only its starter may send it to a class's teacher (classroom.py)
     request.app.state.classroom.note_run(client_key(request), run_id)
     if not wait:
@@ -170,7 +201,8 @@ def stored_run(request: Request, run_id: str) -> Trace:
 
 
 def stored_head(request: Request, run_id: str) -> dict:
-    """What the run's page shows of it: {"name", "source", "device", "torch", "figures"}."""
+    """What the run's page shows of it: {"name", "source", "device", "torch", "figures",
+    "notebook" (a notebook's `script.notebook`, else None)}."""
     head = _store(request).head(run_id)
     if head is None:
         raise _not_kept(request, run_id)

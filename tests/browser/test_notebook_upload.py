@@ -1,0 +1,52 @@
+"""A notebook uploaded on the "Your own code" page in a real Chromium: it runs as it is, and
+the run's page says its lines as "cell N, line M" (the node's details, the source panel with
+a heading per cell) and names the skipped `!pip` line."""
+
+from __future__ import annotations
+
+import httpx
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+pytestmark = pytest.mark.browser
+
+CELLS = [
+    new_markdown_cell("# Two uses of w"),
+    new_code_cell("import torch\nw = torch.tensor([1.0, 2.0], requires_grad=True)"),
+    new_code_cell("!pip install torchviz\nx = torch.tensor([3.0, 4.0])"),
+    new_code_cell("y = w * x\nloss = (y * w).sum()\nloss.backward()"),
+]
+
+
+def test_a_notebook_runs_and_its_lines_are_its_cells(watched):
+    page = watched.page
+    page.goto(watched.base + "/own-code")
+    page.set_input_files("#file", files=[{
+        "name": "lesson.ipynb", "mimeType": "application/x-ipynb+json",
+        "buffer": nbformat.writes(new_notebook(cells=CELLS)).encode()}])
+    page.wait_for_selector("#run-status >> text=Loaded the notebook lesson.ipynb")
+    assert page.input_value("#name") == "lesson.ipynb"
+    page.wait_for_selector("#device option[value=cpu]", state="attached")
+    page.click("#run")
+    page.wait_for_url("**/runs/**")
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#progress", state="hidden")
+    assert page.locator("h1").inner_text() == "Your notebook: lesson.ipynb"
+    assert page.locator("#source li.cell-head").all_inner_texts() == ["cell 2", "cell 3", "cell 4"]
+    assert "!pip install torchviz" in page.locator("#source li.skipped-line").inner_text()
+
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    doc = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()
+    line = doc["script"]["source"].splitlines().index("loss = (y * w).sum()") + 1
+    event = next(e for e in doc["events"] if e["kind"] == "backward")
+    node = next(n for n in event["graph"]["nodes"] if n["name"] == "SumBackward0")
+    assert node["line"] == line
+    page.click("#zoom-fit")
+    page.click(f"#graph g.node#{node['id']}")
+    details = page.locator("#details")
+    details.locator("text=cell 4, line 2").wait_for()
+    assert f"line {line}" not in details.inner_text().replace("cell 4, line 2", "")
+    # the run's findings name the skipped line by its cell
+    assert "cell 3, line 1" in page.locator("body").inner_text()
+    watched.shot("notebook-run")

@@ -1,0 +1,105 @@
+"""An uploaded .ipynb against a real uvicorn on loopback (issue 22): a notebook of three cells,
+one with a `!pip` line, runs in the sandbox as one namespace; its nodes' lines map to "cell N,
+line M" in the Trace and on the run's page, the skipped line is named, and what is not a
+notebook gets a 422 that says what to do."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from tests.server import serve
+
+TOKEN = "nb-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+CELLS = [
+    "import torch\nw = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)",
+    "!pip install torchviz\nx = torch.tensor([4.0, 5.0, 6.0])",
+    "y = w * x\nloss = (y * y).sum()\nloss.backward()\nprint(w.grad.tolist())",
+]
+
+
+def notebook_text() -> str:
+    cells = [new_code_cell(source) for source in CELLS]
+    cells[1].outputs = [new_output("stream", text="Requirement already satisfied\n")]
+    return nbformat.writes(new_notebook(cells=cells))
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("store"), name="notebook-server", TOKEN=TOKEN,
+               POOL_SIZE="1", TRACE_TIMEOUT="60") as url:
+        yield url
+
+
+def upload(base: str, data: bytes, filename: str = "lesson.ipynb") -> httpx.Response:
+    return httpx.post(base + "/api/runs", files={"file": (filename, data)}, headers=AUTH,
+                      timeout=90)
+
+
+def test_a_notebook_traces_with_its_cells(base):
+    response = upload(base, notebook_text().encode())
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["error"] is None, doc["error"]
+    # one namespace: cell 3 used cell 1's w and cell 2's x, and printed the .grad that torch
+    # gives for the cells' code run here
+    here: dict = {}
+    exec("\n".join(CELLS).replace("!pip install torchviz\n", ""), here)
+    assert doc["stdout"].strip() == str(here["w"].grad.tolist())
+    notebook = doc["script"]["notebook"]
+    assert notebook["name"] == "lesson.ipynb"
+    # the script line of `loss = (y * y).sum()`, found in the script that ran
+    line = doc["script"]["source"].splitlines().index("loss = (y * y).sum()") + 1
+    (cell3,) = [c for c in notebook["cells"] if c["cell"] == 3]
+    assert line - cell3["first"] + 1 == 2  # the map names it cell 3, line 2
+    (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
+    made = {n["name"] for n in event["graph"]["nodes"] if n.get("line") == line}
+    assert {"MulBackward0", "SumBackward0"} <= made, made
+    # the skipped line is named where the page lists the run's findings
+    (note,) = [d for d in doc["diagnostics"] if d["code"] == "ipython_lines_skipped"]
+    assert "cell 2, line 1 `!pip install torchviz`" in note["message"]
+
+    page = httpx.get(base + doc["run"]["link"], timeout=10)
+    assert page.status_code == 200
+    assert "lesson.ipynb" in page.text
+    for n in (1, 2, 3):
+        assert f'id="cell-{n}">cell {n}</li>' in page.text
+    item = re.search(rf'<li id="L{line}" data-line="{line}" value="(\d+)" data-cell="(\d+)"',
+                     page.text)
+    assert item and item.groups() == ("2", "3")
+    assert "skipped: IPython only" in page.text and "!pip install torchviz" in page.text
+
+
+def test_a_notebook_as_json_source_is_known_by_its_content(base):
+    response = httpx.post(base + "/api/runs", json={"source": notebook_text()}, headers=AUTH,
+                          timeout=90)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["error"] is None and doc["script"]["notebook"]["name"] == "notebook.ipynb"
+    assert doc["script"]["name"] == "notebook.py"  # the run folder's file is a script
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    (notebook_text().encode()[:200], "not valid JSON"),  # cut short
+    (b'{"title": "my notes", "items": [1, 2]}', "not a Jupyter notebook"),
+    (nbformat.writes(new_notebook(cells=[new_markdown_cell("words")])).encode()
+     .replace(b'"cell_type": "markdown"', b'"cell_type": "picture"'),
+     "does not follow the notebook format"),
+])
+def test_what_is_not_a_notebook_is_a_clear_422(base, data, says):
+    response = upload(base, data)
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert says in detail and "save it again from Jupyter" in detail
+
+
+def test_a_notebook_past_the_size_limit_asks_to_clear_its_outputs(base):
+    cells = [new_code_cell("x = 1")]
+    cells[0].outputs = [new_output("stream", text="y" * (70 * 1024))]
+    response = upload(base, nbformat.writes(new_notebook(cells=cells)).encode())
+    assert response.status_code == 413 and "Clear Outputs" in response.json()["detail"]
