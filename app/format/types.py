@@ -142,6 +142,19 @@ class EventError(TypedDict):
     message: str
 
 
+class GradcheckCall(TypedDict):
+    """A gradcheck or gradgradcheck the script called: its verdict and tolerances."""
+    check: Literal["gradcheck", "gradgradcheck"]
+    passed: bool
+    message: str
+    eps: NotRequired[float | None]
+    atol: NotRequired[float | None]
+    rtol: NotRequired[float | None]
+    function: str
+    line: int | None
+    calls: NotRequired[int]  # the checks at this line with this verdict it stands for
+
+
 class BackwardEvent(TypedDict):
     kind: Literal["backward"]
     index: int
@@ -161,6 +174,7 @@ class BackwardEvent(TypedDict):
     gradient_view: NotRequired[int]      # index in Trace.views: the gradients' own graph
     no_graph: NotRequired[list[str]]     # gradients with no grad_fn despite create_graph
     cut_by: NotRequired[list[str]]       # custom Function nodes whose backward cut it
+    gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for
     hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
 
 
@@ -297,7 +311,7 @@ class View(TypedDict):
     """A graph the script asked to see: a torchviz.make_dot call, or the graph a create_graph
     gradient carries."""
     index: int
-    kind: Literal["make_dot", "gradient"]
+    kind: Literal["make_dot", "gradient", "manual_nodes", "func_forward"]
     call: str
     line: int | None
     event: int | None

@@ -28,6 +28,7 @@ __all__ = [
     "is_requires_grad_call",
     "is_update_call",
     "is_view_node",
+    "plain_tensor",
     "node_metadata",
     "saved_values",
 ]
@@ -195,3 +196,17 @@ def is_data_getter(func: Any) -> bool:
     return getattr(func, "__self__", None) is torch._C.TensorBase.data and (
         getattr(func, "__name__", "") == "__get__"
     )
+
+
+def plain_tensor(t: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
+    """`t` as an ordinary tensor, read inside a torch.func transform: itself when nothing wraps
+    it; the first sample of the batch (and True) when one vmap level does; None when a grad
+    level or several levels wrap it (its value is not one tensor of the script's)."""
+    functorch = torch._C._functorch
+    if not functorch.is_functorch_wrapped_tensor(t):
+        return t, False
+    if functorch.is_batchedtensor(t):
+        inner = functorch.get_unwrapped(t)
+        if not functorch.is_functorch_wrapped_tensor(inner):
+            return inner.select(functorch.maybe_get_bdim(t), 0), True
+    return None, False

@@ -9,6 +9,7 @@ import torch
 from app.format import diagnostic as _diag
 from app.format.flow import gradient_flow, steep_flow
 
+from .gradcheck_events import gradcheck_findings
 from .recorder import Recorder
 
 __all__ = ["diagnose", "flow_findings"]
@@ -40,9 +41,10 @@ def _not_drawn(line: int | None, calls: list[str]) -> str:
                 "trace, not the autograd graph; `make_dot` on the output is drawn).")
     if names <= {"torch.autograd.gradcheck", "torch.autograd.gradgradcheck"}:
         checks = " and ".join(f"`{c}`" for c in sorted(names))
-        return (f"{checks} {where}: checked, not drawn (the check compares backward with "
-                "finite differences through backward passes torch makes itself; the script's "
-                "own backward() and grad() calls are the ones drawn).")
+        return (f"{checks} {where}: checked, not drawn (a check is drawn as one "
+                "representative pass of the function it checks, for the first few checks of a "
+                "run while it still records backward passes; this is past those, or gave "
+                "nothing to differentiate).")
     if {"torch.func.vmap", "torch.func.grad"} <= names or {"torch.vmap", "torch.func.grad"} \
             <= names:
         what = "per-sample gradients via `torch.func.vmap(grad(...))`"
@@ -210,6 +212,7 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                              f"custom Function `{qualname}`: gradcheck passes.", nodes=nodes))
 
     out.extend(_gradient_graphs(backward_events, custom_results))
+    out.extend(gradcheck_findings(backward_events))
     for line in recorder.views.rendered[:5]:
         where = f"at line {line}" if line else "in the script"
         out.append(_diag(
@@ -224,8 +227,13 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                          f"and {recorder.limits.max_step_events} optimizer steps are recorded; "
                          f"{skipped['backward']} more backward passes and {skipped['step']} more "
                          "steps ran unrecorded."))
+    # torch.func transforms whose function autograd-lab called once itself (func_forward.py)
+    forward_drawn = {v["line"] for v in recorder.views.records if v["kind"] == "func_forward"}
     for line, calls in recorder.unrecorded.items():
-        out.append(_diag("not_drawn", "info", _not_drawn(line, calls)))
+        out.append(_diag("not_drawn", "info", _not_drawn(line, calls) + (
+            " The forward graph of the function it differentiates, from one ordinary call, "
+            "is shown as a view (under \"Graphs the script drew\")."
+            if line in forward_drawn else "")))
     for problem in recorder.internal_errors[:5]:
         out.append(_diag("tracer_error", "warning",
                          f"autograd-lab could not record part of this run ({problem}); the "

@@ -25,6 +25,8 @@ from torch.overrides import TorchFunctionMode
 
 from . import _internals as internals
 from .backward_event import tensors_of
+from .func_forward import FuncCalls
+from .gradcheck_events import checked_calls
 from .recorder import Recorder
 from .views import keep_picture_local
 
@@ -72,12 +74,8 @@ UNRECORDED = [
 ] + [
     ("torch.autograd.functional", name, f"torch.autograd.functional.{name}")
     for name in ("jacobian", "hessian", "vjp", "jvp", "hvp", "vhp")
-] + [
-    # checks that make their own backward passes (torch's, from inside gradcheck's code)
-    (module, name, f"torch.autograd.{name}") for module in ("torch.autograd",
-                                                            "torch.autograd.gradcheck")
-    for name in ("gradcheck", "gradgradcheck")
 ] + [("torchviz", "make_dot_from_trace", "torchviz.make_dot_from_trace")]
+# gradcheck and gradgradcheck are drawn as one representative pass each (gradcheck_events.py)
 
 
 def _unrecorded_calls() -> list[tuple[Any, str, str]]:
@@ -151,7 +149,7 @@ def _torchviz_calls(recorder: Recorder) -> list[tuple[Any, str, Any]]:
 
 
 @contextlib.contextmanager
-def instrumented(recorder: Recorder):
+def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     """Everything the script does inside this block is recorded."""
     originals: list[tuple[Any, str, Any]] = []
 
@@ -216,8 +214,13 @@ def instrumented(recorder: Recorder):
         return out
 
     for owner, name, call in _unrecorded_calls():
+        if func_calls is not None:  # torch.func transforms: one ordinary call, to draw
+            patch(owner, name, func_calls.wrap(getattr(owner, name), call))
         patch(owner, name, _noting(recorder, owner, name, call))
     for owner, name, value in _torchviz_calls(recorder):
+        patch(owner, name, value)
+    for owner, name, value in checked_calls(recorder, called_by_torch=_called_by_torch,
+                                            argument=_argument):
         patch(owner, name, value)
 
     patch(torch.Tensor, "backward", backward_method)

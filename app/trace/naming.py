@@ -7,6 +7,7 @@ once given, stays with its tensor for the whole run, so events can be compared.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from collections.abc import Iterator
@@ -37,6 +38,8 @@ class Namer:
         self._prefixes: dict[int, str] = {}
         # once the script has finished there are no frames to look in: its globals stay
         self.finished_globals: dict | None = None
+        # copies named as the tensors they stand for, while a pass on them is recorded
+        self._stand_ins: dict[int, tuple[torch.Tensor, str, str]] = {}
 
     # -- what the script holds -------------------------------------------------------------
     def saw_top_level_call(self, module: nn.Module) -> None:
@@ -92,7 +95,7 @@ class Namer:
 
     def name(self, tensor: torch.Tensor) -> tuple[str, str]:
         """(name, kind) of a leaf; one not found in the script gets a numbered name."""
-        known = self._by_id.get(id(tensor))
+        known = self._by_id.get(id(tensor)) or self._stand_ins.get(id(tensor))
         if known is not None and known[0] is tensor:
             return known[1], known[2]
         kind = "parameter" if isinstance(tensor, nn.Parameter) else "leaf"
@@ -112,6 +115,20 @@ class Namer:
         self._by_id[id(tensor)] = (tensor, unique, kind)
         self._taken.add(unique)
         return unique, kind
+
+    @contextlib.contextmanager
+    def standing_in(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]):
+        """Each (copy, original): the copy is named as its named original inside the block,
+        and only there (gradcheck's pass runs on copies of the script's `x`: its graph says
+        `x`, while `named()` and every later pass keep the script's own tensor)."""
+        for copy, original in pairs:
+            known = self._by_id.get(id(original))
+            if known is not None and known[0] is original:
+                self._stand_ins[id(copy)] = (copy, known[1], known[2])
+        try:
+            yield
+        finally:
+            self._stand_ins.clear()
 
     # -- what is known ---------------------------------------------------------------------
     def named(self) -> dict[str, tuple[torch.Tensor, str]]:

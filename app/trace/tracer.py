@@ -28,7 +28,9 @@ from .devices import device_problem
 from .diagnose import diagnose, flow_findings
 from .failures import explain as explain_failure
 from .figures import MAX_FIGURES, FigureCapture
+from .func_forward import FuncCalls
 from .intercept import instrumented
+from .manual_nodes import HandCalls
 from .recorder import Recorder, RecordingLimits
 from .summary import RUN_VALUES, summarize
 from .views import MAX_VIEWS, VIEW_NODE_BUDGET
@@ -60,7 +62,8 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
         warnings.showwarning = _show_warning
-        stack.enter_context(instrumented(recorder))
+        func_calls = FuncCalls(recorder)
+        stack.enter_context(instrumented(recorder, func_calls))
         figures = stack.enter_context(FigureCapture(recorder.current_line))
         sys.stdout, sys.stderr = out, err
         try:
@@ -81,14 +84,19 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         with recorder.guard():
             figures.finish()  # what is still open at the end
         custom_results: dict = {}
+        hand = HandCalls.in_source(source)
         if not (error and error["type"] == "Timeout"):
             try:
-                if error is None and recorder.backward_count() == 0:
+                if error is None and recorder.backward_count() == 0 and hand:
+                    hand.show(recorder, module.__dict__)  # its nodes' graph: no pass of ours
+                elif error is None and recorder.backward_count() == 0:
                     error = _backward_from_chosen_root(recorder, module.__dict__)
                     if error and error["type"] == "NoGraph" and _computed_unrecorded(recorder):
                         # its gradients came from calls noted under What to notice (gradcheck,
                         # torch.func): a run that did what it meant to, not a failure
                         error = None
+                if error is None:
+                    func_calls.draw(module.__dict__)
                 custom_results = check_custom_functions(recorder)
             except TimeLimitExceeded as exc:
                 error = error_from_exception(exc, str(path))
@@ -103,6 +111,7 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     _attach_gradcheck(recorder.events, results_by_name)
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
     doc["diagnostics"].extend(flow_findings(doc))
+    doc["diagnostics"].extend(hand.notes(backward_ran=recorder.backward_count() > 0))
     if recorder.views.records:
         doc["views"] = recorder.views.finish(recorder.events)
     if recorder.views.dropped:

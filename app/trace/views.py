@@ -100,6 +100,30 @@ class ViewLog:
             "label": clip("make_dot(" + ", ".join(label for _t, label in outputs) + ")", 500),
             "names": sorted(set(given.values())), "graph": w.document()})
 
+    def drawn(self, kind: str, call: str, line: int | None, label: str,
+              outputs: list[tuple[torch.Tensor, str]],
+              names: dict[int, tuple[str, str]] | None = None) -> int | None:
+        """A graph autograd-lab draws where the script made no pass to draw (`manual_nodes`:
+        the graph of nodes it called by hand; `func_forward`: a torch.func function's forward
+        graph); `names` (id -> (name, kind)) names leaves the namer does not know. Its index."""
+        if not self._room():
+            return None
+        names = names or {}
+        with self.guard():
+            self.namer.refresh()
+
+            def name_leaf(t: torch.Tensor) -> tuple[str, str]:
+                return names.get(id(t)) or self.namer.name(t)
+
+            w = walk(outputs, script_path=self.script_path, name_leaf=name_leaf,
+                     max_nodes=self._nodes_left())
+        self.records.append({
+            "index": len(self.records), "kind": kind, "call": call, "line": line,
+            "event": None, "label": clip(label, 500),
+            "names": sorted({n for n, _kind in names.values()})[:MAX_NAMES],
+            "graph": w.document()})
+        return self.records[-1]["index"]
+
     def gradients(self, event: int, line: int | None,
                   grads: list[tuple[torch.Tensor, str]]) -> int | None:
         """The graph the gradients of backward `event` carry; its view's index."""

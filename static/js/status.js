@@ -78,12 +78,34 @@ export function explanationParts(ex, onLine) {
       h("a.explanation-lesson", { href: `/scenarios/${encodeURIComponent(ex.lesson)}` }, ex.lesson.replaceAll("_", " "))) : "");
 }
 
-/** A backward or step that raised is still an event: say so above the graph. */
+/** A backward or step that raised is still an event: say so above the graph. A pass that
+ *  stands for the script's gradcheck says the check's verdict there too. */
 export function renderEventNotice(box, ev, { onLine }) {
   const err = ev && ev.error;
-  box.hidden = !err;
-  if (!err) return;
-  fill(box, h("strong", {}, `${ev.kind} #${ev.index} failed with ${err.type}`),
-    ev.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(ev.line) }, `line ${ev.line}`)] : "",
-    ": ", ...richText(err.message, onLine));
+  const check = ev && ev.gradcheck;
+  box.hidden = !err && !check;
+  if (box.hidden) return;
+  const level = err ? "error" : check.passed ? "info" : "warning";
+  box.className = `notice notice-${level} event-notice`;
+  box.setAttribute("role", level === "info" ? "status" : "alert");
+  fill(box, check ? gradcheckParts(check, onLine) : "", check && err ? h("br") : "",
+    err ? [h("strong", {}, `${ev.kind} #${ev.index} failed with ${err.type}`),
+      ev.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(ev.line) }, lineLabel(ev.line))] : "",
+      ": ", ...richText(err.message, onLine)] : "");
+}
+
+// 1e-06 as "1e-6", not "0.000001"; 0.001 as it is
+const tolerance = (x) => (x !== 0 && Math.abs(x) < 1e-4 ? x.toExponential() : String(x));
+
+/** "gradcheck at line 17: passed (eps 1e-6, atol 1e-5, rtol 0.001)", as text: the function's
+ *  name and the message are the script's. */
+function gradcheckParts(c, onLine) {
+  const used = ["eps", "atol", "rtol"].filter((k) => typeof c[k] === "number")
+    .map((k) => `${k} ${tolerance(c[k])}`).join(", ");
+  return [h("strong", {}, c.check),
+    c.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(c.line) }, lineLabel(c.line))] : "",
+    `: ${c.passed ? "passed" : "failed"}`, c.calls > 1 ? ` ${c.calls} times` : "", used ? ` (${used})` : "",
+    c.passed ? "." : `: ${c.message}.`,
+    ` This graph is one representative pass of ${c.function}: run once on copies of its inputs, `
+      + "with torch.autograd.grad back to them (the check's own passes inside torch are not drawn)."];
 }

@@ -415,6 +415,7 @@ async function showGraph(signal) {
     layout = null;
     units.clear();
     graph.clear(doc.error ? "The script stopped before it recorded a graph." :
+      (doc.views || []).length ? "This run recorded no backward pass: the graphs it has are drawn below, under “Graphs the script drew”." :
       "This run recorded no backward pass, so there is no graph to draw.");
     return;
   }
@@ -486,8 +487,8 @@ function renderViews() {
     return h("figure.run-figure.run-view", {},
       h("a", { href: url, target: "_blank", rel: "noopener", title: "Open the picture full size" },
         h("img", { src: url, alt: `${v.label}: ${count} nodes`, loading: "lazy" })),
-      h("figcaption", {}, `${v.kind === "make_dot" ? v.label : `${v.label}, from `}`, from,
-        v.line ? [" at ", h("button.link.line-link", { type: "button", onclick: () => selectLine(v.line) }, `line ${v.line}`)] : null,
+      h("figcaption", {}, v.kind === "gradient" ? `${v.label}, from ` : v.label, from,
+        v.line ? [" at ", h("button.link.line-link", { type: "button", onclick: () => selectLine(v.line) }, lineLabel(v.line))] : null,
         ` · ${count} node${count === 1 ? "" : "s"}`, match ? ` · ${match}` : null,
         v.graph.truncated ? " · cut short: too large to draw whole" : null));
   }));

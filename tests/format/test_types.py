@@ -30,6 +30,7 @@ PAIRS = [
     (types.Graph, DEFS["graph"]),
     (types.Cut, GRAPH["cuts"]["items"]),
     (types.BackwardEvent, DEFS["backward"]),
+    (types.GradcheckCall, BACKWARD["gradcheck"]),
     (types.Contribution, BACKWARD["contributions"]["additionalProperties"]["items"]),
     (types.GradChange, BACKWARD["grads"]["additionalProperties"]),
     (types.StepEvent, DEFS["step"]),

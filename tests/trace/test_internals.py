@@ -161,3 +161,21 @@ def test_op_names_the_recorder_matches_are_the_names_torch_gives_in_a_mode():
     assert [internals.is_detach_call(n) for n in names] == [True, True, False, False]
     assert [internals.is_requires_grad_call(n) for n in names] == [False, False, True, False]
     assert [internals.is_inplace_call(n) for n in names] == [False, True, True, True]
+
+
+def test_plain_tensor_reads_an_ordinary_tensor_or_one_sample_of_one_vmap_level():
+    x = torch.arange(6.0).reshape(2, 3)
+    assert internals.plain_tensor(x) == (x, False)
+    seen = []
+
+    def look(t):
+        seen.append(internals.plain_tensor(t))
+        return t * 1
+
+    torch.func.vmap(look, in_dims=1)(x)  # batched along dim 1: the first sample is column 0
+    (sample, sampled), = seen
+    assert sampled and torch.equal(sample, x[:, 0])
+    seen.clear()
+    torch.func.vmap(torch.func.vmap(look))(x.reshape(2, 3, 1))  # two levels: not one tensor
+    torch.func.grad(lambda t: look(t).sum())(x)  # a grad level: not the script's tensor
+    assert seen == [(None, False), (None, False)]

@@ -102,15 +102,16 @@ print(gradgradcheck(Cube.apply, (x,)))
 def test_a_script_whose_only_autograd_work_is_gradcheck_succeeds_and_says_so(trace_source):
     """The "Extending PyTorch" pattern: define a Function, gradcheck it, print True. It was
     reported as an error ("no autograd graph to show") though torch ran hundreds of backward
-    passes inside the checks."""
+    passes inside the checks. Each check is now drawn as one representative pass
+    (tests/trace/test_gradcheck_events.py), so it is no longer a note."""
     doc = trace_source(GRADCHECK_ONLY)
     assert doc["error"] is None, doc["error"]
     assert doc["stdout"].split() == ["True", "True"]  # the script's results are torch's
-    notes = [d["message"] for d in diagnostics(doc, "not_drawn")]
-    assert any(m.startswith("`torch.autograd.gradcheck` at line 17: checked, not drawn")
-               for m in notes), notes
-    assert any("`torch.autograd.gradgradcheck` at line 19" in m for m in notes), notes
-    assert backward_events(doc) == []  # torch's passes inside the checks are torch's
+    assert diagnostics(doc, "not_drawn") == []
+    # one event per check, none for torch's passes inside them, no root chosen by us
+    assert [(e["line"], e["gradcheck"]["check"]) for e in backward_events(doc)] == \
+        [(17, "gradcheck"), (19, "gradgradcheck")]
+    assert diagnostics(doc, "root_chosen") == []
 
 
 def test_a_torch_func_only_script_succeeds_with_its_notes(trace_source):

@@ -1,0 +1,193 @@
+"""A torch.func-only script succeeds with its notes, and the forward graph of the function the
+transform differentiates is drawn from one ordinary call, leaving the script's results, random
+state and buffers as an untraced run leaves them (issue 24). app/trace/func_forward.py."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import torch
+
+from tests.trace_facts import backward_events, diagnostics
+
+TRAIN = """\
+import torch
+from torch import nn
+from torch.func import functional_call, grad
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Dropout(0.3),
+                      nn.Linear(4, 1))
+params = {k: v.detach() for k, v in model.named_parameters()}
+buffers = dict(model.named_buffers())  # BatchNorm's running statistics, updated in place
+x, y = torch.randn(16, 3), torch.randn(16, 1)
+
+
+def loss_fn(p, b, xb, yb):
+    return ((functional_call(model, (p, b), (xb,)) - yb) ** 2).mean()
+
+
+for step in range(4):
+    g = grad(loss_fn)(params, buffers, x, y)
+    params = {k: v - 0.1 * g[k] for k, v in params.items()}
+    print(step, loss_fn(params, buffers, x, y).item(), torch.rand(1).item())
+print([round(v, 6) for v in g["0.weight"].flatten().tolist()])
+"""
+
+
+def _plain(source: str) -> tuple[str, dict]:
+    """The script run as its author runs it: its output and its module's globals."""
+    out, namespace = io.StringIO(), {"__name__": "__main__"}
+    with contextlib.redirect_stdout(out):
+        exec(compile(source, "plain.py", "exec"), namespace)
+    return out.getvalue(), namespace
+
+
+def _traced_globals(trace_source, source: str) -> tuple[dict, dict]:
+    """The Trace, and the script's buffers after the traced run (the script hands them out
+    through a module of its own name, which the trace leaves in sys.modules)."""
+    import sys
+
+    box: dict = {}
+    sys.modules["_func_forward_box"] = box  # type: ignore[assignment]
+    try:
+        doc = trace_source(source + "import _func_forward_box\n"
+                           "_func_forward_box['buffers'] = {k: v.clone() for k, v in "
+                           "model.named_buffers()}\n")
+    finally:
+        del sys.modules["_func_forward_box"]
+    return doc, box
+
+
+def _graph_names(out: torch.Tensor) -> list[str]:
+    names, stack, seen = [], [out.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        names.append(type(fn).__name__)
+        stack.extend(n for n, _ in fn.next_functions if n is not None)
+    return sorted(names)
+
+
+def test_training_with_torch_func_only_succeeds_and_draws_the_forward_graph(trace_source):
+    doc, box = _traced_globals(trace_source, TRAIN)
+    assert doc["error"] is None, doc["error"]
+    assert backward_events(doc) == []  # torch.func's passes are torch's, not drawn as events
+    # the script's numbers (losses, its random draws after each step, the last gradient) are
+    # those of a plain run: the drawing call changed neither the RNG nor anything else
+    out, namespace = _plain(TRAIN)
+    assert doc["stdout"] == out
+    # BatchNorm's buffers are those a plain run leaves, though the drawing ran the model once
+    plain_buffers = dict(namespace["model"].named_buffers())
+    assert box["buffers"].keys() == plain_buffers.keys()
+    for name, value in plain_buffers.items():
+        assert torch.equal(box["buffers"][name], value), name
+    assert int(plain_buffers["1.num_batches_tracked"]) == 8  # a real change to keep equal
+    # the view: the function grad differentiates, its parameters' leaves named as the model's
+    [view] = doc["views"]
+    assert view["kind"] == "func_forward" and view["line"] == 18
+    assert "loss_fn" in view["label"] and "torch.func.grad" in view["label"]
+    leaves = {n["param"]: n for n in view["graph"]["nodes"] if n["kind"] in ("param", "leaf")}
+    model = namespace["model"]
+    assert leaves.keys() == dict(model.named_parameters()).keys()
+    for name, p in model.named_parameters():
+        assert leaves[name]["shape"] == list(p.shape)
+    names = [n["name"] for n in view["graph"]["nodes"]]
+    assert "NativeBatchNormBackward0" in names and names.count("AddmmBackward0") == 2
+    # the note says it is computed, not drawn, and that the forward graph is shown
+    [note] = diagnostics(doc, "not_drawn")
+    assert "`torch.func.grad` at line 18" in note["message"]
+    assert "forward graph" in note["message"] and "shown as a view" in note["message"]
+
+
+def test_the_drawn_graph_is_the_graph_autograd_builds_for_the_same_call(trace_source):
+    """The view's nodes are those of an ordinary call whose backward gives what grad gave."""
+    source = """\
+import torch
+from torch.func import grad
+torch.manual_seed(0)
+w = torch.randn(3)
+x = torch.randn(5, 3)
+def f(w, x):
+    return torch.sin(x @ w).pow(2).sum()
+print(grad(f)(w, x).tolist())
+"""
+    doc = trace_source(source)
+    assert doc["error"] is None, doc["error"]
+    [view] = doc["views"]
+    torch.manual_seed(0)
+    w = torch.randn(3).requires_grad_()
+    x = torch.randn(5, 3)
+    out = torch.sin(x @ w).pow(2).sum()
+    assert sorted(n["name"] for n in view["graph"]["nodes"] if n["kind"] != "output") == \
+        _graph_names(out)
+    (expected,) = torch.autograd.grad(out, w)
+    assert torch.allclose(torch.tensor(eval(doc["stdout"])), expected)
+    [leaf] = [n for n in view["graph"]["nodes"] if n["kind"] in ("param", "leaf")]
+    assert leaf["param"] == "w"  # the argument grad differentiates, by its name in f
+
+
+def test_vmap_of_grad_draws_one_sample(trace_source):
+    doc = trace_source("""\
+        import torch
+        from torch.func import functional_call, grad, vmap
+        model = torch.nn.Linear(3, 1)
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        x, y = torch.randn(5, 3), torch.randn(5, 1)
+        def loss(p, xi, yi):
+            return ((functional_call(model, p, (xi,)) - yi) ** 2).sum()
+        g = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+        print(tuple(g['weight'].shape))
+        """)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].strip() == "(5, 1, 3)"
+    [view] = doc["views"]
+    assert "first sample of vmap's batch" in view["label"]
+    # one sample: the input row has no batch dimension, as in loss's own body
+    [out] = [n for n in view["graph"]["nodes"] if n["kind"] == "output"]
+    assert out["shape"] == []
+    leaves = {n["param"]: n["shape"] for n in view["graph"]["nodes"]
+              if n["kind"] in ("param", "leaf")}
+    assert leaves == {"weight": [1, 3], "bias": [1]}
+
+
+def test_nested_transforms_draw_the_outer_function_once(trace_source):
+    """grad of a function that itself takes a grad: the inner call runs under the outer grad
+    level (not an ordinary call, not remembered); the outer function is drawn, and its forward
+    graph is the inner gradient's own graph, as autograd builds it for the same call."""
+    doc = trace_source("""\
+        import torch
+        from torch.func import grad
+        f = lambda x: (x ** 3).sum()
+        print(grad(lambda x: grad(f)(x).sum())(torch.tensor([1.0, 2.0])).tolist())
+        """)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].strip() == "[6.0, 12.0]"  # d/dx of sum 3x^2 is 6x
+    [view] = doc["views"]
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    out = torch.func.grad(lambda x: (x ** 3).sum())(x).sum()
+    assert sorted(n["name"] for n in view["graph"]["nodes"] if n["kind"] != "output") == \
+        _graph_names(out)
+    assert torch.equal(torch.autograd.grad(out, x)[0], torch.tensor([6.0, 12.0]))
+    [note] = diagnostics(doc, "not_drawn")
+    assert "line 4" in note["message"] and "shown as a view" in note["message"]
+
+
+def test_a_call_the_copy_cannot_read_is_not_drawn_and_the_note_stays(trace_source):
+    """A function that only runs under vmap of vmap: no ordinary sample of one level to copy."""
+    doc = trace_source("""\
+        import torch
+        from torch.func import grad, vmap
+        f = lambda w, x: (w * x).sum()
+        x = torch.randn(2, 3, 4)
+        per_element = vmap(vmap(grad(f), in_dims=(None, 0)), in_dims=(None, 0))
+        print(tuple(per_element(torch.ones(4), x).shape))
+        """)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].strip() == "(2, 3, 4)"
+    assert doc.get("views", []) == []
+    [note] = diagnostics(doc, "not_drawn")
+    assert "line 5" in note["message"] and "shown as a view" not in note["message"]
