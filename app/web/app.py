@@ -20,6 +20,7 @@ from .classroom import Classroom
 from .clients import ClientCookie
 from .drawings import Drawings
 from .errors import install_error_handlers
+from .first_look import FirstLook
 from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from .highlight import source_lines
 from .narration import inline_html, narration_html
@@ -70,7 +71,8 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     # a class whose room shares one network address counts its members there (people_at)
     queue = InProcessQueue(app.state.traces.uploads, app.state.store,
                            settings.per_client_running, settings.per_client_queued,
-                           settings.per_address_people, app.state.classroom.people_at)
+                           settings.per_address_people, app.state.classroom.people_at,
+                           stored=FirstLook(app.state.store, app.state.drawings))
     app.state.uploads = UploadService(queue, app.state.store, settings.upload_timeout)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)

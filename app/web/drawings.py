@@ -28,6 +28,7 @@ from app.render.group import Analysis, analyze
 
 from .gate import Gate
 from .settings import Settings
+from .single_flight import SingleFlight
 
 __all__ = ["Drawings", "Layout"]
 
@@ -53,6 +54,9 @@ class Drawings:
         # a graph that cannot be drawn is kept as its RenderError: not drawn again and again
         self._drawn: LRU[bytes | RenderError] = LRU(settings.cache_size * 2)
         self._analyses: LRU[Analysis] = LRU(ANALYSES_KEPT)
+        # one render per picture at a time: the first look a run's end prepares (first_look.py)
+        # and the page asking for it meanwhile wait for one graphviz, not two
+        self._renders = SingleFlight()
 
     def _kept(self, key: tuple) -> bytes | None:
         kept = self._drawn.get(key)
@@ -86,12 +90,21 @@ class Drawings:
             grouping = choose_grouping(graph, flat=layout.flat, depth=layout.depth,
                                        opened=layout.opened, fold=layout.fold,
                                        analysis=analysis)
-            # graph.json (units and grouping) is the same whatever the label type
-            dkey = (key, event, view, grouping, fmt, 1.0 if fmt == "json" else layout.font)
-            kept = self._kept(dkey)
-            if kept is not None:
-                self._drawn.put(rkey, kept)
-                return kept
+        # graph.json (units and grouping) is the same whatever the label type
+        dkey = (key, event, view, grouping, fmt, 1.0 if fmt == "json" else layout.font)
+        data = self._renders.run(dkey, lambda: self._render(dkey, graph, grouping, analysis,
+                                                            fmt, layout))
+        self._drawn.put(rkey, data)
+        if isinstance(data, RenderError):
+            raise data
+        return data
+
+    def _render(self, dkey: tuple, graph: dict, grouping, analysis: Analysis, fmt: str,
+                layout: Layout) -> bytes | RenderError:
+        kept = self._drawn.get(dkey)
+        if kept is not None:
+            return kept
+        with self.gate.enter():
             if fmt == "json":
                 data: bytes | RenderError = json.dumps(
                     layout_document(graph, grouping, analysis)).encode("utf-8")
@@ -101,8 +114,5 @@ class Drawings:
                                         font=layout.font)
                 except RenderError as exc:
                     data = exc
-        self._drawn.put(rkey, data)
         self._drawn.put(dkey, data)
-        if isinstance(data, RenderError):
-            raise data
         return data

@@ -48,6 +48,7 @@ class Job:
     state: str = "queued"  # queued, running, done, stopped, failed (refused: 429, 503)
     error: BaseException | None = None
     result: dict | None = None  # its Trace, once stored
+    kept_whole: bool = False  # the store kept `result` as it is (not cut to its script)
     stop_event: threading.Event = field(default_factory=threading.Event)
     ticket: object | None = None   # its place in the server's line
     child: Child | None = None

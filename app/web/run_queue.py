@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,7 +72,10 @@ class RunQueue(Protocol):
         runs in the background."""
 
     def status(self, run_id: str) -> dict | None:
-        """{id, state, place, waiting, running, limit_s, waited_s, elapsed_s, link[, detail]}."""
+        """{id, state, place, waiting, running, limit_s, waited_s, elapsed_s, link[, detail]
+        [, events, error_type]}: the last two once its Trace is stored (how many events it
+        recorded, its error's type or None), so that the page need not fetch a big Trace
+        only to learn whether to show it or the script's error."""
 
     def owner(self, run_id: str) -> str | None:
         """Whose share the run counts against (the client key), while the queue knows it."""
@@ -82,6 +86,11 @@ class RunQueue(Protocol):
     async def result(self, run_id: str) -> Trace:
         """Its stored Trace once it ends, or the exception that ended it (UnknownRun)."""
 
+    def recent(self, run_id: str) -> Trace | None:
+        """Its Trace as the store kept it, while this process still holds it parsed (a run
+        that just ended); None otherwise: the store is asked. The page asks for its drawings
+        right after the run ends: parsing a big model's Trace again took 0.1 s of that."""
+
 
 class InProcessQueue:
     """Runs in this process's upload lane: a thread per booked run (the book bounds how many),
@@ -89,8 +98,12 @@ class InProcessQueue:
 
     def __init__(self, lane: Lane, store: RunStore, running: int, queued: int,
                  people_per_address: int = default_of("per_address_people"),
-                 people_at: PeopleAt | None = None) -> None:
+                 people_at: PeopleAt | None = None,
+                 stored: Callable[[str, dict], None] | None = None) -> None:
         self.lane, self.store = lane, store
+        # called with (run id, Trace) once a run's Trace is stored whole and its waiters have
+        # heard: app.py prepares the run page's first look (first_look.py)
+        self.stored = stored
         # people_at: how many people an address stands for when a class says its room shares
         # one (app.py hands in the classroom's count; the book knows no classes)
         self.book = JobBook(running, queued, lane.gate, people_per_address, people_at)
@@ -131,7 +144,7 @@ class InProcessQueue:
                 if doc.get("error") and doc["error"]["type"] == "Stopped":
                     outcome = "stopped"
             annotate(doc, run.notebook)  # the server's word on the cells, not the worker's
-            self.store.put(doc, job.id)
+            job.kept_whole = self.store.keep(doc, job.id)
             job.result = doc
         except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the result
             outcome = "failed"
@@ -145,6 +158,11 @@ class InProcessQueue:
                     loop.call_soon_threadsafe(_settle, future)
                 except RuntimeError:  # its loop has closed (the server stopped): nobody waits
                     pass
+        if self.stored is not None and job.kept_whole and job.result is not None:
+            try:
+                self.stored(job.id, job.result)
+            except Exception:  # noqa: BLE001 - the run is done and stored; this was extra
+                log.exception("after storing run %s", job.id)
 
     def _job(self, run_id: str) -> Job:
         job = self.book.get(run_id)
@@ -161,6 +179,10 @@ class InProcessQueue:
             kept = (job.result or {}).get("error") or {}  # the server failed; the script is kept
             status["detail"] = kept.get("message") or str(job.error or "") or \
                 "the run could not be started"
+        if job.result is not None and job.done.is_set():
+            error = job.result.get("error")
+            status["events"] = len(job.result.get("events") or ())
+            status["error_type"] = error.get("type") if isinstance(error, dict) else None
         return status
 
     def owner(self, run_id: str) -> str | None:
@@ -174,6 +196,12 @@ class InProcessQueue:
         job.stop()
         job.done.wait(wait)  # a waiting run leaves the line at once, a running one in seconds
         return self.book.status(job)
+
+    def recent(self, run_id: str) -> Trace | None:
+        job = self.book.get(run_id)
+        if job is None or not job.done.is_set() or not job.kept_whole:
+            return None
+        return job.result
 
     async def result(self, run_id: str) -> Trace:
         job = self._job(run_id)

@@ -27,7 +27,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from app.format import error_record, flow, new_document
 from app.lru import LRU
 
 from .settings import default_of
+from .single_flight import SingleFlight
 
 __all__ = ["RunStore", "StoredBlob", "RunGone", "run_link"]
 
@@ -96,7 +97,7 @@ class RunStore:
         self._lock = threading.Lock()  # one writer at a time: put + prune
         self._open_lock = threading.Lock()
         self._opened = False
-        self._flights = _SingleFlight()
+        self._flights = SingleFlight()
         self._flows: LRU[dict] = LRU(FLOWS_KEPT)
 
     def open(self) -> RunStore:
@@ -129,9 +130,16 @@ class RunStore:
     def put(self, doc: dict, run_id: str | None = None) -> str:
         """Keep `doc` (under `run_id`, given out before the run ended); returns its id."""
         run_id = run_id or self.new_id()
+        self.keep(doc, run_id)
+        return run_id
+
+    def keep(self, doc: dict, run_id: str) -> bool:
+        """Keep `doc` under `run_id`: True if kept as it is, False if it was too large and
+        only its script was kept."""
         stored = _linked(doc, run_id)
         blob = _pack(stored)
-        if len(blob) > self.max_run_bytes:
+        whole = len(blob) <= self.max_run_bytes
+        if not whole:
             stored = _linked(self._too_large(doc, len(blob)), run_id)
             blob = _pack(stored)
         figures = _figures(stored)
@@ -141,7 +149,7 @@ class RunStore:
                         blob))
             _keep_beside(db, run_id, stored, figures)
             self._prune(db, keep=run_id)
-        return run_id
+        return whole
 
     def _too_large(self, doc: dict, size: int) -> dict:
         script = doc["script"]
@@ -238,15 +246,16 @@ class RunStore:
                              "WHERE f.id = ? AND f.number = ?", (run_id, number)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def gradient_flow(self, run_id: str) -> dict | None:
+    def gradient_flow(self, run_id: str, doc: dict | None = None) -> dict | None:
         """app/format/flow.py's gradient flow of the run, kept once worked out (it is small,
-        and the Trace it comes from can take hundreds of MB parsed); None if not kept."""
+        and the Trace it comes from can take hundreds of MB parsed); None if not kept. `doc`:
+        the run's Trace as stored, when the caller holds it parsed."""
         if not self.exists(run_id):
             return None
         kept = self._flows.get(run_id)
         if kept is not None:
             return kept
-        doc = self.get(run_id)
+        doc = doc if doc is not None else self.get(run_id)
         if doc is None:
             return None
         found = flow.gradient_flow(doc)
@@ -294,47 +303,6 @@ class RunStore:
             count, total = count - 1, total - size
         for table in _SIDE_TABLES:  # also what an older server left when it dropped a run
             db.execute(f"DELETE FROM {table} WHERE id NOT IN (SELECT id FROM runs)")
-
-
-class _SingleFlight:
-    """Work asked for by several threads at once is done once: the first does it, the others
-    wait and share its result. Nothing is kept once it is handed out."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[Hashable, _Flight] = {}
-
-    def run(self, key: Hashable, work: Callable[[], Any]) -> Any:
-        with self._lock:
-            flight = self._running.get(key)
-            leads = flight is None
-            if leads:
-                flight = self._running[key] = _Flight()
-        if not leads:
-            return flight.outcome()
-        try:
-            flight.value = work()
-        except BaseException as exc:
-            flight.error = exc
-            raise
-        finally:
-            with self._lock:
-                del self._running[key]
-            flight.done.set()
-        return flight.value
-
-
-class _Flight:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def outcome(self) -> Any:
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 def _linked(doc: dict, run_id: str) -> dict:

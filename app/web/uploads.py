@@ -45,6 +45,20 @@ class UploadService:
                 raise AppError(404, f"no run {run_id!r}") from None
         return {**doc, "run": run_link(run_id)}
 
+    async def settled(self, run_id: str, timeout: float) -> None:
+        """Wait until the run ends or `timeout` s have passed (a status request that waits:
+        the page asks once a second instead of every 0.4 s, and hears of the end at once)."""
+        if not self.pending(run_id):
+            return
+        try:
+            await asyncio.wait_for(self.queue.result(run_id), timeout)
+        except Exception:  # noqa: BLE001 - timed out, or the run failed: its status says which
+            pass
+
+    def recent(self, run_id: str) -> Trace | None:
+        """The run's Trace while the queue still holds it parsed (see RunQueue.recent)."""
+        return self.queue.recent(run_id)
+
     def pending(self, run_id: str) -> bool:
         """Whether the run is still waiting or running (its Trace is not stored yet)."""
         status = self.queue.status(run_id)

@@ -153,8 +153,9 @@ export function startRun(body, { token = "", signal } = {}) {
 
 /** Where a run is: state (queued, running, done, stopped, failed), place in line, elapsed_s,
  *  limit_s. */
-export function fetchRunStatus(id, { signal } = {}) {
-  return request(`/api/runs/${encodeURIComponent(id)}/status`, { signal });
+export function fetchRunStatus(id, { signal, wait = 0 } = {}) {
+  // wait: seconds the server may hold the answer until the run ends (at most 10)
+  return request(`/api/runs/${encodeURIComponent(id)}/status${wait ? `?wait=${wait}` : ""}`, { signal });
 }
 
 /** Stop a waiting or running run (yours, or any with the server's token). */

@@ -40,11 +40,35 @@ def reads(monkeypatch):
     return counted
 
 
-def _run(client) -> str:
+def _run(client, forgotten: bool = True) -> str:
+    """A stored run; `forgotten`: as minutes later, when the queue no longer holds its Trace
+    parsed (run_queue.py `recent`) and only the store has it."""
     response = client.post("/api/runs", json={"source": SCRIPT, "name": "two_uses.py"})
     assert response.status_code == 200, response.text
     assert response.json()["error"] is None
-    return response.json()["run"]["id"]
+    run_id = response.json()["run"]["id"]
+    if forgotten:
+        book = client.app.state.uploads.queue.book
+        with book._lock:
+            book._jobs.pop(run_id, None)
+    return run_id
+
+
+def test_a_run_that_just_ended_is_drawn_without_reading_the_store(client_, reads):
+    """Its page's first requests are made from the Trace the queue still holds (first_look.py):
+    the same pictures as those drawn from the stored Trace, none of them reading it."""
+    run_id = _run(client_, forgotten=False)
+    fresh = {path: client_.get(f"/api/runs/{run_id}/{path}")
+             for path in ("graph.svg", "graph.json", "gradient-flow", "graph.dot?layout=flat")}
+    assert all(r.status_code == 200 for r in fresh.values()), fresh
+    assert reads.get(run_id, 0) == 0, reads
+    # the same run drawn by a server that only has the store: the same answers
+    other = client_.app.state.drawings.__class__(client_.app.state.settings)
+    store = client_.app.state.store
+    doc = store.get(run_id)
+    assert other.drawing(("x", run_id), lambda: doc, None, "svg") == fresh["graph.svg"].content
+    assert other.drawing(("x", run_id), lambda: doc, None, "json") == \
+        fresh["graph.json"].content
 
 
 def test_a_cached_drawing_of_a_stored_run_is_served_without_parsing_its_trace(client_, reads):

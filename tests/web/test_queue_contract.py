@@ -125,8 +125,22 @@ def test_a_run_gives_its_trace_stored_and_says_done(queue, under_test):
     assert under_test.store.get(run_id) == doc  # stored before it was handed out
     status = queue.status(run_id)
     assert status["state"] == "done" and status["id"] == run_id and status["place"] is None
+    # what the page decides by without fetching the Trace: one backward recorded, no error
+    assert status["events"] == len(doc["events"]) == 1 and status["error_type"] is None
+    # held parsed while the queue knows it: the same Trace as the store's (or None: asked there)
+    recent = queue.recent(run_id)
+    assert recent is None or recent == under_test.store.get(run_id)
     with pytest.raises(RunEnded):
         queue.cancel(run_id)
+
+
+def test_a_script_that_failed_before_recording_says_so_in_its_status(queue):
+    run_id = submit(queue, "ann", "import torch\nraise ValueError('no data')\n")
+    doc = result(queue, run_id)
+    assert doc["error"]["type"] == "ValueError"
+    status = queue.status(run_id)
+    assert status["state"] == "done" and status["events"] == 0
+    assert status["error_type"] == "ValueError"
 
 
 def test_a_second_run_waits_its_place_and_a_stop_takes_it_out_of_line(queue, under_test):

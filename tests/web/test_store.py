@@ -94,6 +94,8 @@ def test_a_run_over_the_per_run_bound_keeps_its_script_and_pushes_nobody_out(tmp
     big = {"script": {"name": "big.py", "source": "print(1)\n", "args": []}, "torch": "2",
            "device": "cpu", "events": [], "pad": os.urandom(1 << 20).hex()}
     big_id = store.put(big)
+    # keep() says so: the queue hands out its parsed Trace for drawings only when kept whole
+    assert store.keep(big, "big-again") is False and store.keep(doc("c.py"), "c") is True
     kept = store.get(big_id)
     assert kept["script"]["source"] == "print(1)\n" and "pad" not in kept
     assert kept["error"]["type"] == "TraceTooLarge" and "KiB" in kept["error"]["message"]

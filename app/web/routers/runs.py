@@ -166,11 +166,21 @@ def _uploads(request: Request) -> UploadService:
     return request.app.state.uploads
 
 
+# the longest a status request waits for its run to end: a client's connection is held that
+# long at most, and a page still hears how the run goes once in that time
+MAX_STATUS_WAIT = 10.0
+
+
 @router.get("/api/runs/{run_id}/status")
-def run_status(request: Request, run_id: str) -> dict:
+async def run_status(request: Request, run_id: str, wait: float = 0.0) -> dict:
     """Where a run is: its state (queued, running, done, stopped, failed), its place in line,
-    how long it has waited and run, and its wall-clock limit."""
-    return _uploads(request).status(run_id)
+    how long it has waited and run, and its wall-clock limit; once done, how many events it
+    recorded and its error's type. With `wait` (seconds, at most 10), the answer comes when the
+    run ends or that time has passed, whichever is first."""
+    uploads = _uploads(request)
+    if wait > 0:  # (NaN is not)
+        await uploads.settled(run_id, min(wait, MAX_STATUS_WAIT))
+    return await run_in_threadpool(uploads.status, run_id)
 
 
 @router.delete("/api/runs/{run_id}")
@@ -193,8 +203,11 @@ def _not_kept(request: Request, run_id: str) -> AppError:
 
 
 def stored_run(request: Request, run_id: str) -> Trace:
-    """The run's Trace, parsed (only for what must work on it: see store.get)."""
-    doc = _store(request).get(run_id)
+    """The run's Trace, parsed (only for what must work on it: see store.get); a run that
+    just ended is still held parsed by the queue."""
+    store = _store(request)
+    recent = _uploads(request).recent(run_id)
+    doc = recent if recent is not None and store.exists(run_id) else store.get(run_id)
     if doc is None:
         raise _not_kept(request, run_id)
     return {**doc, "run": run_link(run_id)}
