@@ -57,7 +57,26 @@ def _deeper_than(doc: object, limit: int) -> bool:
 
 
 def _where(path: list) -> str:
-    return "data" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    """Where in the document: keys are the script's (a parameter's name may be a megabyte),
+    so each is clipped, and so is the whole."""
+    def part(p: object) -> str:
+        if isinstance(p, int):
+            return f"[{p}]"
+        text = str(p)
+        return "." + (text if len(text) <= 40 else text[:40] + "…")
+    where = "data" + "".join(part(p) for p in path[:12])
+    return where + (".…" if len(path) > 12 else "")
+
+
+# kinds whose message quotes the document's own property names (the mask covers values only)
+_NAMES_PROPERTIES = {"AdditionalProperties": "has a property the schema does not allow",
+                     "UnevaluatedProperties": "has a property the schema does not allow",
+                     "PropertyNames": "has a property name the schema does not allow"}
+
+
+def _why(exc: jsonschema_rs.ValidationError) -> str:
+    kind = type(exc.kind).__name__
+    return _NAMES_PROPERTIES.get(kind) or exc.message[:200]
 
 
 def validate(doc: object) -> None:
@@ -67,7 +86,6 @@ def validate(doc: object) -> None:
     try:
         _compiled().validate(doc)
     except jsonschema_rs.ValidationError as exc:
-        where = _where(list(exc.instance_path))
-        raise InvalidTrace(f"{where}: {exc.message[:300]}") from None
+        raise InvalidTrace(f"{_where(list(exc.instance_path))}: {_why(exc)}") from None
     except (RecursionError, ValueError) as exc:  # nested past what the validator walks
         raise InvalidTrace(f"data cannot be checked: {str(exc)[:200]}") from None

@@ -124,8 +124,10 @@ class Contribution(TypedDict):
 
 class HookShare(TypedDict):
     """What a leaf's hooks changed in one pass: between its uses' sum and what reached
-    AccumulateGrad (`hook`), or in .grad after accumulating (`post-accumulate-grad hook`)."""
-    kind: Literal["hook", "post-accumulate-grad hook"]
+    AccumulateGrad (`hook`), or in .grad after accumulating (`post-accumulate-grad hook`), or
+    on its way out of a module it is the input of (`module backward hook`: a full backward
+    hook's change to grad_input)."""
+    kind: Literal["hook", "post-accumulate-grad hook", "module backward hook"]
     lines: list[int]
     grad: TensorSummary
     from_norm: NotRequired[float | None]  # the gradient's norm before the hooks, and after

@@ -32,7 +32,8 @@ class BackwardRecording:
                  namer, storage_names: dict[int, str], guard: Callable, synthetic: bool = False,
                  max_nodes: int = 200_000, escapes_of: Callable | None = None,
                  create_graph: bool = False, budget=None,
-                 hooks_on: Callable[[torch.Tensor], list] | None = None) -> None:
+                 hooks_on: Callable[[torch.Tensor], list] | None = None,
+                 module_hook_lines: list[int] | None = None) -> None:
         self.index = index
         self.call = call
         self.line = line
@@ -64,6 +65,10 @@ class BackwardRecording:
             if hooks:
                 self._hooked[node_id] = (name, tensor, hooks)
         self._uses_sum: dict[str, torch.Tensor] = {}
+        # what modules' full backward hooks changed on the way into a leaf that is a hooked
+        # module's input: leaf name -> the change, summed over the pass
+        self._module_hook_lines = sorted(module_hook_lines or ())
+        self._module_changes: dict[str, torch.Tensor] = {}
         self._arrived: dict[str, torch.Tensor] = {}
         with guard():
             self._grad_before = {name: t.grad.detach().clone()
@@ -99,6 +104,10 @@ class BackwardRecording:
         leaf_slots = self._leaf_slots.get(node_id, {})
         watch_cut = self.create_graph and node_id in self.walk.customs
         hooked_names = {name for name, _, _ in self._hooked.values()}
+        # torch puts this identity node before a module whose full backward hook is set: the
+        # gradient that leaves it is the hook's (it runs before this post-hook), the one that
+        # came in is the module's own; into a leaf, the difference is the hook's share
+        module_hook = type(self.walk.fns[node_id]).__name__ == "BackwardHookFunctionBackward"
 
         def hook(grad_inputs, grad_outputs):
             if watch_cut and node_id not in self.cut_by and any(
@@ -113,10 +122,22 @@ class BackwardRecording:
                                                          "grad_norm": norm_of(g)}
                     leaf = leaf_slots.get(slot)
                     if leaf is not None:
+                        came = grad_outputs[slot] if module_hook and slot < len(
+                            grad_outputs) else None
+                        changed = isinstance(came, torch.Tensor) and came.shape == g.shape \
+                            and not _same(g, came)
+                        if changed:
+                            kept = self._module_changes.get(leaf)
+                            change = g.detach() - came.detach()
+                            self._module_changes[leaf] = change if kept is None else kept + change
+                        use = came if changed else g  # the module's own, before its hook
                         self.contributions.setdefault(leaf, []).append(
                             {"node": node_id, "slot": slot,
-                             "grad": summarize(g, budget=self._budget)})
-                        if leaf in hooked_names:  # a copy: a hook may change g in place
+                             "grad": summarize(use, budget=self._budget)})
+                        # what reaches the leaf's own hooks: after the module's hook (its
+                        # share is counted above, not again as theirs); a copy, since a hook
+                        # may change g in place
+                        if leaf in hooked_names:
                             kept = self._uses_sum.get(leaf)
                             self._uses_sum[leaf] = g.detach().clone() if kept is None \
                                 else kept + g.detach()
@@ -144,6 +165,9 @@ class BackwardRecording:
         added to .grad and .grad after. Only a change that is there is a share."""
         out: dict[str, list[dict]] = {}
         with self._guard():
+            for name, change in self._module_changes.items():
+                out[name] = [{"kind": "module backward hook", "lines": self._module_hook_lines,
+                              "grad": summarize(change, budget=self._budget)}]
             for name, tensor, hooks in self._hooked.values():
                 arrived, uses = self._arrived.get(name), self._uses_sum.get(name)
                 if arrived is None or uses is None:
@@ -163,8 +187,14 @@ class BackwardRecording:
                                    "grad": summarize(after.detach() - added,
                                                      budget=self._budget),
                                    "from_norm": norm_of(added), "to_norm": norm_of(after)})
+                elif after is None and post and bool(added.ne(0).any()):
+                    # the hook took the gradient away (an optimizer stepped in backward, then
+                    # zero_grad()): what the uses added went into the step, not into .grad
+                    shares.append({"kind": "post-accumulate-grad hook", "lines": post,
+                                   "grad": summarize(-added, budget=self._budget),
+                                   "from_norm": norm_of(added), "to_norm": 0.0})
                 if shares:
-                    out[name] = shares
+                    out[name] = out.get(name, []) + shares
         return out
 
     def remove_hooks(self) -> None:

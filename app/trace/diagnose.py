@@ -94,12 +94,15 @@ def _hook_changed(name: str, share: dict, index: int, passes: int) -> dict:
     lines = share["lines"]
     where = (f"at line {lines[0]}" if len(lines) == 1 else
              "at lines " + ", ".join(map(str, lines)) if lines else "in the script")
-    what = "a hook" if share["kind"] == "hook" else "a post-accumulate-grad hook"
+    what = {"hook": "a hook", "module backward hook": "a module's full backward hook"}.get(
+        share["kind"], "a post-accumulate-grad hook")
     norms = ""
     if share.get("from_norm") is not None and share.get("to_norm") is not None:
         norms = f" from norm {share['from_norm']:.4g} to {share['to_norm']:.4g}"
     more = f" (and in {passes - 1} more backward passes)" if passes > 1 else ""
-    into = "on its way into `.grad`" if share["kind"] == "hook" else "after it was added to `.grad`"
+    into = {"hook": "on its way into `.grad`",
+            "module backward hook": "as it left the module (its grad_input)"}.get(
+        share["kind"], "after it was added to `.grad`")
     return _diag("hook_changed", "info",
                  f"{what.capitalize()} registered {where} changed the gradient of `{name}`"
                  f"{norms} {into} in backward #{index}{more}: its uses no longer sum to "

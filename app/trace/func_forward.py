@@ -9,8 +9,10 @@ first sample of its batch) is remembered, as copies; after the script, the funct
 once on those copies, with the random state and the buffers of every module it runs (and of
 every module the script holds) put back, nothing recorded as the script's, and its output's
 graph kept as a view (`func_forward`). Anything that fails is dropped: the note stays as it is.
-Not drawn: transforms nested inside another transform's grad level, and calls whose arguments
-hold tensors the copy cannot read (sparse, meta).
+Not drawn: transforms nested inside another transform's grad level, calls whose arguments
+hold tensors the copy cannot read (sparse, meta), and calls whose arguments are too big to keep
+a copy of (MAX_REMEMBERED_BYTES). What cannot be put back is what the function does in Python
+(a counter of its calls counts one more; its prints are not shown).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import functools
 import inspect
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +33,18 @@ from torch.overrides import TorchFunctionMode
 from . import _internals as internals
 from .backward_event import tensors_of
 
-__all__ = ["FuncCalls", "DRAWN"]
+__all__ = ["FuncCalls", "DRAWN", "buffers_kept", "rng_forked"]
 
 # transforms that return the function transformed; vjp differentiates at once
 DRAWN = {"torch.func.grad", "torch.func.grad_and_value", "torch.func.jacrev",
          "torch.func.jacfwd", "torch.func.hessian", "torch.func.vjp"}
 MAX_DRAWN = 5  # transformed functions drawn per run
 MAX_OUTPUTS = 20  # output tensors of one call drawn as roots
+# the copies stay until the script ends, inside the run's memory limit: `grad(loss)(params,
+# X_full)` on a whole data set would hold it twice. Past this (all remembered calls together)
+# a call is not remembered and its note stays without a picture; the graph's shape, which is
+# what the view shows, needs no big batch
+MAX_REMEMBERED_BYTES = 64 * 1024 * 1024
 _SCRIPTS_FUNCTION = "_autograd_lab_function"  # the script's function behind a transformed one
 
 
@@ -61,6 +69,7 @@ class FuncCalls:
         self.calls: list[_Call] = []
         self._lines: set[tuple[int | None, str]] = set()
         self.drawn_lines: set[int | None] = set()
+        self.remembered_bytes = 0
 
     def wrap(self, transform: Any, call: str) -> Any:
         """`transform` (torch.func.grad, ...), remembering the first ordinary call of what it
@@ -106,6 +115,9 @@ class FuncCalls:
             return
         sampled: list[bool] = []
         try:
+            size = _bytes((args, kwargs))
+            if self.remembered_bytes + size > MAX_REMEMBERED_BYTES:
+                return  # a later, smaller call at the line may still be remembered
             with self.recorder.guard():
                 copied = _copy(args, sampled), _copy(kwargs, sampled)
         except _Unreadable:
@@ -114,6 +126,7 @@ class FuncCalls:
             self.recorder._internal_error("copying a torch.func call's arguments", exc)
             return
         self._lines.add((line, call))
+        self.remembered_bytes += size
         self.calls.append(_Call(call, line, function, copied[0], copied[1], argnums,
                                 any(sampled)))
 
@@ -123,7 +136,8 @@ class FuncCalls:
             try:
                 if self._draw(c, namespace):
                     self.drawn_lines.add(c.line)
-            except Exception:  # noqa: BLE001, S112 - a picture we cannot make is left out
+            # the function's sys.exit() on this extra call ends a picture, not the report
+            except (Exception, SystemExit):  # noqa: BLE001, S112 - a picture left out
                 continue
 
     def _draw(self, c: _Call, namespace: dict) -> bool:
@@ -142,8 +156,8 @@ class FuncCalls:
         with contextlib.ExitStack() as stack:
             stack.enter_context(recorder.quiet())
             stack.enter_context(torch.enable_grad())
-            stack.enter_context(torch.random.fork_rng(devices=[]))
-            stack.enter_context(_buffers_kept(modules))
+            stack.enter_context(rng_forked())
+            stack.enter_context(buffers_kept(modules))
             stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
             stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
             stack.enter_context(_Tagging(recorder))
@@ -195,6 +209,21 @@ def _copy(x: Any, sampled: list[bool]) -> Any:
     return x
 
 
+def _bytes(x: Any) -> int:
+    """What copying `x` would take: each tensor as `_copy` reads it (one sample under vmap);
+    _Unreadable where it cannot."""
+    if isinstance(x, torch.Tensor):
+        plain, _ = internals.plain_tensor(x)
+        if plain is None or plain.is_sparse or plain.is_meta:
+            raise _Unreadable
+        return plain.numel() * plain.element_size()
+    if isinstance(x, dict):
+        return sum(_bytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return sum(_bytes(v) for v in x)
+    return 0
+
+
 def _leaves(x: Any, path: str, differentiated: bool, names: dict, params: set[str]) -> Any:
     """A fresh copy of remembered `x` for the call: tensors of the differentiated arguments
     require grad and are named by where they sit (a `functional_call` dict's keys name the
@@ -234,15 +263,25 @@ def _flat(out: Any) -> list:
     return []
 
 
+def rng_forked() -> contextlib.AbstractContextManager:
+    """Random state put back afterwards: the CPU generator's, and the current CUDA device's
+    once CUDA is in use (a script that never touched CUDA has no CUDA stream to move, and
+    forking it would start CUDA)."""
+    devices = [torch.cuda.current_device()] \
+        if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return torch.random.fork_rng(devices=devices)
+
+
 @contextlib.contextmanager
-def _buffers_kept(modules: list[nn.Module]):
+def buffers_kept(modules: list[nn.Module], ours: Callable[[], Any] = contextlib.nullcontext):
     """Every buffer of `modules` and of each module the call runs is as it was afterwards
-    (BatchNorm's running statistics, its batch count)."""
+    (BatchNorm's running statistics, its batch count). `ours` (the recorder's guard) keeps
+    the copying and the putting back from being recorded as the script's operations."""
     saved: dict[int, tuple[nn.Module, list[tuple[str, torch.Tensor, torch.Tensor]]]] = {}
 
     def keep(m: nn.Module) -> None:
         if id(m) not in saved:
-            with torch.no_grad():
+            with ours(), torch.no_grad():
                 saved[id(m)] = (m, [(n, b, b.detach().clone())
                                     for n, b in m.named_buffers(recurse=False)])
 
@@ -254,7 +293,7 @@ def _buffers_kept(modules: list[nn.Module]):
         yield
     finally:
         handle.remove()
-        with torch.no_grad():
+        with ours(), torch.no_grad():
             for m, buffers in saved.values():
                 for name, buffer, value in buffers:
                     if getattr(m, name, None) is not buffer:

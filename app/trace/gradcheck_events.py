@@ -7,10 +7,13 @@ that stands for them: the checked function run once on copies of the inputs, and
 check's verdict and tolerances in the event's `gradcheck`. For gradgradcheck the pass asks for
 `create_graph=True`: the graph that gradient carries is what gradgradcheck differentiates.
 
-The copies keep everything of the script's as it was (its tensors and their `.grad`, the hooks
-on them, its random stream, its output): the check's verdict, or the GradcheckError it raises,
-is the script's unchanged. The one thing the script could tell: the function is called once
-more than the check called it (a counter of its own calls would count it).
+The copies keep the script's tensors as they were (their values, `.grad` and hooks); the pass
+runs with the random stream forked and the buffers of every module it runs put back after it
+(BatchNorm's running statistics and batch count), and what it prints is not shown: the check's
+verdict, or the GradcheckError it raises, is the script's unchanged. What cannot be put back is
+what the function itself does in Python: it is called once more than the check called it, so a
+counter of its own calls, a list it appends to, a forward hook of the script's on a module it
+runs, or a file it writes sees one call more than an untraced run.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from torch.autograd.gradcheck import GradcheckError
 from app.format import clip, diagnostic
 
 from .backward_event import tensors_of
+from .func_forward import buffers_kept, rng_forked
 from .recorder import Recorder
 
 __all__ = ["checked_calls", "gradcheck_findings", "representative_call"]
@@ -144,7 +148,9 @@ def _record_safely(recorder: Recorder, drawn: _Drawn, check: str, original: Any,
             "rtol": _number(given("rtol")), "function": function,
             "line": line if isinstance(line, int) and line > 0 else None, "calls": 1}
         drawn.drew((check, line, function), event["gradcheck"])
-    except Exception as exc:  # noqa: BLE001 - never break the script for our bookkeeping
+    # never break the script for our bookkeeping; a sys.exit() in the function's extra call
+    # is ours too (the check itself called it without one)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
         recorder._internal_error(f"recording a {check} call", exc)
 
 
@@ -160,18 +166,18 @@ def _representative_pass(recorder: Recorder, check: str, func: Any, inputs: Any)
         return
     double = check == "gradgradcheck"
     sink = io.StringIO()  # the function's prints are the check's, already made once each
-    with torch.random.fork_rng(devices=[]), torch.enable_grad(), \
+    with rng_forked(), buffers_kept([], recorder.guard), torch.enable_grad(), \
             contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         outputs = [t for t in tensors_of(func(*copies)) if t.requires_grad]
         if not outputs:
             return
         with recorder.guard():
             ones = [torch.ones_like(t) for t in outputs]
-        pairs = [(c, a) for c, a in zip(copies, given, strict=True)
-                 if isinstance(c, torch.Tensor) and c.requires_grad]
+        standing = [(c, a, i) for i, (c, a) in enumerate(zip(copies, given, strict=True), 1)
+                    if isinstance(c, torch.Tensor) and c.requires_grad]
         with recorder.guard():
             recorder.namer.refresh()  # the script's names for its inputs, before they stand in
-        with recorder.namer.standing_in(pairs), contextlib.suppress(Exception):
+        with recorder.namer.standing_in(standing), contextlib.suppress(Exception):
             # a backward that fails here is the function's: its event says how
             recorder.around_backward(
                 representative_call(check), outputs,

@@ -223,6 +223,15 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
                                             argument=_argument):
         patch(owner, name, value)
 
+    register_full_backward_hook = torch.nn.Module.register_full_backward_hook
+
+    @functools.wraps(register_full_backward_hook)
+    def full_backward_hook(self, hook, *args, **kwargs):
+        if not recorder.busy:  # its line labels the share the hook takes (backward_event.py)
+            recorder.saw_module_hook()
+        return register_full_backward_hook(self, hook, *args, **kwargs)
+
+    patch(torch.nn.Module, "register_full_backward_hook", full_backward_hook)
     patch(torch.Tensor, "backward", backward_method)
     patch(torch.autograd, "backward", backward_function)
     patch(torch.autograd, "grad", grad_function)

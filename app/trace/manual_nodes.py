@@ -38,11 +38,13 @@ class HandCalls:
 
     @classmethod
     def in_source(cls, source: str) -> HandCalls:
+        # the script's own compile() says what is wrong with a source that fails here (too
+        # deep: `1+1+...` of 5000 terms is a RecursionError, or a MemoryError, in the parser):
+        # its run has its error record, and no calls by hand to name
         try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError):
+            return _Finder(ast.parse(source)).found()
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return cls()
-        return _Finder(tree).found()
 
     def __bool__(self) -> bool:
         return bool(self.lines)

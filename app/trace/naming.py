@@ -117,14 +117,25 @@ class Namer:
         return unique, kind
 
     @contextlib.contextmanager
-    def standing_in(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]):
-        """Each (copy, original): the copy is named as its named original inside the block,
-        and only there (gradcheck's pass runs on copies of the script's `x`: its graph says
-        `x`, while `named()` and every later pass keep the script's own tensor)."""
-        for copy, original in pairs:
+    def standing_in(self, copies: list[tuple[torch.Tensor, torch.Tensor, int]]):
+        """Each (copy, original, position among the call's inputs, from 1): the copy is named
+        as its named original inside the block, and only there (gradcheck's pass runs on
+        copies of the script's `x`: its graph says `x`, while `named()` and every later pass
+        keep the script's own tensor). One tensor given twice is two inputs: its first copy is
+        `x`, the next `x (input 2)`, so their gradients are not summed under one name. An
+        original the script holds under no name is `input 2`, by its place in the call."""
+        seen: set[int] = set()
+        for copy, original, position in copies:
             known = self._by_id.get(id(original))
-            if known is not None and known[0] is original:
-                self._stand_ins[id(copy)] = (copy, known[1], known[2])
+            if known is None or known[0] is not original:
+                name = f"input {position}"
+                kind = "parameter" if isinstance(original, nn.Parameter) else "leaf"
+            elif id(original) in seen:
+                name, kind = f"{known[1]} (input {position})", known[2]
+            else:
+                name, kind = known[1], known[2]
+            seen.add(id(original))
+            self._stand_ins[id(copy)] = (copy, name, kind)
         try:
             yield
         finally:

@@ -54,6 +54,8 @@ LEAF_HOOKS = {"register_hook": "hook", "register_post_accumulate_grad_hook":
 # switched off: its stack capture (about 1 ms a node) made tracing a 12-layer transformer take
 # 0.35 s instead of 0.19, and the recorder's own tags give every node its line anyway
 ANOMALY_NODES = 64
+# where nn.Module._apply lives: its no_grad copies are not the script reading under no_grad
+_MODULE_FILE = nn.modules.module.__file__
 
 
 @dataclass
@@ -88,6 +90,10 @@ class Recorder:
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
         self._pending_steps: dict[int, dict] = {}
+        # lines where the script registered modules' full backward hooks (their shares' label)
+        self.module_hook_lines: list[int] = []
+        # steps made while a recorded backward pass runs, appended after it (around_backward)
+        self._held_steps: list[dict] | None = None
         self.values = ValueBudget()
         self.views = ViewLog(self.script_path, self.namer, self.guard, self.current_line)
         # custom Functions whose backward returned a gradient with no graph under create_graph
@@ -137,6 +143,12 @@ class Recorder:
         if calls is not None and call not in calls:
             calls.append(call)
 
+    def saw_module_hook(self) -> None:
+        line = self.current_line()
+        if line is not None and line not in self.module_hook_lines and \
+                len(self.module_hook_lines) < MAX_NOTES:
+            self.module_hook_lines.append(line)
+
     def backward_count(self) -> int:
         return sum(1 for e in self.events if e["kind"] == "backward")
 
@@ -157,10 +169,14 @@ class Recorder:
             except Exception as exc:  # noqa: BLE001 - the script must run even if we cannot trace
                 self._internal_error("walking the graph", exc)
                 return run()
+            # steps a hook makes during this pass (an optimizer stepped from a post-accumulate
+            # hook) are events after it: the pass took its index when it began
+            self._held_steps = []
             try:
                 result = run()
             except BaseException as exc:
                 self.events.append(recording.finish(error=exc))
+                self._release_steps()
                 raise
             finally:
                 recording.remove_hooks()
@@ -175,6 +191,7 @@ class Recorder:
                 except Exception as exc:  # noqa: BLE001
                     self._internal_error("naming autograd.grad's inputs", exc)
             self.events.append(event)
+            self._release_steps()
             if create_graph:
                 try:
                     self._gradient_graph(event, recording, result if returns_grads else None,
@@ -187,6 +204,12 @@ class Recorder:
             return result
         finally:
             self._backward_depth -= 1
+
+    def _release_steps(self) -> None:
+        held, self._held_steps = self._held_steps or [], None
+        for step in held:
+            step["index"] = len(self.events)
+            self.events.append(step)
 
     def _gradient_graph(self, event: dict, recording, results: Any, inputs: Any) -> None:
         """create_graph=True: the gradients carry a graph of their own. Walk it, and name the
@@ -229,7 +252,7 @@ class Recorder:
                 script_path=self.script_path, namer=self.namer, storage_names=storage_names,
                 guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes,
                 escapes_of=self.escapes_of, create_graph=create_graph, budget=self.values,
-                hooks_on=self.hooks_on)
+                hooks_on=self.hooks_on, module_hook_lines=self.module_hook_lines)
 
     # -- optimizer steps -------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -273,9 +296,13 @@ class Recorder:
                 self.step_versions.append((pending["line"], type(optimizer).__name__, {
                     name: (before, pending["params"][name][0]._version)
                     for name, before in pending["versions"].items()}, len(self.inplace)))
-            self.events.append({"kind": "step", "index": len(self.events),
-                                "optimizer": type(optimizer).__name__, "line": pending["line"],
-                                "lr": lr, "params": params})
+            step = {"kind": "step", "index": len(self.events),
+                    "optimizer": type(optimizer).__name__, "line": pending["line"], "lr": lr,
+                    "params": params}
+            if self._held_steps is not None:  # inside a recorded pass: after it (its index)
+                self._held_steps.append(step)
+            else:
+                self.events.append(step)
         except Exception as exc:  # noqa: BLE001
             self._internal_error("recording an optimizer step", exc)
 
@@ -364,10 +391,21 @@ class Recorder:
             self.cut_log.note_escape(_flat(args[:1]), "requires_grad_(False)", self.current_line,
                                      switched_off=True)
         elif (not torch.is_grad_enabled() and not self._in_step and not self._custom_forward_depth
-              and not internals.is_update_call(name)):
+              and not internals.is_update_call(name) and not self._moving_a_module()):
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             self.cut_log.note_escape(_flat(args), how, self.current_line)
             self._note_cut(args, how)
+
+    def _moving_a_module(self) -> bool:
+        """Is torch's Module._apply (`.to(device)`, `.float()`, `.cuda()`) what turned grad
+        mode off? It copies parameters under no_grad by design: the script did not read them
+        under `torch.no_grad()` (a model moved to a device was blamed for it)."""
+        frame = sys._getframe(2)
+        while frame is not None and frame.f_code.co_filename != self.script_path:
+            if frame.f_code.co_name == "_apply" and frame.f_code.co_filename == _MODULE_FILE:
+                return True
+            frame = frame.f_back
+        return False
 
     def tag_nodes(self, tensors: list[torch.Tensor]) -> None:
         """Tag the nodes behind `tensors`, just made, with the script line and the module that

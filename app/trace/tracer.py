@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,7 +36,7 @@ from .recorder import Recorder, RecordingLimits
 from .summary import RUN_VALUES, summarize
 from .views import MAX_VIEWS, VIEW_NODE_BUDGET
 
-__all__ = ["trace_script"]
+__all__ = ["trace_script", "run_traced"]
 
 
 def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None = None,
@@ -45,17 +46,32 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     source = path.read_text(encoding="utf-8", errors="replace")
     doc = new_document(name or path.name, source, device, torch.__version__)
     doc["script"]["args"] = list(argv or [])
+
+    def start() -> tuple[dict, Callable[[], object]]:
+        module = main_module(path)
+        return module.__dict__, lambda: exec_as_main(path, source, list(argv or []), module)
+
+    return run_traced(doc, source, str(path), start, device=device, limits=limits)
+
+
+def run_traced(doc: Trace, source: str, script_path: str,
+               start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str = "cpu",
+               limits: RecordingLimits | None = None, chosen_root: bool = True) -> Trace:
+    """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
+    the interpreter's state is saved) gives the namespace the code runs in and the call that
+    runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
+    backward gets none from autograd-lab (its tensors are not ours to add gradients to)."""
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
         return doc
 
-    recorder = Recorder(str(path), limits or RecordingLimits())
+    recorder = Recorder(script_path, limits or RecordingLimits())
     out, err = CappedText(), CappedText()
     error = None
     saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")
     recursion_limit = sys.getrecursionlimit()  # a script may raise it; the caller keeps its own
-    module = main_module(path)
+    namespace, run = start()
     with contextlib.ExitStack() as stack:
         if device != "cpu":
             torch.set_default_device(device)
@@ -67,14 +83,14 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         figures = stack.enter_context(FigureCapture(recorder.current_line))
         sys.stdout, sys.stderr = out, err
         try:
-            exec_as_main(path, source, list(argv or []), module)
+            run()
         except SystemExit as exc:
             if exc.code not in (None, 0):
-                error = error_from_exception(exc, str(path))
+                error = error_from_exception(exc, script_path)
                 error.update(type="ScriptExit",
                              message=f"the script called sys.exit({exc.code!r})")
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a clear error record
-            error = error_from_exception(exc, str(path))
+            error = error_from_exception(exc, script_path)
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.argv[:], sys.path[:] = saved[2], saved[3]
@@ -84,22 +100,31 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         with recorder.guard():
             figures.finish()  # what is still open at the end
         custom_results: dict = {}
-        hand = HandCalls.in_source(source)
+        # a script that never compiled has no calls to find (and a source too deep for
+        # compile() is too deep for ast.parse)
+        hand = HandCalls() if _never_started(error) else HandCalls.in_source(source)
         if not (error and error["type"] == "Timeout"):
+            stage = ""  # what autograd-lab is doing after the script, said if time runs out
             try:
                 if error is None and recorder.backward_count() == 0 and hand:
-                    hand.show(recorder, module.__dict__)  # its nodes' graph: no pass of ours
-                elif error is None and recorder.backward_count() == 0:
-                    error = _backward_from_chosen_root(recorder, module.__dict__)
+                    stage = "drawing the graph of the nodes it calls by hand"
+                    hand.show(recorder, namespace)  # its nodes' graph: no pass of ours
+                elif error is None and recorder.backward_count() == 0 and chosen_root:
+                    stage = "running backward from the tensor it chose as the root"
+                    error = _backward_from_chosen_root(recorder, namespace)
                     if error and error["type"] == "NoGraph" and _computed_unrecorded(recorder):
                         # its gradients came from calls noted under What to notice (gradcheck,
                         # torch.func): a run that did what it meant to, not a failure
                         error = None
                 if error is None:
-                    func_calls.draw(module.__dict__)
+                    stage = "drawing the functions its torch.func transforms differentiate"
+                    func_calls.draw(namespace)
+                stage = "checking its custom autograd Functions"
                 custom_results = check_custom_functions(recorder)
             except TimeLimitExceeded as exc:
-                error = error_from_exception(exc, str(path))
+                error = _late_timeout(recorder, error, exc, stage)
+            except Exception as exc:  # noqa: BLE001 - the script's report matters more
+                recorder._internal_error("drawing after the script had finished", exc)
         if device != "cpu":
             torch.set_default_device(None)
 
@@ -144,6 +169,27 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     text = warnings.formatwarning(message, category, filename, lineno, line)
     (file or sys.stderr).write(scrub_frames(text))
+
+
+def _never_started(error: dict | None) -> bool:
+    """Did the script fail before its first line ran (compile() refused it)? Its error then
+    has no frame of the script's: any failure while running has at least its module's."""
+    return error is not None and error["type"] not in ("Timeout", "ScriptExit") \
+        and not error.get("frames")
+
+
+def _late_timeout(recorder: Recorder, error: dict | None, exc: TimeLimitExceeded,
+                  stage: str) -> dict | None:
+    """The time limit, reached while autograd-lab worked after the script had finished: the
+    script's own error stays; else a Timeout that says whose time ran out (not the line of a
+    function of the script's that the drawing called again, as if the script had overrun)."""
+    if error is not None:
+        recorder._internal_error(f"{stage} after the script had finished", exc)
+        return error
+    return error_record(
+        "Timeout", f"the script finished; autograd-lab's extra drawing after it ({stage}) ran "
+        "out of time. The script's own output and passes are kept; what was being drawn is "
+        "not.", None, frames=[])
 
 
 def _computed_unrecorded(recorder: Recorder) -> bool:

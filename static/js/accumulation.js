@@ -127,8 +127,9 @@ function backwardView(doc, event, name, hooks) {
 /** "hook at line 6": what a hook on the leaf added (or took away) on the way into .grad. */
 function hookLabel(share) {
   const where = share.lines && share.lines.length ? ` at ${share.lines.map(lineLabel).join("; ")}` : "";
-  return share.kind === "hook" ? `hook${where}: its change on the way into .grad` :
-    `post-accumulate-grad hook${where}: its change to .grad`;
+  if (share.kind === "hook") return `hook${where}: its change on the way into .grad`;
+  if (share.kind === "module backward hook") return `module's full backward hook${where}: its change to the gradient leaving the module`;
+  return `post-accumulate-grad hook${where}: its change to .grad`;
 }
 
 function stepView(doc, event, name) {

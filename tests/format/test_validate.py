@@ -110,3 +110,20 @@ def test_anything_else_among_values_is_refused_by_both_and_not_echoed(values):
     assert "<script>" not in str(refused.value) and "xxxx" not in str(refused.value)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, load_schema())
+
+
+def test_a_refusal_never_quotes_the_scripts_own_names_at_length(doc):
+    """Property names are the script's too: a megabyte name, or markup as a name where the
+    schema allows no other property, is not repeated back (the message is the server's)."""
+    long_name = copy.deepcopy(doc)
+    long_name["params"]["w" * 1_000_000] = {"shape": "not a shape"}
+    extra = copy.deepcopy(doc)
+    _backward(extra)["gradcheck"] = {"check": "gradcheck", "passed": True, "message": "",
+                                     "function": "f", "line": None, "<img src=x>": 1}
+    for broken in (long_name, extra):
+        with pytest.raises(InvalidTrace) as refused:
+            validate(broken)
+        said = str(refused.value)
+        assert len(said) < 500 and "<img" not in said and "w" * 100 not in said, said[:200]
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, load_schema())

@@ -61,3 +61,20 @@ def test_real_uses_are_not_cuts(trace_source, how):
     (event,) = backward_events(doc)
     assert event["graph"]["cuts"] == []
     assert event["uses"]["weight"] == 2
+
+
+def test_a_model_moved_to_a_device_is_not_said_to_be_read_under_no_grad(trace_source):
+    """`.to(device)` copies parameters under torch's own no_grad (Module._apply): a layer left
+    out of the loss is unreached, not read under no_grad at the `.to` line (found on PyTorch's
+    model-ensembling tutorial: 60 such warnings). A layer the script itself reads only under
+    no_grad is still said to be, with its line."""
+    doc = trace_source("import torch\nfrom torch import nn\n"
+                       "enc = nn.Linear(2, 2).to('cpu'); head = nn.Linear(2, 1)\n"
+                       "probe = nn.Linear(2, 1)\nx = torch.randn(1, 2)\nunused = enc(x)\n"
+                       "with torch.no_grad():\n    peek = probe(x)\n"
+                       "head(x).sum().backward()\n")
+    said = {d["params"][0]: d["message"] for d in doc["diagnostics"]
+            if d["code"] == "no_gradient"}
+    assert "enc.weight" in said and "no_grad" not in said["enc.weight"], said
+    assert "line 3" not in said["enc.weight"]
+    assert "no_grad" in said["probe.weight"] and "line 8" in said["probe.weight"], said

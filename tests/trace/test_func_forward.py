@@ -44,20 +44,21 @@ def _plain(source: str) -> tuple[str, dict]:
     return out.getvalue(), namespace
 
 
-def _traced_globals(trace_source, source: str) -> tuple[dict, dict]:
-    """The Trace, and the script's buffers after the traced run (the script hands them out
-    through a module of its own name, which the trace leaves in sys.modules)."""
+def _traced_model(trace_source, source: str) -> tuple[dict, torch.nn.Module, torch.Tensor]:
+    """The Trace, the script's model object after trace_source has returned (the script hands
+    it out through a module of its own name), and the next numbers torch's generator gives in
+    this process then: whatever the drawing after the script did to either shows there."""
     import sys
 
     box: dict = {}
     sys.modules["_func_forward_box"] = box  # type: ignore[assignment]
     try:
         doc = trace_source(source + "import _func_forward_box\n"
-                           "_func_forward_box['buffers'] = {k: v.clone() for k, v in "
-                           "model.named_buffers()}\n")
+                           "_func_forward_box['model'] = model\n")
+        after = torch.rand(5)  # the tracer ran in this process, on torch's own generator
     finally:
         del sys.modules["_func_forward_box"]
-    return doc, box
+    return doc, box["model"], after
 
 
 def _graph_names(out: torch.Tensor) -> list[str]:
@@ -73,18 +74,24 @@ def _graph_names(out: torch.Tensor) -> list[str]:
 
 
 def test_training_with_torch_func_only_succeeds_and_draws_the_forward_graph(trace_source):
-    doc, box = _traced_globals(trace_source, TRAIN)
+    doc, traced_model, traced_rand = _traced_model(trace_source, TRAIN)
     assert doc["error"] is None, doc["error"]
     assert backward_events(doc) == []  # torch.func's passes are torch's, not drawn as events
     # the script's numbers (losses, its random draws after each step, the last gradient) are
-    # those of a plain run: the drawing call changed neither the RNG nor anything else
+    # those of a plain run
     out, namespace = _plain(TRAIN)
+    plain_rand = torch.rand(5)
     assert doc["stdout"] == out
-    # BatchNorm's buffers are those a plain run leaves, though the drawing ran the model once
+    # the drawing ran the model once more after the script, with Dropout: the generator is
+    # where a plain run leaves it, and BatchNorm's buffers are those a plain run leaves (the
+    # drawing's call gets copies of the buffers given to functional_call; the next test runs
+    # the model's own)
+    assert torch.equal(traced_rand, plain_rand)
     plain_buffers = dict(namespace["model"].named_buffers())
-    assert box["buffers"].keys() == plain_buffers.keys()
+    traced_buffers = dict(traced_model.named_buffers())
+    assert traced_buffers.keys() == plain_buffers.keys()
     for name, value in plain_buffers.items():
-        assert torch.equal(box["buffers"][name], value), name
+        assert torch.equal(traced_buffers[name], value), name
     assert int(plain_buffers["1.num_batches_tracked"]) == 8  # a real change to keep equal
     # the view: the function grad differentiates, its parameters' leaves named as the model's
     [view] = doc["views"]
@@ -101,6 +108,38 @@ def test_training_with_torch_func_only_succeeds_and_draws_the_forward_graph(trac
     [note] = diagnostics(doc, "not_drawn")
     assert "`torch.func.grad` at line 18" in note["message"]
     assert "forward graph" in note["message"] and "shown as a view" in note["message"]
+
+
+def test_the_drawing_puts_back_the_buffers_of_the_model_it_runs(trace_source):
+    """The gradient is taken at evaluation, and the script leaves its model in training mode:
+    the drawing's call, after the script, runs BatchNorm on the model's own running statistics
+    in training mode (and Dropout on torch's generator). Afterwards both are as a plain run
+    leaves them."""
+    source = """\
+import torch
+from torch import nn
+from torch.func import functional_call, grad
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Dropout(0.3), nn.Linear(4, 1))
+model(torch.randn(8, 3))  # one training batch: running statistics of its own
+model.eval()
+params = {k: v.detach() for k, v in model.named_parameters()}
+x = torch.randn(16, 3)
+g = grad(lambda p: functional_call(model, p, (x,)).pow(2).mean())(params)
+model.train()  # back to training, as the script leaves it
+print(g["0.weight"].tolist())
+"""
+    doc, traced_model, traced_rand = _traced_model(trace_source, source)
+    assert doc["error"] is None, doc["error"]
+    out, namespace = _plain(source)
+    plain_rand = torch.rand(5)
+    assert doc["stdout"] == out
+    assert [v["kind"] for v in doc["views"]] == ["func_forward"]  # the call did run
+    assert torch.equal(traced_rand, plain_rand)
+    plain_buffers = dict(namespace["model"].named_buffers())
+    for name, value in traced_model.named_buffers():
+        assert torch.equal(value, plain_buffers[name]), name
+    assert int(plain_buffers["1.num_batches_tracked"]) == 1
 
 
 def test_the_drawn_graph_is_the_graph_autograd_builds_for_the_same_call(trace_source):
@@ -191,3 +230,71 @@ def test_a_call_the_copy_cannot_read_is_not_drawn_and_the_note_stays(trace_sourc
     assert doc.get("views", []) == []
     [note] = diagnostics(doc, "not_drawn")
     assert "line 5" in note["message"] and "shown as a view" not in note["message"]
+
+
+def test_a_call_on_arguments_past_the_budget_is_not_remembered(trace_source):
+    """The copies stay until the script ends: a call whose arguments hold more than the budget
+    (a whole data set) is not copied, and its note stays without a picture; a small call at
+    another line is still drawn."""
+    from app.trace.func_forward import MAX_REMEMBERED_BYTES
+
+    doc = trace_source(f"""\
+        import torch
+        from torch.func import grad
+        f = lambda w, data: (w * data[:3]).sum()
+        data = torch.ones({MAX_REMEMBERED_BYTES // 4 + 1})  # float32: just past the budget
+        print(grad(f)(torch.ones(3), data).tolist())
+        print(grad(f)(torch.ones(3), data[:3]).tolist())
+        """)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"] == "[1.0, 1.0, 1.0]\n" * 2
+    assert [v["line"] for v in doc["views"]] == [6]
+    notes = {d["message"].split(":")[0]: d["message"] for d in diagnostics(doc, "not_drawn")}
+    assert "shown as a view" not in notes["`torch.func.grad` at line 5"]
+    assert "shown as a view" in notes["`torch.func.grad` at line 6"]
+
+
+REDRAWN_EXITS = """\
+import sys
+import torch
+from torch.func import grad
+finished = False
+def f(x):
+    if finished:  # only the drawing calls it now
+        {ending}
+    return (x ** 2).sum()
+print(grad(f)(torch.ones(2)).tolist())
+finished = True
+print("done")
+"""
+
+
+def test_a_function_that_exits_when_drawn_leaves_the_report_whole(trace_source):
+    source = REDRAWN_EXITS.format(ending="sys.exit(3)")
+    out, _ = _plain(source)
+    doc = trace_source(source)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"] == out == "[2.0, 2.0]\ndone\n"
+    assert doc.get("views", []) == []  # no picture from a call that exited
+
+
+def test_a_timeout_while_drawing_after_the_script_says_the_script_finished(trace_source):
+    """The wall-clock limit (the worker's own SIGTERM handler, as in a real run) arrives while
+    autograd-lab calls the script's function again after the script has ended: the run is a
+    Timeout that says so, not one at the function's line as if the script had overrun."""
+    import signal
+
+    from app.runner.worker import _on_term
+
+    source = REDRAWN_EXITS.format(ending="os.kill(os.getpid(), signal.SIGTERM)").replace(
+        "import sys\n", "import os, signal, sys\n")
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        doc = trace_source(source)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = doc["error"]
+    assert err["type"] == "Timeout" and err["line"] is None
+    assert err["message"].startswith("the script finished; autograd-lab's extra drawing after "
+                                     "it (drawing the functions its torch.func transforms")
+    assert doc["stdout"] == "[2.0, 2.0]\ndone\n"  # all of the script's own output

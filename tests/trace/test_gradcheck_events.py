@@ -16,7 +16,7 @@ import torch
 
 from app.format import load_schema, validate
 from app.trace.recorder import RecordingLimits
-from tests.trace_facts import backward_events, diagnostics, values
+from tests.trace_facts import backward_events, contribution_sum, diagnostics, values
 
 CUBE = """\
 import torch
@@ -183,6 +183,73 @@ def test_the_script_keeps_its_tensors_hooks_and_random_stream(trace_source, impo
     assert doc["stdout"] == out
     (ev,) = backward_events(doc)
     assert ev["gradcheck"]["passed"] is True and ev["gradcheck"]["function"] == "f"
+
+
+def test_the_pass_puts_back_the_buffers_of_the_modules_it_runs(trace_source):
+    """The checked function runs a BatchNorm in training mode: every call moves its running
+    statistics and batch count. After the representative passes of a gradcheck and a
+    gradgradcheck, they are what an untraced run leaves (the check's own calls moved them)."""
+    source = """\
+import torch
+from torch.autograd import gradcheck, gradgradcheck
+torch.manual_seed(0)
+lin = torch.nn.Linear(3, 2).double()
+bn = torch.nn.BatchNorm1d(3).double()
+def f(x):
+    return lin(bn(x)).tanh()
+x = torch.randn(4, 3, dtype=torch.double, requires_grad=True)
+print(gradcheck(f, (x,)), gradgradcheck(f, (x,)))
+print(int(bn.num_batches_tracked), bn.running_mean.tolist(), bn.running_var.tolist())
+"""
+    out, error = _untraced(source)
+    assert error is None
+    assert int(out.splitlines()[1].split()[0]) > 0  # the checks did move them
+    doc = trace_source(source)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"] == out
+    assert [e["gradcheck"]["check"] for e in backward_events(doc)] == \
+        ["gradcheck", "gradgradcheck"]
+    assert diagnostics(doc, "tracer_error") == []
+
+
+def test_one_tensor_given_twice_is_two_inputs_each_with_its_own_gradient(trace_source):
+    """gradcheck(f, (x, x)) checks f's two inputs separately; the pass's contributions to each
+    are what torch.autograd.grad returns for each, not their sum under one name."""
+    doc = trace_source(RIGHT + "def f(a, b):\n"
+                               "    return (a * b * b).sum()\n"
+                               "print(torch.autograd.gradcheck(f, (x, x)))\n")
+    assert doc["error"] is None, doc["error"]
+    (ev,) = backward_events(doc)
+    assert ev["inputs"] == ["x", "x (input 2)"]
+    a, b = _inputs().requires_grad_(), _inputs().requires_grad_()
+    expected = torch.autograd.grad((a * b * b).sum(), (a, b))
+    for name, grad in zip(ev["inputs"], expected, strict=True):
+        assert torch.allclose(contribution_sum(ev, name), grad), name
+    # `b` is used twice in the pass, `a` once: the note says so of the second input only
+    assert [d["params"] for d in diagnostics(doc, "multiple_uses")] == [["x (input 2)"]]
+    assert diagnostics(doc, "tracer_error") == []
+    _valid(doc)
+
+
+def test_inputs_the_script_holds_under_no_name_are_named_by_their_place(trace_source):
+    doc = trace_source("""\
+        import torch
+        torch.manual_seed(0)
+        f = lambda a, b: (a.sin() * b).sum()
+        print(torch.autograd.gradcheck(f, (torch.randn(3, dtype=torch.double, requires_grad=True),
+                                           torch.randn(3, dtype=torch.double, requires_grad=True))))
+        """)
+    assert doc["error"] is None, doc["error"]
+    (ev,) = backward_events(doc)
+    assert ev["inputs"] == ["input 1", "input 2"]
+    torch.manual_seed(0)
+    a = torch.randn(3, dtype=torch.double, requires_grad=True)
+    b = torch.randn(3, dtype=torch.double, requires_grad=True)
+    expected = torch.autograd.grad((a.sin() * b).sum(), (a, b))
+    for name, grad in zip(ev["inputs"], expected, strict=True):
+        assert torch.allclose(contribution_sum(ev, name), grad), name
+    assert diagnostics(doc, "tracer_error") == []
+    _valid(doc)
 
 
 def test_a_check_past_the_recorded_passes_is_only_noted(trace_source):

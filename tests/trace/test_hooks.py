@@ -28,7 +28,7 @@ def halve(p):
 halved.register_post_accumulate_grad_hook(halve)  # line 17
 layer = nn.Linear(3, 3)
 x = torch.randn(2, 3, requires_grad=True)
-layer.register_full_backward_hook(lambda m, gin, gout: (gin[0] * 10,))
+layer.register_full_backward_hook(lambda m, gin, gout: (gin[0] * 10,))  # line 20
 out = (added * 2).sum() + (scaled * scaled).sum() + hidden.sum() + (halved * 4).sum()
 out = out + layer(x).pow(2).sum()
 out.backward()
@@ -65,7 +65,7 @@ def test_uses_and_hook_shares_add_up_to_what_pytorch_put_in_grad(traced, name):
 def test_each_leaf_hook_is_a_share_with_its_line_and_the_uses_are_untouched(traced):
     (event,) = backward_events(traced)
     shares = event["hooks"]
-    assert set(shares) == {"added", "scaled", "halved"}  # inner's hook is on a non-leaf
+    assert set(shares) == {"added", "scaled", "halved", "x"}  # inner's hook is on a non-leaf
     (added,) = shares["added"]
     assert added["kind"] == "hook" and added["lines"] == [6]
     assert added["grad"]["values"] == [100.0, 100.0, 100.0]
@@ -78,12 +78,20 @@ def test_each_leaf_hook_is_a_share_with_its_line_and_the_uses_are_untouched(trac
     (halved,) = shares["halved"]
     assert halved["kind"] == "post-accumulate-grad hook" and halved["lines"] == [17]
     assert halved["grad"]["values"] == [-2.0, -2.0, -2.0]  # 4 went in, 2 was left
+    # the module's full backward hook made its grad_input 10 times what the layer sent: its
+    # one use is the layer's own, the hook's share the other 9 times it
+    (x_use,) = event["contributions"]["x"]
+    (module,) = shares["x"]
+    assert module["kind"] == "module backward hook" and module["lines"] == [20]
+    assert torch.tensor(module["grad"]["values"]) == \
+        pytest.approx(9 * torch.tensor(x_use["grad"]["values"]), rel=1e-5)
 
 
 def test_what_to_notice_names_the_hook_line_and_the_change(traced):
     found = {d["params"][0]: d["message"] for d in diagnostics(traced, "hook_changed")}
-    assert set(found) == {"added", "scaled", "halved"}
+    assert set(found) == {"added", "scaled", "halved", "x"}
     assert "registered at line 6 changed the gradient of `added`" in found["added"]
+    assert "full backward hook registered at line 20 changed the gradient of `x`" in found["x"]
     assert "post-accumulate-grad hook registered at line 17" in found["halved"]
 
 
@@ -93,3 +101,27 @@ def test_a_script_without_leaf_hooks_has_no_shares(trace_source):
     (event,) = backward_events(doc)
     assert "hooks" not in event and not diagnostics(doc, "hook_changed")
     assert contribution_sum(event, "w").tolist() == [10.0, 10.0]
+
+
+def test_an_optimizer_stepped_from_a_post_accumulate_hook(trace_source):
+    """The optimizer-in-backward pattern (PyTorch's tutorial): the hook steps and clears .grad.
+    The steps are events after their pass (each its own index, in order), and the hook's share
+    takes back what the uses added, so the sum is the .grad torch leaves: none."""
+    doc = trace_source("import torch\nw = torch.nn.Parameter(torch.ones(2))\n"
+                       "opt = torch.optim.SGD([w], lr=0.1)\n"
+                       "def hook(p):\n    opt.step()\n    opt.zero_grad()\n"
+                       "w.register_post_accumulate_grad_hook(hook)\n"
+                       "(w * 3).sum().backward()\n(w * 2).sum().backward()\n"
+                       "print(w.grad, w.tolist())\n")
+    assert doc["error"] is None and doc["stdout"].startswith("None")
+    assert [(e["kind"], e["index"]) for e in doc["events"]] == \
+        [("backward", 0), ("step", 1), ("backward", 2), ("step", 3)]
+    for event, sent in zip(backward_events(doc), (3.0, 2.0), strict=True):
+        assert values_of(event["contributions"]["w"]) == [sent, sent]
+        (share,) = event["hooks"]["w"]
+        assert share["kind"] == "post-accumulate-grad hook" and share["lines"] == [7]
+        assert contribution_sum(event, "w").tolist() == [0.0, 0.0]  # .grad is None after it
+
+
+def values_of(uses: list[dict]) -> list[float]:
+    return [sum(v) for v in zip(*(u["grad"]["values"] for u in uses), strict=True)]

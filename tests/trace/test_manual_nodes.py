@@ -116,3 +116,17 @@ def test_a_node_held_in_a_name_finds_the_tensor_whose_graph_holds_it(trace_sourc
     assert torch.allclose(torch.tensor(eval(doc["stdout"])), torch.full((3,), 1 / 3))
     [note] = diagnostics(doc, "manual_nodes")
     assert "at line 8:" in note["message"]
+
+
+def test_a_script_too_deep_to_compile_keeps_its_own_error(trace_source):
+    """A line of 5000 terms is too deep for Python's parser: the script's own compile() fails
+    (a RecursionError here) and that is the run's error record; the search for hand calls,
+    which parses the same source, must not turn it into an exception of the tracer's."""
+    source = ("import torch\nx = torch.ones(1, requires_grad=True)\n(x * 2).sum().backward()\n"
+              "y = " + "+".join(["1"] * 5000) + "\nprint('ran')\n")
+    with pytest.raises((RecursionError, MemoryError)) as untraced:
+        compile(source, "deep.py", "exec")
+    doc = trace_source(source)
+    assert doc["error"]["type"] == untraced.type.__name__
+    assert doc["stdout"] == "" and backward_events(doc) == []  # not one line of it ran
+    assert HandCalls.in_source(source).lines == []
