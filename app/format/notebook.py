@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
 from .build import clip, diagnostic
 
-__all__ = ["NotANotebook", "Notebook", "SKIPPED_CODE", "annotate", "cell_line",
+__all__ = ["NotANotebook", "Notebook", "SKIPPED_CODE", "annotate", "cell_line", "lines_of",
            "listing_rows", "looks_like_notebook", "script_from_notebook", "skipped_note", "where"]
 
 SKIPPED_CODE = "ipython_lines_skipped"  # the run's diagnostic that names the skipped lines
@@ -38,6 +39,9 @@ MAX_NOTED = 100  # skipped lines kept in the document; the note says how many mo
 MAX_DIAGNOSTICS = 5000  # the schema's bound on a Trace's diagnostics
 MAX_TEXT = 200  # of a skipped line, as kept
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+# deeper than any notebook Jupyter writes (its outputs and widget state are a few levels):
+# nbformat's reading and schema check recurse, and give up a few hundred levels down
+MAX_DEPTH = 100
 
 _WHAT_TO_DO = ("save it again from Jupyter (File → Save), or upload its code as a .py script")
 _HELP = re.compile(r"\?\??[\w.]*|[\w.]+\?\??")
@@ -45,6 +49,9 @@ _HELP = re.compile(r"\?\??[\w.]*|[\w.]+\?\??")
 _TIMED = re.compile(r"%time\s+(?P<stmt>\S.*)|"
                     r"%timeit\s+(?:-[nrp]\s*\d+\s+|-[tcqo]\s+)*(?P<stmt2>\S.*)")
 _ASSIGNED = re.compile(r"[A-Za-z_][\w., ]*=\s*[!%]")
+# the line breaks of Python and of Jupyter: str.splitlines() also breaks at \x0c, \x1c-\x1e,
+# \x85, U+2028 and U+2029, which Python reads as part of a line (a string may hold them)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class NotANotebook(ValueError):
@@ -95,6 +102,12 @@ def script_from_notebook(data: bytes | str) -> Notebook:
             "cells" in raw or "worksheets" in raw):
         raise NotANotebook('this JSON is not a Jupyter notebook (a notebook is an object with '
                            f'"cells" and "nbformat"); {_WHAT_TO_DO}')
+    if _deeper_than(raw, MAX_DEPTH):
+        raise NotANotebook(f"the notebook's JSON is nested more than {MAX_DEPTH} levels deep "
+                           "(in its metadata or outputs: code cells are text), which Jupyter "
+                           "never writes; clear its outputs (Jupyter: Edit → Clear Outputs of "
+                           "All Cells) and any metadata a tool added, save it and upload it "
+                           "again, or upload its code as a .py script")
     nb = _read(text)
     cells, skipped, lines = [], [], []
     for number, cell in enumerate(nb.cells, start=1):
@@ -112,11 +125,20 @@ def script_from_notebook(data: bytes | str) -> Notebook:
     return Notebook("\n".join(lines) + "\n", cells, skipped)
 
 
+def lines_of(text: str) -> list[str]:
+    """`text`'s lines as Python and Jupyter count them (only \\n, \\r\\n and \\r end one);
+    like str.splitlines(), no empty line after a final line break."""
+    lines = _LINE_BREAK.split(text)
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 def cell_line(cells: list[dict[str, int]], line: int) -> tuple[int, int] | None:
-    """(cell, line in the cell) of a script line, or None outside every cell."""
-    for c in cells:
-        if c["first"] <= line <= c["last"]:
-            return c["cell"], line - c["first"] + 1
+    """(cell, line in the cell) of a script line, or None outside every cell. `cells` are in
+    script order (as Notebook.cells are), so the search halves: a drawing asks once a node."""
+    at = bisect_right(cells, line, key=lambda c: c["first"]) - 1
+    if at >= 0 and line <= cells[at]["last"]:
+        c = cells[at]
+        return c["cell"], line - c["first"] + 1
     return None
 
 
@@ -130,7 +152,7 @@ def listing_rows(part: dict, source: str) -> list[dict[str, Any]]:
     """For the source listing, one row per script line: its cell and line in the cell, whether
     a cell starts there, and the IPython-only text shown in place of a skipped line."""
     skipped = {(s["cell"], s["line"]): s["text"] for s in part["skipped"]}
-    count = len(source.splitlines())
+    count = len(lines_of(source))
     rows: list[dict[str, Any]] = [{"cell": 0, "at": n, "head": False, "skipped": None}
                                   for n in range(1, count + 1)]
     for c in part["cells"]:
@@ -207,7 +229,23 @@ def _read(text: str):
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # nbformat's own errors
         raise NotANotebook(f"nbformat cannot read this notebook: {_short(exc)}; "
                            f"{_WHAT_TO_DO}") from None
+    except RecursionError:  # MAX_DEPTH is meant to keep this from happening
+        raise NotANotebook("the notebook is nested too deeply for nbformat to read; clear its "
+                           "outputs (Jupyter: Edit → Clear Outputs of All Cells), save it and "
+                           "upload it again, or upload its code as a .py script") from None
     return nb
+
+
+def _deeper_than(data: object, limit: int) -> bool:
+    """Whether JSON data nests more than `limit` levels, found without recursion."""
+    stack = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if type(item) is dict else item if type(item) is list else ()
+        stack.extend((c, depth + 1) for c in children if type(c) in (dict, list))
+    return False
 
 
 def _short(exc: object) -> str:
@@ -216,7 +254,7 @@ def _short(exc: object) -> str:
 
 def _python_lines(source: str) -> tuple[list[str], list[dict[str, Any]]]:
     """A cell's lines with its IPython-only ones made `pass` (or blank), and what was skipped."""
-    lines = source.splitlines()
+    lines = lines_of(source)
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is not None and lines[first].lstrip().startswith("%%"):
         magic = lines[first].lstrip()[2:].split(maxsplit=1)

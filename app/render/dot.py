@@ -14,6 +14,8 @@ from collections import Counter
 import graphviz
 from graphviz import nohtml
 
+from app.format.notebook import where
+
 from .legend import EDGE_COLOR, KINDS, UNIT_KINDS
 
 _STYLES = {**KINDS, **UNIT_KINDS}
@@ -27,7 +29,24 @@ class EventNotFound(LookupError):
 
 def event_graph(doc: dict, event: int | None = None, view: int | None = None) -> dict:
     """The graph of backward event `event` (default: the first backward event), or, with
-    `view`, of the graph the script asked to see (a make_dot call, a gradient's graph)."""
+    `view`, of the graph the script asked to see (a make_dot call, a gradient's graph). An
+    uploaded notebook's nodes say where they were made as "cell N, line M" (`where`)."""
+    return _said_by_cell(doc, _event_graph(doc, event, view))
+
+
+def _said_by_cell(doc: dict, graph: dict) -> dict:
+    """For a notebook's run, the graph with each node's line in the notebook's words, on copies
+    of the nodes (the Trace itself may be held, parsed, for other requests)."""
+    script = doc.get("script")
+    notebook = script.get("notebook") if isinstance(script, dict) else None
+    if not notebook:
+        return graph
+    cells = notebook["cells"]
+    return {**graph, "nodes": [{**n, "where": where(cells, n["line"])} if n.get("line") else n
+                               for n in graph["nodes"]]}
+
+
+def _event_graph(doc: dict, event: int | None, view: int | None) -> dict:
     if view is not None:
         views = doc.get("views") or []
         if not 0 <= view < len(views):
@@ -83,7 +102,8 @@ SHARED_ABOVE = 4  # uses of one leaf above which a big flat graph draws it besid
 
 def _node(dot: graphviz.Digraph, node: dict, node_id: str, copy: bool = False) -> None:
     style = _STYLES.get(node["kind"], KINDS["op"])
-    tooltip = node["name"] + (f" — line {node['line']}" if node.get("line") else "")
+    said = node.get("where") or (f"line {node['line']}" if node.get("line") else "")
+    tooltip = node["name"] + (f" — {said}" if said else "")
     # nohtml (in _text): a name like "<<TABLE>...>>" (from a script's own class or variable
     # names) is text, never a graphviz HTML label that could carry a link into the page
     dot.node(_text(node_id), nohtml(_label(node)), id=_text(node_id),

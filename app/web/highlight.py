@@ -13,6 +13,8 @@ import tokenize
 
 from markupsafe import Markup, escape
 
+from app.format.notebook import lines_of
+
 __all__ = ["source_lines"]
 
 _CLASSES = {tokenize.COMMENT: "tok-comment", tokenize.STRING: "tok-string",
@@ -31,10 +33,11 @@ def _spans(source: str) -> list[tuple[int, int, int, int, str]]:
 
 
 def source_lines(source: str) -> list[Markup]:
-    """One HTML string per line of `source` (1-based line n is item n-1)."""
-    lines = source.splitlines()
+    """One HTML string per line of `source` (1-based line n is item n-1), its lines counted as
+    Python counts them: the traced line numbers and a notebook's cell map name these."""
+    lines = lines_of(source)
     try:
-        spans = _spans(source)
+        spans = _spans("".join(line + "\n" for line in lines))  # a lone \r ends a line too
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return [Markup(escape(line)) for line in lines]
     # per line: (start col, end col, class); a multi-line string is split at line ends

@@ -11,9 +11,15 @@ export function setScript(script) {
   cells = nb && Array.isArray(nb.cells) ? nb.cells : [];
 }
 
-/** [cell, line in the cell] of a script line; null for a script or outside every cell. */
+/** [cell, line in the cell] of a script line; null for a script or outside every cell. The
+ * cells are in script order, so the search halves: a big graph asks once per node. */
 export function cellLine(line) {
-  const c = cells.find((x) => x.first <= line && line <= x.last);
+  let lo = 0, hi = cells.length - 1, at = -1;
+  while (lo <= hi) {  // the last cell that starts at or before the line
+    const mid = (lo + hi) >> 1;
+    if (cells[mid].first <= line) { at = mid; lo = mid + 1; } else hi = mid - 1;
+  }
+  const c = at >= 0 && line <= cells[at].last ? cells[at] : null;
   return c ? [c.cell, line - c.first + 1] : null;
 }
 

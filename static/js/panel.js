@@ -62,7 +62,9 @@ export function nodeView(event, node, hooks) {
   }
   if (node.backward_source) {
     const src = node.backward_source;
-    body.append(h("h4", {}, `Its backward (${src.file.split("/").pop()}, line ${src.line})`),
+    // written in the run's own script: where in it, as the page says lines (a notebook's cell)
+    const at = src.file === "<script>" ? lineLabel(src.line) : `${src.file.split("/").pop()}, line ${src.line}`;
+    body.append(h("h4", {}, `Its backward (${at})`),
       h("pre.backward-source", {}, h("code", {}, src.source.split("\n").map((text, i) =>
         h("span.bline", { dataset: { n: String(src.line + i) } }, text + "\n")))));
   }

@@ -4,6 +4,8 @@ a heading per cell) and names the skipped `!pip` line."""
 
 from __future__ import annotations
 
+import ast
+
 import httpx
 import nbformat
 import pytest
@@ -50,3 +52,53 @@ def test_a_notebook_runs_and_its_lines_are_its_cells(watched):
     # the run's findings name the skipped line by its cell
     assert "cell 3, line 1" in page.locator("body").inner_text()
     watched.shot("notebook-run")
+
+
+DOUBLE = ("class Double(torch.autograd.Function):\n"
+          "    @staticmethod\n"
+          "    def forward(ctx, x):\n"
+          "        return x * 2\n\n"
+          "    @staticmethod\n"
+          "    def backward(ctx, g):\n"
+          "        return g * 2\n")
+CUSTOM_CELLS = [
+    new_markdown_cell("# A Function of our own"),
+    new_code_cell("import torch\nw = torch.tensor([1.0, 2.0], requires_grad=True)"),
+    new_code_cell(DOUBLE),
+    new_code_cell("y = Double.apply(w)\nloss = y.sum()\nloss.backward()"),
+]
+
+
+def test_a_notebook_functions_backward_is_named_by_its_cell(watched):
+    page = watched.page
+    page.goto(watched.base + "/own-code")
+    page.set_input_files("#file", files=[{
+        "name": "double.ipynb", "mimeType": "application/x-ipynb+json",
+        "buffer": nbformat.writes(new_notebook(cells=CUSTOM_CELLS)).encode()}])
+    page.wait_for_selector("#run-status >> text=Loaded the notebook double.ipynb")
+    page.wait_for_selector("#device option[value=cpu]", state="attached")
+    page.click("#run")
+    page.wait_for_url("**/runs/**")
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#progress", state="hidden")
+
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    doc = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()
+    event = next(e for e in doc["events"] if e["kind"] == "backward")
+    node = next(n for n in event["graph"]["nodes"] if n["kind"] == "custom")
+    # where Python says the backward's source starts: its decorator, in cell 3 alone
+    (cls,) = [n for n in ast.parse(DOUBLE).body if isinstance(n, ast.ClassDef)]
+    (backward,) = [f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "backward"]
+    starts = backward.decorator_list[0].lineno
+    script_line = node["backward_source"]["line"]
+    assert node["backward_source"]["file"] == "<script>" and script_line != starts
+    page.click("#zoom-fit")
+    page.click(f"#graph g.node#{node['id']}")
+    details = page.locator("#details")
+    details.locator(f"h4 >> text=Its backward (cell 3, line {starts})").wait_for()
+    details.locator("text=cell 4, line 1").wait_for()  # where Double.apply made the node
+    # the drawing's own tooltip names the place the same way
+    title = page.locator(f"#graph g.node#{node['id']} a").first.get_attribute("xlink:title")
+    assert title and title.endswith("cell 4, line 1"), title
+    assert f"line {script_line}" not in details.inner_text().replace(f"line {starts}", "")
+    watched.shot("notebook-custom-backward")

@@ -4,6 +4,7 @@ whole, outputs ignored, and a clear error for what is not a notebook."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import nbformat
@@ -136,3 +137,75 @@ def test_a_notebook_is_known_by_its_content():
     assert looks_like_notebook(notebook())
     assert not looks_like_notebook("import torch\n")
     assert not looks_like_notebook(json.dumps({"cells": []}))  # no "nbformat"
+
+
+def _nested(depth: int) -> str:
+    """JSON nested `depth` objects deep, written without recursion."""
+    return '{"a": ' * depth + "{}" + "}" * depth
+
+
+@pytest.mark.parametrize("depth", [150, 500, 900])
+@pytest.mark.parametrize("where_in", ["metadata", "output"])
+def test_a_notebook_nested_too_deep_is_refused_with_what_to_do(depth, where_in):
+    # past a few hundred levels nbformat's reading and schema check recurse out of the stack;
+    # json.loads alone gives up only near 1,000
+    data = json.loads(notebook([new_code_cell("x = 1")]))
+    if where_in == "metadata":
+        data["metadata"]["deep"] = "DEEP"
+    else:
+        data["cells"][0]["outputs"] = [{"output_type": "execute_result", "execution_count": 1,
+                                        "metadata": {}, "data": {"application/json": "DEEP"}}]
+    text = json.dumps(data).replace('"DEEP"', _nested(depth))
+    json.loads(text)  # valid JSON that json itself reads: only the depth is wrong
+    with pytest.raises(NotANotebook) as caught:
+        script_from_notebook(text)
+    said = str(caught.value)
+    assert "nested more than" in said and "Clear Outputs" in said and ".py script" in said
+
+
+def test_a_notebook_nested_as_deep_as_jupyter_writes_is_read():
+    data = json.loads(notebook([new_code_cell("x = 1")]))
+    data["metadata"]["widgets"] = "DEEP"
+    text = json.dumps(data).replace('"DEEP"', _nested(60))
+    assert script_from_notebook(text).source == "x = 1\n"
+
+
+# characters str.splitlines() breaks at that Python keeps inside a line (in a string, or a form
+# feed as whitespace); only \n, \r\n and \r end a line, for Python and for Jupyter alike
+ODD = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+ODD_CELLS = [
+    new_markdown_cell("odd characters"),
+    new_code_cell(f's = "a{ODD}b"\n\x0cfirst = len(s)\r\nsecond = 2\rthird = s.count("\\u2028")'),
+    new_code_cell('t = "c\u2028d"\nfourth = len(t)'),
+]
+
+
+def test_a_cell_with_odd_line_separators_runs_and_maps_as_python_numbers_it():
+    nb = script_from_notebook(notebook(ODD_CELLS))
+    namespace: dict = {}
+    exec(compile(nb.source, "notebook.py", "exec"), namespace)  # the strings stay whole
+    assert namespace["s"] == f"a{ODD}b" and namespace["first"] == len(ODD) + 2
+    assert namespace["third"] == 1 and namespace["fourth"] == 3
+    # Python's own line numbers: of each assignment in the script, and in the cell alone
+    in_script = {n.targets[0].id: n.lineno for n in ast.parse(nb.source).body}
+    for number, cell in enumerate(ODD_CELLS, start=1):
+        if cell.cell_type != "code":
+            continue
+        for node in ast.parse(cell.source).body:
+            name = node.targets[0].id
+            assert cell_line(nb.cells, in_script[name]) == (number, node.lineno), name
+    rows = listing_rows(nb.document_part("odd.ipynb"), nb.source)
+    assert len(rows) == max(in_script.values())  # one row per line Python counts
+    assert (rows[in_script["fourth"] - 1]["cell"], rows[in_script["fourth"] - 1]["at"]) == (3, 2)
+
+
+def test_cell_line_finds_each_cell_among_many():
+    cells, first = [], 1
+    for number in range(1, 400, 2):  # every other cell is markdown; cells of 1 to 4 lines
+        size = number % 4 + 1
+        cells.append({"cell": number, "first": first, "last": first + size - 1})
+        first += size
+    for c in cells:
+        for at in range(1, c["last"] - c["first"] + 2):
+            assert cell_line(cells, c["first"] + at - 1) == (c["cell"], at)
+    assert cell_line(cells, first) is None and cell_line(cells, 0) is None

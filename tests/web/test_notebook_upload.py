@@ -5,6 +5,9 @@ notebook gets a 422 that says what to do."""
 
 from __future__ import annotations
 
+import ast
+import html
+import json
 import re
 
 import httpx
@@ -103,3 +106,61 @@ def test_a_notebook_past_the_size_limit_asks_to_clear_its_outputs(base):
     cells[0].outputs = [new_output("stream", text="y" * (70 * 1024))]
     response = upload(base, nbformat.writes(new_notebook(cells=cells)).encode())
     assert response.status_code == 413 and "Clear Outputs" in response.json()["detail"]
+
+
+def test_a_notebook_nested_too_deep_is_a_clear_422_and_the_next_upload_runs(base):
+    # valid JSON (json reads it) nested 950 deep in its metadata: nbformat's reading recursed
+    # out of the stack there, and the upload got a 500
+    data = json.loads(notebook_text())
+    data["metadata"]["deep"] = "DEEP"
+    deep = json.dumps(data).replace('"DEEP"', '{"a": ' * 950 + "{}" + "}" * 950)
+    response = upload(base, deep.encode())
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert "nested more than" in detail and "Clear Outputs" in detail
+    after = upload(base, notebook_text().encode())
+    assert after.status_code == 200 and after.json()["error"] is None, after.text
+
+
+# a string may hold U+2028 (and \x0c, \x85, ...): Python and Jupyter end lines only at \n, \r\n
+# and \r, where str.splitlines() would also break the string in two
+ODD_CELLS = [
+    new_markdown_cell("a string with a line separator in it"),
+    new_code_cell('import torch\ns = "a\u2028b\x0c\x85c"\n\x0cw = torch.tensor([1.0, 2.0], '
+                  "requires_grad=True)"),
+    new_code_cell("scale = float(len(s))\nloss = (w * scale).sum()\nloss.backward()\n"
+                  "print(w.grad.tolist())"),
+]
+
+
+def test_a_cell_with_a_line_separator_in_a_string_runs_and_its_lines_are_its_cells(base):
+    response = upload(base, nbformat.writes(new_notebook(cells=ODD_CELLS)).encode())
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["error"] is None, doc["error"]
+    here: dict = {}
+    exec("\n".join(c.source for c in ODD_CELLS[1:]), here)  # the cells as Python runs them
+    assert doc["stdout"].strip() == str(here["w"].grad.tolist())
+    # Python's own numbers: `loss = ...` is line 2 of cell 3, and which line of the script ran
+    (cell_loss,) = [n.lineno for n in ast.parse(ODD_CELLS[2].source).body
+                    if isinstance(n, ast.Assign) and n.targets[0].id == "loss"]
+    (line,) = [n.lineno for n in ast.parse(doc["script"]["source"]).body
+               if isinstance(n, ast.Assign) and n.targets[0].id == "loss"]
+    (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
+    (node,) = [n for n in event["graph"]["nodes"] if n["name"] == "SumBackward0"]
+    assert node["line"] == line
+    (cell3,) = [c for c in doc["script"]["notebook"]["cells"] if c["cell"] == 3]
+    assert line - cell3["first"] + 1 == cell_loss == 2
+
+    page = httpx.get(base + doc["run"]["link"], timeout=10).text
+    item = re.search(rf'<li id="L{line}" data-line="{line}" value="(\d+)" data-cell="(\d+)"',
+                     page)
+    assert item and item.groups() == (str(cell_loss), "3")
+    shown = page[page.index(">", item.end()) + 1:page.index("</li>", item.end())]
+    assert html.unescape(re.sub(r"<[^>]+>", "", shown)).strip() == "loss = (w * scale).sum()"
+    assert page.count('data-line="') == len(doc["script"]["source"].split("\n")) - 1
+    # the drawing's tooltips say the node's place the same way
+    svg = httpx.get(f"{base}/api/runs/{doc['run']['id']}/graph.svg", timeout=60).text
+    assert re.search(rf'id="{node["id"]}"[^>]*>.*?xlink:title="SumBackward0 [^"]*cell 3, '
+                     rf'line {cell_loss}"', svg, re.S), svg[:2000]
+    assert f"line {line}\"" not in svg
