@@ -35,7 +35,7 @@ test-fast: $(VENV)/.test system-deps
 	$(PY) -m pytest -q -m 'not browser and not slow'
 
 lint: $(VENV)/.test
-	$(VENV)/bin/ruff check app tests bench scenarios scripts
+	$(VENV)/bin/ruff check app autograd_lab tests bench scenarios scripts
 	$(VENV)/bin/lint-imports
 
 bench: $(VENV)/.test system-deps

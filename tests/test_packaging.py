@@ -21,7 +21,8 @@ def test_wheel_carries_data_folders_and_works_installed(tmp_path):
     (wheel,) = wheels.glob("autograd_lab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("app/_data/templates/base.html", "app/_data/static/css/app.css",
-                     "app/_data/scenarios/reused_layer.py", "app/format/trace.schema.json"):
+                     "app/_data/scenarios/reused_layer.py", "app/format/trace.schema.json",
+                     "autograd_lab/__init__.py"):  # %load_ext autograd_lab, from an install
         assert required in names
 
     target = tmp_path / "site"

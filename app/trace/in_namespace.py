@@ -1,0 +1,70 @@
+"""Trace code in a namespace that already exists (a Jupyter kernel's), not a script run as
+`__main__` from a file: the same recorder and the same document as `trace_script`.
+
+No sandbox: this runs the caller's own code in the caller's own process, with everything that
+process may do. It is for a person's own notebook on their own machine (the `autograd_lab`
+package's cell magic); code from anyone else goes through the runner's sandboxed worker.
+
+One difference from a script: when the code calls no backward, nothing runs one for it. A
+script's run ends with it, so autograd-lab may run backward from its chosen root; in a kernel
+that pass would add to the gradients of the person's own model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+from collections.abc import Callable
+
+import torch
+
+from app.format import Trace, new_document
+
+from .recorder import RecordingLimits
+from .tracer import run_traced
+
+__all__ = ["trace_source", "trace_call"]
+
+_cells = itertools.count(1)
+
+
+def trace_source(source: str, namespace: dict, *, name: str = "cell", device: str = "cpu",
+                 limits: RecordingLimits | None = None) -> Trace:
+    """Run `source` in `namespace` (its names stay there afterwards, as a cell's do) under the
+    recorder, and return its Trace. Lines are the source's own; what it prints is in the
+    Trace's `stdout`, not printed. Not sandboxed (see above)."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str of Python code, not {type(source).__name__}")
+    if not isinstance(namespace, dict):
+        raise TypeError("namespace must be a dict (a kernel's user_ns, a module's __dict__), "
+                        f"not {type(namespace).__name__}")
+    # a file name of its own per call, kept in linecache as IPython keeps its cells', so that
+    # frames, error lines and a node's line all point into this source
+    filename = f"<autograd-lab {name} {next(_cells)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    doc = new_document(name, source, device, torch.__version__)
+
+    def run() -> None:
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the person's own code
+
+    return run_traced(doc, source, filename, lambda: (namespace, run), device=device,
+                      limits=limits, chosen_root=False)
+
+
+def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str = "cpu",
+               limits: RecordingLimits | None = None) -> Trace:
+    """Call `fn()` under the recorder and return the Trace. The file that defines `fn` (a
+    notebook cell, a module) is the document's source, so lines are that file's. Not
+    sandboxed (see above)."""
+    if not callable(fn):
+        raise TypeError(f"expected a function to call with no arguments, not "
+                        f"{type(fn).__name__}; to trace code given as text use trace_source")
+    code = getattr(fn, "__code__", None)  # else (a partial, a callable object): no lines
+    filename = code.co_filename if code is not None else f"<autograd-lab call {next(_cells)}>"
+    source = "".join(linecache.getlines(filename))
+    namespace = getattr(fn, "__globals__", None)
+    namespace = namespace if isinstance(namespace, dict) else {}
+    label = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+    doc = new_document(label, source, device, torch.__version__)
+    return run_traced(doc, source, filename, lambda: (namespace, fn), device=device,
+                      limits=limits, chosen_root=False)

@@ -1,0 +1,121 @@
+"""`autograd_lab.trace` and `show` in this process, without a kernel."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+from torch import nn
+
+import autograd_lab
+from autograd_lab.display import TRACE_MIMETYPE
+from autograd_lab.magic import parse_line
+from tests.trace_facts import backward_events, contribution_sum
+
+
+def _reused_layer():
+    torch.manual_seed(0)
+    lin, head = nn.Linear(3, 3), nn.Linear(3, 1)
+    x = torch.randn(4, 3)
+    return lin, head, x
+
+
+def test_trace_of_a_callable_sums_each_parameter_grad_from_its_uses():
+    lin, head, x = _reused_layer()
+
+    def step():
+        loss = head(torch.tanh(lin(torch.tanh(lin(x))))).pow(2).mean()
+        loss.backward()
+
+    doc = autograd_lab.trace(step)
+    assert doc["error"] is None
+    (event,) = backward_events(doc)
+    params = {f"{m}.{n}": p for m, mod in [("lin", lin), ("head", head)]
+              for n, p in mod.named_parameters()}
+    assert set(event["contributions"]) == set(params)  # named from the function's variables
+    for name, p in params.items():
+        assert torch.allclose(contribution_sum(event, name), p.grad.double(), atol=1e-6), name
+    assert len(event["contributions"]["lin.weight"]) == 2  # lin is used twice
+
+
+def test_trace_of_code_runs_in_the_namespace_and_keeps_its_names():
+    lin, head, x = _reused_layer()
+    ns = {"lin": lin, "head": head, "x": x, "torch": torch}
+    doc = autograd_lab.trace("y = head(lin(x)).sum()\ny.backward()\n", ns)
+    assert doc["error"] is None
+    assert isinstance(ns["y"], torch.Tensor)  # the code's names stay, as a cell's do
+    (event,) = backward_events(doc)
+    for name, p in [("lin.weight", lin.weight), ("head.bias", head.bias)]:
+        assert torch.allclose(contribution_sum(event, name), p.grad.double(), atol=1e-6)
+
+
+def test_code_that_calls_no_backward_gets_none_added_to_its_gradients():
+    lin, head, x = _reused_layer()
+    doc = autograd_lab.trace("y = head(lin(x)).sum()\n", {"lin": lin, "head": head, "x": x})
+    assert doc["error"] is None and doc["events"] == []
+    assert lin.weight.grad is None  # a script's run would have had a backward of ours
+
+
+def test_show_of_a_trace_dict_draws_it_and_carries_it():
+    lin, head, x = _reused_layer()
+    ns = {"lin": lin, "head": head, "x": x}
+    doc = autograd_lab.trace("loss = head(lin(x)).sum()\nloss.backward()\n", ns)
+    bundle = autograd_lab.show(doc)._repr_mimebundle_()
+    assert bundle[TRACE_MIMETYPE] is doc
+    svg = ET.fromstring(bundle["image/svg+xml"])
+    assert svg.tag.endswith("svg")
+    drawn = {t.text for t in svg.iter() if t.tag.endswith("title")}
+    nodes = backward_events(doc)[0]["graph"]["nodes"]
+    assert {n["id"] for n in nodes} <= drawn  # node ids are the Trace's (app/render)
+    assert "1 backward" in bundle["text/plain"] and "4 parameter(s)" in bundle["text/plain"]
+    assert "text/html" not in bundle  # no server, no error: nothing the SVG does not say
+
+
+def test_show_of_a_tensor_names_parameters_from_the_callers_modules():
+    lin, head, x = _reused_layer()
+    loss = head(torch.tanh(lin(x))).sum()
+    shown = autograd_lab.show(loss)
+    (view,) = shown.trace["views"]
+    names = {n.get("param") for n in view["graph"]["nodes"]} - {None}
+    assert names == {"lin.weight", "lin.bias", "head.weight", "head.bias"}
+    assert lin.weight.grad is None  # drawing is no backward pass
+    assert "make_dot(loss)" in shown._repr_mimebundle_()["text/plain"]
+
+
+def test_a_failing_cell_is_said_and_escaped(monkeypatch):
+    doc = autograd_lab.trace("x = 1\nraise ValueError('<script>alert(1)</script>')\n", {},
+                             name="<b>cell</b>")
+    assert doc["error"]["type"] == "ValueError" and doc["error"]["line"] == 2
+    bundle = autograd_lab.show(doc)._repr_mimebundle_()
+    assert "line 2: ValueError" in bundle["text/plain"]
+    assert "<script>" not in bundle["text/html"] and "<b>" not in bundle["text/html"]
+    assert "&lt;script&gt;" in bundle["text/html"]
+
+
+def test_without_dot_the_output_says_so(monkeypatch, tmp_path):
+    lin, head, x = _reused_layer()
+    doc = autograd_lab.trace("(head(lin(x)).sum()).backward()\n",
+                             {"lin": lin, "head": head, "x": x})
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no graphviz on it
+    bundle = autograd_lab.show(doc)._repr_mimebundle_()
+    assert "image/svg+xml" not in bundle
+    assert "graphviz's `dot` program is not installed" in bundle["text/plain"]
+    assert bundle[TRACE_MIMETYPE] is doc
+
+
+def test_bad_inputs_say_what_to_do(monkeypatch):
+    monkeypatch.delenv("AUTOGRAD_LAB_URL", raising=False)
+    with pytest.raises(ValueError, match="AUTOGRAD_LAB_URL"):
+        autograd_lab.show("AbCdEf123456")
+    with pytest.raises(ValueError, match="runs/ID"):
+        autograd_lab.show("http://127.0.0.1:1/somewhere/else")
+    with pytest.raises(ValueError, match="no grad_fn"):
+        autograd_lab.show(torch.ones(2))
+    with pytest.raises(TypeError, match="tensor, a Trace document"):
+        autograd_lab.show(42)
+    with pytest.raises(ValueError, match="not a Trace"):
+        autograd_lab.show({"a": 1})
+    with pytest.raises(ValueError, match="Usage"):
+        parse_line("--layout sideways")
+    assert parse_line("--event 2 --layout flat --name 'my step'").name == "my step"

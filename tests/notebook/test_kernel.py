@@ -1,0 +1,152 @@
+"""`%load_ext autograd_lab` in a real Jupyter kernel (this venv's python), run by nbclient."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trace_facts import backward_events, contribution_sum
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+pytestmark = pytest.mark.slow  # starts a kernel process
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = "application/vnd.autograd-lab.trace+json"
+KERNEL = "autograd-lab-test"
+
+MODEL = """\
+import json, torch, autograd_lab
+from torch import nn
+torch.manual_seed(0)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.head = nn.Linear(3, 3), nn.Linear(3, 1)
+
+    def forward(self, x):  # lin used twice: two uses to sum into each of its grads
+        return self.head(torch.tanh(self.lin(torch.tanh(self.lin(x)))))
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(6, 3), torch.randn(6, 1)
+"""
+
+STEP = """\
+%%autograd_lab --name one_step
+opt.zero_grad()
+loss = nn.functional.mse_loss(model(x), y)
+loss.backward()
+opt.step()
+print("trained", round(loss.item(), 4))
+"""
+
+CELLS = [
+    "%load_ext autograd_lab",
+    MODEL,
+    STEP,
+    "print(json.dumps({n: p.grad.tolist() for n, p in model.named_parameters()}))",
+    "autograd_lab.show(loss)",
+    # torchviz's own walk of the same tensor, in the kernel (tests/trace compares the same way)
+    "from tests.trace.test_torchviz_agreement import torchviz_walk\n"
+    "print(json.dumps(dict(torchviz_walk(loss)[0])))",
+    "%%autograd_lab\nmodel(torch.randn(2, 7))  # the wrong width: the cell raises",
+    "print('still here', 1 + 1)",
+]
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The notebook above, run top to bottom on a kernel whose spec lives in a temp folder
+    (nothing in the home folder: Jupyter's and IPython's folders are all temp ones)."""
+    tmp = tmp_path_factory.mktemp("kernel")
+    env = {"JUPYTER_PATH": str(tmp / "share" / "jupyter"),
+           "JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "IPYTHONDIR": str(tmp / "ipython"),
+           "JUPYTER_PLATFORM_DIRS": "1", "MPLBACKEND": "Agg",
+           # this checkout first, so the kernel imports the code under test and tests/
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp),
+                        "--name", KERNEL], check=True, capture_output=True, timeout=120)
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+        client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
+                                         resources={"metadata": {"path": str(tmp)}})
+        client.execute()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    nbformat.validate(nb)
+    return nb
+
+
+def _data(cell, mimetype: str):
+    found = [o["data"][mimetype] for o in cell.outputs if mimetype in o.get("data", {})]
+    assert len(found) == 1, f"expected one {mimetype} output, got {cell.outputs}"
+    return found[0]
+
+
+def _stdout(cell) -> str:
+    return "".join(o["text"] for o in cell.outputs
+                   if o["output_type"] == "stream" and o["name"] == "stdout")
+
+
+def _svg(cell) -> ET.Element:
+    svg = _data(cell, "image/svg+xml")
+    return ET.fromstring("".join(svg) if isinstance(svg, list) else svg)
+
+
+def test_the_magic_records_the_cell_and_its_uses_sum_to_the_kernels_grads(executed):
+    step = executed.cells[2]
+    doc = _data(step, TRACE)
+    assert doc["error"] is None
+    assert [e["kind"] for e in doc["events"]] == ["backward", "step"]
+    assert _stdout(step).startswith("trained ")  # what the cell printed, shown as usual
+    grads = json.loads(_stdout(executed.cells[3]))  # .grad as the kernel holds it
+    (event,) = backward_events(doc)
+    assert set(event["contributions"]) == set(grads)
+    for name, grad in grads.items():
+        assert torch.allclose(contribution_sum(event, name),
+                              torch.tensor(grad, dtype=torch.float64), atol=1e-6), name
+    assert len(event["contributions"]["lin.weight"]) == 2  # the reused layer's two uses
+    assert _svg(step).tag.endswith("svg")
+    assert "1 backward" in _data(step, "text/plain")
+
+
+def test_show_of_a_tensor_walks_the_graph_torchviz_does(executed):
+    shown = executed.cells[4]
+    (view,) = _data(shown, TRACE)["views"]
+    ours = Counter(n["name"] for n in view["graph"]["nodes"] if n["kind"] != "output")
+    theirs = Counter(json.loads(_stdout(executed.cells[5])))
+    assert ours == theirs
+    assert sum(ours.values()) >= 8  # a real graph, not an empty agreement
+    params = {n["param"] for n in view["graph"]["nodes"] if n.get("param")}
+    assert params == {"lin.weight", "lin.bias", "head.weight", "head.bias"}
+    assert _svg(shown).tag.endswith("svg")
+
+
+def test_a_cell_that_raises_is_said_and_the_kernel_goes_on(executed):
+    failed, after = executed.cells[6], executed.cells[7]
+    assert not [o for o in failed.outputs if o["output_type"] == "error"]
+    doc = _data(failed, TRACE)
+    assert doc["error"]["type"] == "RuntimeError" and doc["error"]["line"] == 1
+    said = _data(failed, "text/plain")
+    assert "The code failed at line 1: RuntimeError" in said
+    assert "RuntimeError" in _data(failed, "text/html")
+    assert _stdout(after) == "still here 2\n"
