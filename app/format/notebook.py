@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .build import clip, diagnostic
+from .schema import deeper_than
 
 __all__ = ["NotANotebook", "Notebook", "SKIPPED_CODE", "annotate", "cell_line", "lines_of",
            "listing_rows", "looks_like_notebook", "script_from_notebook", "skipped_note", "where"]
@@ -102,7 +103,7 @@ def script_from_notebook(data: bytes | str) -> Notebook:
             "cells" in raw or "worksheets" in raw):
         raise NotANotebook('this JSON is not a Jupyter notebook (a notebook is an object with '
                            f'"cells" and "nbformat"); {_WHAT_TO_DO}')
-    if _deeper_than(raw, MAX_DEPTH):
+    if deeper_than(raw, MAX_DEPTH):
         raise NotANotebook(f"the notebook's JSON is nested more than {MAX_DEPTH} levels deep "
                            "(in its metadata or outputs: code cells are text), which Jupyter "
                            "never writes; clear its outputs (Jupyter: Edit → Clear Outputs of "
@@ -234,18 +235,6 @@ def _read(text: str):
                            "outputs (Jupyter: Edit → Clear Outputs of All Cells), save it and "
                            "upload it again, or upload its code as a .py script") from None
     return nb
-
-
-def _deeper_than(data: object, limit: int) -> bool:
-    """Whether JSON data nests more than `limit` levels, found without recursion."""
-    stack = [(data, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = item.values() if type(item) is dict else item if type(item) is list else ()
-        stack.extend((c, depth + 1) for c in children if type(c) in (dict, list))
-    return False
 
 
 def _short(exc: object) -> str:
