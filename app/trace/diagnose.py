@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from app.format import clip
 from app.format import diagnostic as _diag
 from app.format.flow import gradient_flow, steep_flow
 
@@ -233,10 +234,16 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
     # torch.func transforms whose function autograd-lab called once itself (func_forward.py)
     forward_drawn = {v["line"] for v in recorder.views.records if v["kind"] == "func_forward"}
     for line, calls in recorder.unrecorded.items():
+        passed_over = recorder.func_passed_over.get(line)
+        verdicts = recorder.check_verdicts.get(line) or {}
         out.append(_diag("not_drawn", "info", _not_drawn(line, calls) + (
             " The forward graph of the function it differentiates, from one ordinary call, "
             "is shown as a view (under \"Graphs the script drew\")."
-            if line in forward_drawn else "")))
+            if line in forward_drawn else
+            f" Its function's forward graph is not drawn: {passed_over}."
+            if passed_over else "") + "".join(
+            f" `{clip(function, 100)}`: {'passed' if ok else 'failed'}."
+            for function, ok in list(verdicts.items())[:5])))
     for problem in recorder.internal_errors[:5]:
         out.append(_diag("tracer_error", "warning",
                          f"autograd-lab could not record part of this run ({problem}); the "

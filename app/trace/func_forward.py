@@ -111,13 +111,20 @@ class FuncCalls:
 
     def _remember(self, call: str, line: int | None, function: Any, args: tuple, kwargs: dict,
                   argnums: Any) -> None:
-        if (line, call) in self._lines or len(self.calls) >= MAX_DRAWN or self.recorder.busy:
+        if (line, call) in self._lines or self.recorder.busy:
+            return
+        if len(self.calls) >= MAX_DRAWN:
+            self._passed_over(line, f"a run draws the first {MAX_DRAWN} such functions")
             return
         sampled: list[bool] = []
         try:
             size = _bytes((args, kwargs))
             if self.remembered_bytes + size > MAX_REMEMBERED_BYTES:
-                return  # a later, smaller call at the line may still be remembered
+                # a later, smaller call at the line may still be remembered
+                self._passed_over(line, f"its arguments take more than the "
+                                  f"{MAX_REMEMBERED_BYTES >> 20} MB autograd-lab copies to "
+                                  "draw it")
+                return
             with self.recorder.guard():
                 copied = _copy(args, sampled), _copy(kwargs, sampled)
         except _Unreadable:
@@ -129,6 +136,10 @@ class FuncCalls:
         self.remembered_bytes += size
         self.calls.append(_Call(call, line, function, copied[0], copied[1], argnums,
                                 any(sampled)))
+
+    def _passed_over(self, line: int | None, why: str) -> None:
+        """Said in the line's not_drawn note (diagnose.py), unless a later call is drawn."""
+        self.recorder.func_passed_over.setdefault(line, why)
 
     def draw(self, namespace: dict) -> None:
         """Call each remembered function once, and keep its graph as a view."""

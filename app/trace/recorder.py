@@ -90,6 +90,10 @@ class Recorder:
         self.unrecorded: dict[int | None, list[str]] = {}
         self._custom_inputs: dict[type, tuple] = {}
         self._pending_steps: dict[int, dict] = {}
+        # checks not drawn as passes: line -> {function: passed every time} (gradcheck_events)
+        self.check_verdicts: dict[int | None, dict[str, bool]] = {}
+        # lines whose torch.func function is not drawn as a view, and why (func_forward.py)
+        self.func_passed_over: dict[int | None, str] = {}
         # lines where the script registered modules' full backward hooks (their shares' label)
         self.module_hook_lines: list[int] = []
         # steps made while a recorded backward pass runs, appended after it (around_backward)

@@ -251,7 +251,22 @@ def test_a_call_on_arguments_past_the_budget_is_not_remembered(trace_source):
     assert [v["line"] for v in doc["views"]] == [6]
     notes = {d["message"].split(":")[0]: d["message"] for d in diagnostics(doc, "not_drawn")}
     assert "shown as a view" not in notes["`torch.func.grad` at line 5"]
+    assert "not drawn: its arguments take more than the 64 MB" in \
+        notes["`torch.func.grad` at line 5"]  # why there is no picture is said
     assert "shown as a view" in notes["`torch.func.grad` at line 6"]
+
+
+def test_functions_past_the_views_a_run_draws_are_said_to_be(trace_source):
+    from app.trace.func_forward import MAX_DRAWN
+
+    calls = "".join(f"print(grad(lambda w: (w * {k}).sum())(torch.ones(2)).tolist())\n"
+                    for k in range(MAX_DRAWN + 1))
+    doc = trace_source("import torch\nfrom torch.func import grad\n" + calls)
+    assert doc["error"] is None, doc["error"]
+    assert len(doc["views"]) == MAX_DRAWN
+    last = next(d["message"] for d in diagnostics(doc, "not_drawn")
+                if d["message"].startswith(f"`torch.func.grad` at line {MAX_DRAWN + 3}"))
+    assert f"not drawn: a run draws the first {MAX_DRAWN} such functions" in last
 
 
 REDRAWN_EXITS = """\

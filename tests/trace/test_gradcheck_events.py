@@ -287,6 +287,9 @@ def test_a_check_in_a_loop_is_one_event_and_checks_leave_room_for_the_scripts_pa
     notes = [d["message"] for d in diagnostics(doc, "not_drawn")]
     assert [m.split(":")[0] for m in notes] == [f"`torch.autograd.gradcheck` at line {n}"
                                                  for n in (CALL_LINE + 6, CALL_LINE + 7)]
+    # not drawn, but their verdicts are said (the script asked for them)
+    assert notes[0].endswith("`torch.sigmoid`: passed.") and \
+        notes[1].endswith("`torch.atan`: passed."), notes
     # the script's own backward is drawn after them, and it filled x.grad as torch would
     own = events[-1]
     assert "gradcheck" not in own and own["line"] == CALL_LINE + 8
