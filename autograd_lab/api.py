@@ -14,6 +14,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from app.format import InvalidTrace, validate
+
 from .display import TraceDisplay
 
 __all__ = ["trace", "show", "fetch_run", "SERVER_ENV"]
@@ -128,6 +130,8 @@ def fetch_run(ref: str, server: str | None = None, timeout: float = 60.0) -> tup
     except ValueError:
         raise ValueError(f"{url} did not answer with JSON: is {base} an autograd-lab server?") \
             from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
-        raise ValueError(f"{url} answered JSON that is not a Trace document")
+    try:
+        validate(doc)  # a server is someone else's: its document is checked like a worker's
+    except InvalidTrace as exc:
+        raise ValueError(f"{url} answered JSON that is not a Trace document ({exc})") from None
     return doc, f"{base}/runs/{urllib.parse.quote(run_id)}"

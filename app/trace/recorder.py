@@ -179,12 +179,18 @@ class Recorder:
             try:
                 result = run()
             except BaseException as exc:
-                self.events.append(recording.finish(error=exc))
-                self._release_steps()
+                try:
+                    self.events.append(recording.finish(error=exc))
+                finally:
+                    self._release_steps()
                 raise
             finally:
                 recording.remove_hooks()
-            event = recording.finish(results=result if returns_grads else None)
+            try:
+                event = recording.finish(results=result if returns_grads else None)
+            except BaseException:
+                self._release_steps()  # held steps are the script's: never lost with our event
+                raise
             if returns_grads and inputs is not None:
                 # autograd.grad returns a gradient per input and leaves .grad alone: what a
                 # parameter's uses add up to is its result, found by this list

@@ -29,7 +29,7 @@ from .devices import device_problem
 from .diagnose import diagnose, flow_findings
 from .failures import explain as explain_failure
 from .figures import MAX_FIGURES, FigureCapture
-from .func_forward import FuncCalls
+from .func_forward import FuncCalls, rng_forked
 from .intercept import instrumented
 from .manual_nodes import HandCalls
 from .recorder import Recorder, RecordingLimits
@@ -72,6 +72,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
     saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")
     recursion_limit = sys.getrecursionlimit()  # a script may raise it; the caller keeps its own
     namespace, run = start()
+    interrupted: KeyboardInterrupt | None = None
     with contextlib.ExitStack() as stack:
         if device != "cpu":
             torch.set_default_device(device)
@@ -91,12 +92,17 @@ def run_traced(doc: Trace, source: str, script_path: str,
                              message=f"the script called sys.exit({exc.code!r})")
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a clear error record
             error = error_from_exception(exc, script_path)
+            # in a kernel (no chosen root), an interrupt is the person's: the cell stops there,
+            # and so do the cells queued after it, as without autograd-lab
+            interrupted = exc if isinstance(exc, KeyboardInterrupt) and not chosen_root else None
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.argv[:], sys.path[:] = saved[2], saved[3]
             if saved[4] is not None:
                 sys.modules["__main__"] = saved[4]
             sys.setrecursionlimit(recursion_limit)
+        if interrupted is not None:
+            raise interrupted  # the stack's exits undo every patch on the way out
         with recorder.guard():
             figures.finish()  # what is still open at the end
         custom_results: dict = {}
@@ -120,7 +126,8 @@ def run_traced(doc: Trace, source: str, script_path: str,
                     stage = "drawing the functions its torch.func transforms differentiate"
                     func_calls.draw(namespace)
                 stage = "checking its custom autograd Functions"
-                custom_results = check_custom_functions(recorder)
+                with rng_forked():  # gradcheck's random inputs are not the script's draws
+                    custom_results = check_custom_functions(recorder)
             except TimeLimitExceeded as exc:
                 error = _late_timeout(recorder, error, exc, stage)
             except Exception as exc:  # noqa: BLE001 - the script's report matters more

@@ -26,13 +26,16 @@ from app.render import (
 )
 from app.render.group import Analysis, analyze
 
-from .gate import Gate
+from .gate import Busy, Gate
 from .settings import Settings
 from .single_flight import SingleFlight
 
 __all__ = ["Drawings", "Layout"]
 
 ANALYSES_KEPT = 16  # graphs whose grouping facts are kept (a big one's are a few MB)
+# how long a request waits for the same picture drawn for another before it is told Busy:
+# joining costs no gate place, so it must not hold its thread for a whole slow render
+FOLLOWER_PATIENCE = 20.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Drawings:
     def _kept(self, key: tuple) -> bytes | None:
         kept = self._drawn.get(key)
         if isinstance(kept, RenderError):
-            raise kept
+            raise _fresh(kept)
         return kept
 
     def _analysis(self, gkey: tuple, graph: dict) -> Analysis:
@@ -92,11 +95,16 @@ class Drawings:
                                        analysis=analysis)
         # graph.json (units and grouping) is the same whatever the label type
         dkey = (key, event, view, grouping, fmt, 1.0 if fmt == "json" else layout.font)
-        data = self._renders.run(dkey, lambda: self._render(dkey, graph, grouping, analysis,
-                                                            fmt, layout))
+        try:
+            data = self._renders.run(dkey, lambda: self._render(dkey, graph, grouping, analysis,
+                                                                fmt, layout),
+                                     patience=FOLLOWER_PATIENCE)
+        except TimeoutError:  # the same picture is being drawn for someone else: come back
+            raise Busy("this drawing is being made for another request: try again in a few "
+                       "seconds") from None
         self._drawn.put(rkey, data)
         if isinstance(data, RenderError):
-            raise data
+            raise _fresh(data)
         return data
 
     def _render(self, dkey: tuple, graph: dict, grouping, analysis: Analysis, fmt: str,
@@ -113,6 +121,13 @@ class Drawings:
                     data = render_graph(group_graph(graph, grouping, analysis), fmt,
                                         font=layout.font)
                 except RenderError as exc:
-                    data = exc
+                    data = _fresh(exc)  # kept without its traceback (see _fresh)
         self._drawn.put(dkey, data)
         return data
+
+
+def _fresh(error: RenderError) -> RenderError:
+    """A kept RenderError raised anew each time: raising the kept one would add each caller's
+    frames to its traceback, and those frames hold the parsed Trace they drew from (a run's
+    first look held its whole Trace for as long as the refusal was kept)."""
+    return RenderError(*error.args)

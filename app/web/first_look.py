@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import logging
 
-from .drawings import Drawings
+from app.render import EventNotFound, RenderError
+from app.render.group import READABLE_NODES
+
+from .drawings import Drawings, Layout
+from .gate import Busy
 from .store import RunStore
 
 __all__ = ["FirstLook"]
 
 log = logging.getLogger(__name__)
+
+# the page's type for a graph small enough to be drawn node by node (static/js/trace_page.js
+# PAGE_FONT): what it asks for first is what is drawn here, or the work is wasted
+PAGE_FONT = 2.0
 
 
 class FirstLook:
@@ -29,9 +37,17 @@ class FirstLook:
         backward = [e for e in doc.get("events") or () if e.get("kind") == "backward"]
         if not backward:
             return  # the page shows the error, or the views: nothing to draw first
+        first = backward[0]
+        key, index = ("run", run_id), first["index"]
         try:
             self.store.gradient_flow(run_id, doc)
-            for fmt in ("json", "svg"):  # the page's order: the grouping, then the picture
-                self.drawings.drawing(("run", run_id), lambda: doc, backward[0]["index"], fmt)
-        except Exception as exc:  # noqa: BLE001 - Busy, a graph graphviz refuses: made when asked
+            if len(first["graph"]["nodes"]) <= READABLE_NODES:  # drawn node by node, larger
+                self.drawings.drawing(key, lambda: doc, index, "svg",
+                                      layout=Layout(font=PAGE_FONT))
+            else:  # the page asks how it is grouped, then for that picture (same grouping)
+                for fmt in ("json", "svg"):
+                    self.drawings.drawing(key, lambda: doc, index, fmt)
+        except (Busy, RenderError, EventNotFound) as exc:  # made when asked, as before
             log.debug("first look at run %s not made: %s", run_id, exc)
+        except Exception:  # noqa: BLE001 - a bug of ours: said, and the run is still served
+            log.exception("first look at run %s", run_id)

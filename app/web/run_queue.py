@@ -180,9 +180,12 @@ class InProcessQueue:
             status["detail"] = kept.get("message") or str(job.error or "") or \
                 "the run could not be started"
         if job.result is not None and job.done.is_set():
-            error = job.result.get("error")
-            status["events"] = len(job.result.get("events") or ())
-            status["error_type"] = error.get("type") if isinstance(error, dict) else None
+            if job.kept_whole:
+                error = job.result.get("error")
+                status["events"] = len(job.result.get("events") or ())
+                status["error_type"] = error.get("type") if isinstance(error, dict) else None
+            else:  # the store kept its script only, with an error that says why
+                status["events"], status["error_type"] = 0, "TraceTooLarge"
         return status
 
     def owner(self, run_id: str) -> str | None:
@@ -212,7 +215,14 @@ class InProcessQueue:
                 self._waiters.setdefault(run_id, []).append((loop, future))
             else:
                 future.set_result(None)
-        await future
+        try:
+            await future
+        finally:
+            if not future.done() or future.cancelled():  # the request went away, or waited
+                with self._lock:   # its time (a status ?wait=): not kept until the run ends
+                    waiting = self._waiters.get(run_id)
+                    if waiting is not None and (loop, future) in waiting:
+                        waiting.remove((loop, future))
         if job.error is not None:
             raise job.error
         assert job.result is not None

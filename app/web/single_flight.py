@@ -18,14 +18,17 @@ class SingleFlight:
         self._lock = threading.Lock()
         self._running: dict[Hashable, Flight] = {}
 
-    def run(self, key: Hashable, work: Callable[[], Any]) -> Any:
+    def run(self, key: Hashable, work: Callable[[], Any], patience: float | None = None) -> Any:
+        """`work`'s result, done once for all callers of `key` at a time; a caller that finds
+        it under way waits at most `patience` seconds (TimeoutError), so that many asking for
+        one slow thing do not each hold a thread for as long as it takes."""
         with self._lock:
             flight = self._running.get(key)
             leads = flight is None
             if leads:
                 flight = self._running[key] = Flight()
         if not leads:
-            return flight.outcome()
+            return flight.outcome(patience)
         try:
             flight.value = work()
         except BaseException as exc:
@@ -44,8 +47,9 @@ class Flight:
         self.value: Any = None
         self.error: BaseException | None = None
 
-    def outcome(self) -> Any:
-        self.done.wait()
+    def outcome(self, patience: float | None = None) -> Any:
+        if not self.done.wait(patience):
+            raise TimeoutError("still being worked out")
         if self.error is not None:
             raise self.error
         return self.value

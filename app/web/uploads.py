@@ -48,7 +48,8 @@ class UploadService:
     async def settled(self, run_id: str, timeout: float) -> None:
         """Wait until the run ends or `timeout` s have passed (a status request that waits:
         the page asks once a second instead of every 0.4 s, and hears of the end at once)."""
-        if not self.pending(run_id):
+        # (status takes the queue's thread locks: not on the event loop)
+        if not await asyncio.to_thread(self.pending, run_id):
             return
         try:
             await asyncio.wait_for(self.queue.result(run_id), timeout)

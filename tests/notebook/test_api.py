@@ -119,3 +119,18 @@ def test_bad_inputs_say_what_to_do(monkeypatch):
     with pytest.raises(ValueError, match="Usage"):
         parse_line("--layout sideways")
     assert parse_line("--event 2 --layout flat --name 'my step'").name == "my step"
+
+
+def test_an_interrupt_stops_the_cell_and_leaves_nothing_patched():
+    """Ctrl-C (or the kernel's interrupt) is the person's: the traced cell stops with it, and
+    so do the cells after it, as without autograd-lab; the tracer's patches are all undone."""
+    backward, grad = torch.Tensor.backward, torch.autograd.grad
+    with pytest.raises(KeyboardInterrupt):
+        autograd_lab.trace("import torch\nw = torch.ones(2, requires_grad=True)\n"
+                           "raise KeyboardInterrupt\n")
+    assert torch.Tensor.backward is backward and torch.autograd.grad is grad
+    assert torch.is_grad_enabled() and not torch.is_anomaly_enabled()
+    doc = autograd_lab.trace("import torch\nw = torch.ones(2, requires_grad=True)\n"
+                             "(w * 2).sum().backward()\n")
+    assert doc["error"] is None and contribution_sum(backward_events(doc)[0], "w").tolist() \
+        == [2.0, 2.0]  # the next cell is traced as ever

@@ -105,3 +105,58 @@ def test_each_request_reads_a_stored_trace_at_most_once(client_, reads, path):
     response = client_.get(path.format(id=run_id))
     assert response.status_code == 200, response.text
     assert reads.get(run_id, 0) <= 1, reads
+
+
+def test_a_refused_drawing_keeps_no_trace_alive(settings, monkeypatch):
+    """A drawing graphviz refuses is kept as its message: raising the kept error again and
+    again grew its traceback, whose frames held the whole parsed Trace they drew from."""
+    import gc
+    import weakref
+
+    import app.web.drawings as drawings_module
+    from app.render import RenderError
+    from app.web.drawings import Drawings
+
+    def refuse(*args, **kwargs):
+        raise RenderError("graphviz gave up on this one")
+
+    monkeypatch.setattr(drawings_module, "render_graph", refuse)
+
+    class Trace(dict):  # a dict that a weak reference can follow
+        pass
+
+    doc = Trace(events=[{"kind": "backward", "index": 0, "graph": {
+        "nodes": [{"id": "n0", "name": "SumBackward0", "kind": "op"}], "edges": []}}])
+    gone = weakref.ref(doc)
+    drawings = Drawings(settings())
+    for _ in range(3):  # drawn once, then refused from the cache
+        with pytest.raises(RenderError, match="gave up"):
+            drawings.drawing(("run", "x"), lambda doc=doc: doc, 0, "svg")
+    del doc
+    gc.collect()
+    assert gone() is None, "a kept refusal still holds the Trace"
+
+
+def test_the_first_look_is_the_picture_the_page_asks_for(client_, monkeypatch):
+    """A small graph: the run page asks for its SVG in larger type (font=2, no graph.json);
+    made as the run was stored (first_look.py), the page's request draws nothing more."""
+    import time
+
+    import app.web.drawings as drawings_module
+
+    drawn: list[float] = []
+    real = drawings_module.render_graph
+
+    def counted(graph, fmt, font=1.0):
+        drawn.append(font)
+        return real(graph, fmt, font=font)
+
+    monkeypatch.setattr(drawings_module, "render_graph", counted)
+    run_id = _run(client_, forgotten=False)
+    deadline = time.monotonic() + 30
+    while not drawn and time.monotonic() < deadline:  # made on the run's thread, after it ends
+        time.sleep(0.05)
+    assert drawn == [2.0], drawn
+    svg = client_.get(f"/api/runs/{run_id}/graph.svg?event=0&font=2")  # as the page asks
+    assert svg.status_code == 200 and svg.text.lstrip().startswith("<?xml")
+    assert drawn == [2.0], drawn  # served as made

@@ -190,3 +190,22 @@ def test_a_persons_share_and_a_full_line_are_refused_at_once(queue):
     with pytest.raises(UnknownRun):
         queue.cancel("never-sent")
     assert queue.status("never-sent") is None and queue.owner("never-sent") is None
+
+
+def test_a_wait_that_times_out_is_forgotten(queue, under_test):
+    """A status request that waits (`?wait=`) and times out leaves nothing behind: a client
+    asking again and again while a long run goes on must not grow what the queue keeps."""
+    run_id = submit(queue, "ann", LOOP)
+    wait_for(lambda: state(queue, run_id) == "running")
+
+    async def ask_often():
+        for _ in range(20):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(queue.result(run_id), 0.05)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, ask_often()).result()
+    kept = getattr(under_test.queue, "_waiters", None)  # the in-process queue's own record
+    if kept is not None:
+        assert not kept.get(run_id), kept.get(run_id)
+    assert state(queue, run_id) == "running"  # the waits did not touch the run
