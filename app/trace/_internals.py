@@ -123,7 +123,17 @@ def _unreadable(exc: RuntimeError):
 
 
 def is_custom_function_node(fn: Any) -> bool:
-    return isinstance(fn, torch.autograd.function.BackwardCFunction)
+    """A node of an `autograd.Function` the script (or a library it uses) wrote; not one
+    torch applies itself (a module's full backward hook runs through torch's own
+    BackwardHookFunction, which is not the script's custom Function to draw and gradcheck)."""
+    return isinstance(fn, torch.autograd.function.BackwardCFunction) and \
+        not is_torchs_own(forward_class(fn))
+
+
+def is_torchs_own(cls: Any) -> bool:
+    """A class torch defines (its module is torch or under it)."""
+    module = getattr(cls, "__module__", None) or ""
+    return module == "torch" or module.startswith("torch.")
 
 
 def forward_class(fn: Any) -> type | None:

@@ -30,6 +30,8 @@ from torch import nn
 from torch.nn.modules import module as nn_module
 from torch.overrides import TorchFunctionMode
 
+from app.format import clip
+
 from . import _internals as internals
 from .backward_event import tensors_of
 
@@ -243,7 +245,8 @@ def _leaves(x: Any, path: str, differentiated: bool, names: dict, params: set[st
         t = x.detach().clone()
         if differentiated and (t.is_floating_point() or t.is_complex()):
             t.requires_grad_(True)
-            names[id(t)] = (path, "parameter" if path in params else "leaf")
+            # the script's dict keys: as long as it likes, so clipped like every name it gives
+            names[id(t)] = (clip(path, 200), "parameter" if path in params else "leaf")
         return t
     if isinstance(x, dict):
         return {k: _leaves(v, str(k) if path_is_top(path) else f"{path}.{k}", differentiated,

@@ -481,8 +481,8 @@ class Recorder:
 
     def saw_custom_apply(self, cls: type, args: tuple) -> None:
         """Keep a small copy of the first inputs of each Function, for gradcheck later."""
-        if self.busy or cls in self._custom_inputs:
-            return
+        if self.busy or cls in self._custom_inputs or internals.is_torchs_own(cls):
+            return  # torch's own Functions (a module hook's) are not the script's to check
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not tensors or sum(t.numel() for t in tensors) > self.limits.gradcheck_max_numel:
             return

@@ -128,7 +128,7 @@ function backwardView(doc, event, name, hooks) {
 function hookLabel(share) {
   const where = share.lines && share.lines.length ? ` at ${share.lines.map(lineLabel).join("; ")}` : "";
   if (share.kind === "hook") return `hook${where}: its change on the way into .grad`;
-  if (share.kind === "module backward hook") return `module's full backward hook${where}: its change to the gradient leaving the module`;
+  if (share.kind === "module backward hook") return `module hook${where}: its change to grad_input`;
   return `post-accumulate-grad hook${where}: its change to .grad`;
 }
 

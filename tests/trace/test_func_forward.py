@@ -313,3 +313,22 @@ def test_a_timeout_while_drawing_after_the_script_says_the_script_finished(trace
     assert err["message"].startswith("the script finished; autograd-lab's extra drawing after "
                                      "it (drawing the functions its torch.func transforms")
     assert doc["stdout"] == "[2.0, 2.0]\ndone\n"  # all of the script's own output
+
+
+def test_a_huge_dict_key_names_a_leaf_clipped_and_the_report_stays_valid():
+    """The keys of a dict given to a torch.func function name its leaves in the view: they are
+    the script's strings, as long as it likes. Through the real sandboxed worker, whose report
+    the runner checks against the schema (a name past its bound would refuse the whole run)."""
+    from app.runner import trace_in_sandbox
+
+    key = "p" * 5000
+    doc = trace_in_sandbox(source=(
+        "import torch\nfrom torch.func import grad\n"
+        f"params = {{{key!r}: torch.ones(2)}}\n"
+        f"print(grad(lambda p: (p[{key!r}] * 3).sum())(params).popitem()[1].tolist())\n"),
+        name="keys.py", timeout=60)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"] == "[3.0, 3.0]\n"
+    (view,) = doc["views"]
+    names = [n["label"] for n in view["graph"]["nodes"] if n["kind"] in ("param", "leaf")]
+    assert names and all(len(n) <= 1000 for n in names), [len(n) for n in names]

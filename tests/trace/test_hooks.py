@@ -125,3 +125,13 @@ def test_an_optimizer_stepped_from_a_post_accumulate_hook(trace_source):
 
 def values_of(uses: list[dict]) -> list[float]:
     return [sum(v) for v in zip(*(u["grad"]["values"] for u in uses), strict=True)]
+
+
+def test_torchs_own_hook_function_is_not_the_scripts_custom_function(traced):
+    """A full backward hook runs through torch's BackwardHookFunction: an op of torch's, not a
+    custom Function of the script's to draw as one and gradcheck (a tutorial got "custom
+    Function `BackwardHookFunction`: gradcheck passes")."""
+    (event,) = backward_events(traced)
+    hooks = [n for n in event["graph"]["nodes"] if n["name"] == "BackwardHookFunctionBackward"]
+    assert hooks and all(n["kind"] == "op" for n in hooks)
+    assert not any("BackwardHookFunction" in d["message"] for d in traced["diagnostics"])
