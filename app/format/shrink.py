@@ -7,9 +7,9 @@ before it writes its report; the bound is the one the supervisor reads back.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from . import json_text
 from .build import diagnostic
 
 __all__ = ["report_text", "shrink_to", "size_of"]
@@ -17,15 +17,15 @@ __all__ = ["report_text", "shrink_to", "size_of"]
 NODES_KEPT = 20_000  # per graph at most, at the last step (fewer where the bound needs it)
 
 
-def report_text(doc: dict) -> str:
-    """`doc` as the worker writes it: ASCII (json's default escapes the rest), so its length
-    is its size in bytes."""
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+def report_text(doc: dict, fast: bool = True) -> bytes:
+    """`doc` as the worker writes it (json_text.py: compact UTF-8; `fast`: through orjson)."""
+    return json_text.dumps(doc, fast)
 
 
 def size_of(doc: dict) -> int:
-    """Bytes of `doc` as the worker writes it."""
-    return len(report_text(doc))
+    """Bytes of `doc` as the worker writes it. Through json's encoder: a document being made
+    smaller is a large one, in a worker whose room the script may have taken (json_text.py)."""
+    return len(report_text(doc, fast=False))
 
 
 def shrink_to(doc: dict, max_bytes: int, bound: int | None = None,

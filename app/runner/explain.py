@@ -173,7 +173,7 @@ def _explain_exception(err: dict, limits: ResourceLimits, source: str = "") -> N
     kind, message = err.get("type", ""), err.get("message", "")
     refused = seccomp.refusal_of(_line_text(source, err.get("line")))
     if kind == "MemoryError" or "can't allocate memory" in message or \
-            "Cannot allocate memory" in message:
+            "Cannot allocate memory" in message or message.strip() == "std::bad_alloc":
         err["exception"] = kind
         err["type"] = "MemoryLimit"
         detail = "" if message in ("", kind) else f": {message.splitlines()[0][:300]}"

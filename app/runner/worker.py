@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import gc
 import importlib
 import io
 import json
+import mmap
 import os
 import signal
 import sys
@@ -45,17 +47,19 @@ def _on_term(signum, frame):
 REPORT_MARGIN = 256 * 1024  # below the bound: the supervisor adds the sandbox's report
 
 
-def _dump(doc: dict, path: Path, text: str | None = None) -> None:
-    # one json.dumps, not json.dump: dump writes piece by piece through json's pure-Python
-    # encoder, 3 times slower (0.36 s of a 48-layer encoder's run); the text is bounded anyway
+def _dump(doc: dict, path: Path, text: bytes | None = None) -> None:
+    # the whole text at once (json_text.py), not json.dump: dump writes piece by piece through
+    # json's pure-Python encoder, 3 times slower; the text is bounded anyway
     if text is None:
-        text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
-    with open(path, "w", encoding="utf-8") as f:
+        from app.format.shrink import report_text  # loaded by prepare(), before the sandbox
+
+        text = report_text(doc, fast=False)
+    with open(path, "wb") as f:
         f.write(text)
 
 
 def _write_document(doc: dict, out: Path, keep: Path | None = None,
-                    text: str | None = None) -> None:
+                    text: bytes | None = None) -> None:
     """`text`: `doc` already encoded (the worker measured it against the report bound)."""
     tmp = out.with_name(PARTIAL_FILE if out.name == RESULT_FILE else out.name + ".partial")
     try:
@@ -78,6 +82,51 @@ def _write_document(doc: dict, out: Path, keep: Path | None = None,
                     f"({exc.strerror}). Make the model or the number of backward passes smaller.")
             _dump(doc, tmp)
     os.replace(tmp, out)
+
+
+# address space kept back from the script for what comes after it (its report): a script that
+# fills its limit (a million-node graph) otherwise left none, and the worker died writing it
+REPORT_ROOM = 96 << 20
+
+
+def _keep_back(size: int):
+    """An untouched anonymous mapping of `size` bytes: under RLIMIT_AS it counts as used, so
+    the script has that much less, and closing it gives it back; no memory is touched."""
+    try:  # (anonymous: fileno -1; MAP_NORESERVE where this Python names it, 3.13 on)
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0))
+    except (OSError, ValueError):
+        return None  # no room even for this: the script's own MemoryError will say so
+
+
+# what a graph's node or edge may take as JSON, at most (names and labels are clipped), and
+# what the rest of a report may: an estimate from above of the report's text
+NODE_TEXT = 2048
+REST_TEXT = 64 << 20
+
+
+def _room_for_orjson(doc: dict) -> bool:
+    """Is there address space left for orjson to write `doc`? An allocation its writer cannot
+    make under RLIMIT_AS kills the worker (SIGSEGV, json_text.py), and the script decides how
+    much room is left: a million-node graph took nearly all of its 2 GiB, and the report was
+    lost. Three times an estimate from above of the text (the writer's buffer doubles as it
+    grows), or json's encoder, which raises MemoryError instead."""
+    import resource
+
+    from .sandbox.rlimits import address_space_in_use
+
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return True
+    graphs = [e.get("graph") for e in doc.get("events") or () if isinstance(e, dict)] + \
+        [v.get("graph") for v in doc.get("views") or () if isinstance(v, dict)]
+    parts = sum(len(g.get("nodes") or ()) + len(g.get("edges") or ())
+                for g in graphs if isinstance(g, dict))
+    text = parts * NODE_TEXT + REST_TEXT + len(doc.get("stdout") or "") * 6 + \
+        len(doc.get("stderr") or "") * 6
+    try:
+        return limit - address_space_in_use() > 3 * text
+    except OSError:
+        return False
 
 
 def _clear_folder(folder: Path, keep: set[str]) -> None:
@@ -140,6 +189,12 @@ def prepare() -> None:
     from .sandbox import seccomp
 
     seccomp.preload()
+    # what is loaded by now (torch, numpy, the tracer: over a million objects) lives as long
+    # as the run. Left in the collector's generations, every full collection during the
+    # script walks all of it, and in a forked run touches, so copies, the pages it sits on:
+    # the 48-layer encoder traced in 0.6 s instead of 0.34 (no collect first: 0.12 s more
+    # for each exec'd run, to free a little)
+    gc.freeze()
 
 
 def _plotting() -> None:
@@ -250,8 +305,11 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     apply_job(run_limits, float(job.timeout))
     limits = RecordingLimits(max_backward_events=job.max_events,
                              max_step_events=job.max_events)
+    reserve = _keep_back(REPORT_ROOM)
+    script_module: list = []  # never freed: this process ends with os._exit (tracer.py)
     doc = trace_script(run_dir / job.script, name=job.name, argv=job.args, device=job.device,
-                       limits=limits)
+                       limits=limits, after_script=reserve.close if reserve else None,
+                       keep=script_module)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
@@ -260,10 +318,11 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
 
     bounds = ResourceLimits.from_json(sandbox.get("limits", {}))
     bound = min(bounds.report_mb, bounds.file_size_mb) << 20
-    text = report_text(doc)  # measured and written: one encoding when it fits
+    fast = _room_for_orjson(doc)
+    text = report_text(doc, fast)  # measured and written: one encoding when it fits
     if len(text) > bound - REPORT_MARGIN:
         doc = shrink_to(doc, bound - REPORT_MARGIN, bound, size=len(text))
-        text = report_text(doc)
+        text = report_text(doc, fast)
     _write_document(doc, run_dir / RESULT_FILE, keep=run_dir / job.script, text=text)
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report

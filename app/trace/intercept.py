@@ -58,6 +58,8 @@ class _OpMode(TorchFunctionMode):
         out = func(*args, **kwargs)
         try:
             self.recorder.after_op(func, args, kwargs, out)
+        except MemoryError:
+            raise  # the script is out of memory at this line, ours or not: it says so
         except Exception as exc:  # noqa: BLE001 - never break the script for our bookkeeping
             self.recorder._internal_error("watching an operation", exc)
         return out

@@ -131,7 +131,9 @@ class Recorder:
         return self._busy > 0
 
     def _internal_error(self, where: str, exc: BaseException) -> None:
-        self.internal_errors.append(f"{where}: {type(exc).__name__}: {exc}")
+        # bounded: a failure on every operation of a long script is the same few lines
+        if len(self.internal_errors) < MAX_NOTES:
+            self.internal_errors.append(f"{where}: {type(exc).__name__}: {exc}")
 
     def current_line(self) -> int | None:
         for frame in script_frames(self.script_path):

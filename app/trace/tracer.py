@@ -40,8 +40,15 @@ __all__ = ["trace_script", "run_traced"]
 
 
 def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None = None,
-                 device: str = "cpu", limits: RecordingLimits | None = None) -> Trace:
-    """Run the script at `path` under the recorder and return its Trace document."""
+                 device: str = "cpu", limits: RecordingLimits | None = None,
+                 after_script: Callable[[], None] | None = None,
+                 keep: list | None = None) -> Trace:
+    """Run the script at `path` under the recorder and return its Trace document.
+    `after_script()` is called the moment the script ends, however it ends (the worker frees
+    the memory it kept back for the report). `keep` gets the script's module, which then
+    outlives this call: a worker that exits after its report never frees the script's graph,
+    whose nodes, once Python has wrapped them (the recorder does), torch frees recursively: a
+    million-node chain overflowed the stack in that teardown and lost the report."""
     path = Path(path).resolve()
     source = path.read_text(encoding="utf-8", errors="replace")
     doc = new_document(name or path.name, source, device, torch.__version__)
@@ -49,14 +56,18 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
 
     def start() -> tuple[dict, Callable[[], object]]:
         module = main_module(path)
+        if keep is not None:
+            keep.append(module)
         return module.__dict__, lambda: exec_as_main(path, source, list(argv or []), module)
 
-    return run_traced(doc, source, str(path), start, device=device, limits=limits)
+    return run_traced(doc, source, str(path), start, device=device, limits=limits,
+                      after_script=after_script)
 
 
 def run_traced(doc: Trace, source: str, script_path: str,
                start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str = "cpu",
-               limits: RecordingLimits | None = None, chosen_root: bool = True) -> Trace:
+               limits: RecordingLimits | None = None, chosen_root: bool = True,
+               after_script: Callable[[], None] | None = None) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
@@ -84,7 +95,11 @@ def run_traced(doc: Trace, source: str, script_path: str,
         figures = stack.enter_context(FigureCapture(recorder.current_line))
         sys.stdout, sys.stderr = out, err
         try:
-            run()
+            try:
+                run()
+            finally:  # first, before the error is even written down (it takes memory too)
+                if after_script is not None:
+                    after_script()
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 error = error_from_exception(exc, script_path)

@@ -32,7 +32,7 @@ APP_FILE = ROOT / "app" / "cli.py"
 class Case:
     id: str
     source: str          # may use {outside}, {port}, {app_file}
-    type: str            # the error's type, or None for a run that must succeed
+    type: str | tuple[str, ...] | None  # the error's type (either of), or None: must succeed
     message: str = ""    # a regular expression the message must match
     line: int | tuple[int, ...] | None = None  # a loop may be stopped on either of its lines
     needs: tuple[str, ...] = ()
@@ -115,9 +115,13 @@ CASES = [
     # the moment the limit came (faulthandler on SIGTERM; it once said no line under load)
     Case("native-call-past-the-grace", "x = 1\ny = sum(range(10**13))\n", "Timeout",
          r"longer than the 2 s limit and was stopped at line 2\.", line=2, timeout=2),
+    # whichever limit it meets first, said with the loop's line: with the tracer's per-node
+    # cost, a fast machine fills the tests' 512 MiB before 3 s (the worker keeps room back for
+    # the report; before, it died writing it), a loaded one does not
     Case("million-node-graph", "import torch\nx = torch.ones(1, requires_grad=True)\ny = x\n"
-         "for _ in range(10**6):\n    y = y * 1.0\ny.backward()\n", "Timeout",
-         r"longer than the 3 s limit and was stopped at line [45]", line=(4, 5), timeout=3),
+         "for _ in range(10**6):\n    y = y * 1.0\ny.backward()\n", ("Timeout", "MemoryLimit"),
+         r"longer than the 3 s limit and was stopped at line [45]|more memory than the 512 MiB",
+         line=(4, 5), timeout=3),
     # not hostile: what ordinary scripts ask of the system still answers in the run's own root
     # (before: getpass.getuser() raised KeyError, /dev/fd and the time zones were missing)
     Case("ordinary-system-lookups",
@@ -172,7 +176,8 @@ def test_hostile_script(case: Case, pool, outside, listener):
         assert error is None, error
     else:
         assert error is not None, f"expected {case.type}, the run succeeded"
-        assert error["type"] == case.type, error
+        assert error["type"] in ((case.type,) if isinstance(case.type, str) else case.type), \
+            error
         assert re.search(case.message, error["message"], re.S), error["message"]
         if case.line is not None:
             lines = case.line if isinstance(case.line, tuple) else (case.line,)
