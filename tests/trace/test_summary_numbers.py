@@ -1,0 +1,58 @@
+"""The numbers a Trace carries, checked against torch in float64 (summary.py): values written
+short enough to keep a big model's report small, and every float32 given back exactly; edge
+norms taken in float32 where that is exact enough, and still right far from 1."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from app.trace.summary import norm_of, summarize
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 1e-12, 1e-30, 1e-40, 1e8, 1e30])
+def test_float32_values_come_back_exactly_from_their_json(scale):
+    torch.manual_seed(0)
+    t = (torch.randn(3000, dtype=torch.float64) * scale).float()
+    text = json.dumps(summarize(t)["values"])
+    back = torch.tensor(json.loads(text), dtype=torch.float64).float()
+    assert torch.equal(back, t)  # 9 significant digits give every float32 back
+
+
+def test_float32_values_are_written_in_at_most_nine_significant_digits():
+    torch.manual_seed(1)
+    t = torch.randn(2000)
+    for number in json.dumps(summarize(t)["values"])[1:-1].split(","):
+        mantissa = number.strip().lstrip("-").split("e")[0].replace(".", "").lstrip("0")
+        assert len(mantissa) <= 9, number
+    # and the text is far shorter than the 17 digits a float64 copy takes
+    full = json.dumps(t.double().tolist())
+    assert len(json.dumps(summarize(t)["values"])) < 0.75 * len(full)
+
+
+def test_float64_values_keep_every_digit():
+    t = torch.tensor([1 / 3, math.pi, 1e-300], dtype=torch.float64)
+    assert summarize(t)["values"] == t.tolist()
+
+
+def test_zeros_infinities_and_nan_stay_what_they_are():
+    t = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.5])
+    assert summarize(t)["values"] == [0.0, -0.0, "Infinity", "-Infinity", "NaN", 1.5]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-6, 1e-25, 1e-40, 1e25])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_edge_norms_agree_with_torch_in_float64(scale, dtype):
+    torch.manual_seed(2)
+    t = (torch.randn(64, 33, dtype=torch.float64) * scale).to(dtype)
+    expected = float(t.double().norm())
+    got = norm_of(t)
+    if expected == 0:  # the scale underflowed the dtype itself: nothing left to measure
+        assert got == 0
+    elif math.isinf(expected):  # or overflowed it (float16 at 1e25)
+        assert got == "Infinity"
+    else:  # float32's squares underflow at 1e-25 and overflow at 1e25: those are not lost
+        assert got == pytest.approx(expected, rel=1e-6)
