@@ -28,6 +28,7 @@ from .routers import api, classes, docs, pages, runs
 from .run_queue import InProcessQueue
 from .sandbox_status import announce
 from .settings import Settings
+from .static_assets import ForeverStaticFiles, content_version
 from .store import RunStore
 from .traces import TraceService
 from .uploads import UploadService
@@ -79,7 +80,12 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     templates.env.filters.update(narration=narration_html, inline=inline_html,
                                  source_lines=source_lines)
     app.state.templates = templates
-    app.mount("/static", StaticFiles(directory=str(resource_dir("static"))), name="static")
+    static = resource_dir("static")
+    # the pages' own addresses: named by the files' content, kept by browsers for good; the
+    # plain folder stays for addresses written down elsewhere (static_assets.py)
+    app.mount(f"/static/v/{content_version(static)}", ForeverStaticFiles(directory=str(static)),
+              name="static")
+    app.mount("/static", StaticFiles(directory=str(static)), name="static-plain")
     install_error_handlers(app)
     # outermost last: the Host is checked first, then where a state change comes from
     app.add_middleware(ClientCookie)

@@ -83,6 +83,33 @@ def test_static_files_and_vendored_library_with_licence(client):
     assert "3.6.2" in client.get(vendor + "VERSION").text
 
 
+def test_pages_name_their_files_by_content_and_browsers_keep_them(client):
+    """static_assets.py: a page's files are under /static/v/<hash>/, kept by a browser without
+    asking again; the hash follows the files' bytes, and the plain /static/ is revalidated."""
+    import hashlib
+
+    from app.resources import resource_dir
+
+    page = client.get("/own-code").text
+    found = set(re.findall(r'="(?:https?://[^/"]+)?/static/v/([0-9a-f]{12})/js/own_code\.js"',
+                           page))
+    assert len(found) == 1, page[:2000]
+    (version,) = found
+    served = client.get(f"/static/v/{version}/js/own_code.js")
+    assert served.headers["cache-control"] == "public, max-age=31536000, immutable"
+    plain = client.get("/static/js/own_code.js")
+    assert "immutable" not in plain.headers.get("cache-control", "")
+    assert served.content == plain.content == (
+        resource_dir("static") / "js" / "own_code.js").read_bytes()
+    assert client.get("/static/v/000000000000/js/own_code.js").status_code == 404
+    # the name is a hash of every file and its path: recomputed here, independently
+    folder = resource_dir("static")
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    assert version == digest.hexdigest()[:12]
+
+
 def test_page_scripts_load_nothing_from_another_host(client):
     """Every ES module imports by relative path only, and fetches only /api."""
     from app.resources import resource_dir
