@@ -33,7 +33,8 @@ class BackwardRecording:
                  max_nodes: int = 200_000, escapes_of: Callable | None = None,
                  create_graph: bool = False, budget=None,
                  hooks_on: Callable[[torch.Tensor], list] | None = None,
-                 module_hook_lines: list[int] | None = None) -> None:
+                 module_hook_lines: list[int] | None = None,
+                 nonleaf_inputs: list[tuple[torch.Tensor, str]] | None = None) -> None:
         self.index = index
         self.call = call
         self.line = line
@@ -56,7 +57,7 @@ class BackwardRecording:
         with guard():
             self._before = {name: summarize(t.grad, budget=budget)
                             for name, t in self._tracked.items()}
-        self._leaf_slots = self._slots_into_leaves()
+        self._leaf_slots = self._slots_into_leaves(nonleaf_inputs or [])
         self.cuts = find_cuts(self.walk, self._tracked, escapes_of)
         # hooked leaves: node id -> (name, leaf, its hooks); their sums, kept as tensors
         self._hooked: dict[str, tuple[str, torch.Tensor, list]] = {}
@@ -75,13 +76,29 @@ class BackwardRecording:
                                  for name, t, _ in self._hooked.values() if t.grad is not None}
         self._hook_all()
 
-    def _slots_into_leaves(self) -> dict[str, dict[int, str]]:
-        """consumer node id -> {slot: leaf name} for every edge into an AccumulateGrad."""
+    def _slots_into_leaves(self, nonleaf_inputs: list[tuple[torch.Tensor, str]]
+                           ) -> dict[str, dict[int, str]]:
+        """consumer node id -> {slot: leaf name} for every edge into an AccumulateGrad, and
+        into the node of a computed tensor that `autograd.grad` is asked about (`x` in
+        `grad(y, x)`, `x = leaf.clone()`): what reaches it along those edges is its result,
+        summed by the engine, so its uses are counted as a leaf's are."""
         out: dict[str, dict[int, str]] = {}
+        node_of = {fn: node_id for node_id, fn in self.walk.fns.items()}
+        computed = {}  # node id -> [(which output of that node, name)]
+        for tensor, name in nonleaf_inputs:
+            node_id = node_of.get(tensor.grad_fn)
+            if node_id is not None:
+                computed.setdefault(node_id, []).append((tensor.output_nr, name))
         for e in self.walk.edges:
             leaf = self.walk.leaves.get(e["source"])
             if leaf is not None:
                 out.setdefault(e["target"], {})[e["slot"]] = leaf[1]
+            elif e["source"] in computed and e["target"] in self.walk.fns:
+                # the consumer's edge names the output of the node it takes: only `x`'s own
+                _fn, output = self.walk.fns[e["target"]].next_functions[e["slot"]]
+                for wanted, name in computed[e["source"]]:
+                    if output == wanted:
+                        out.setdefault(e["target"], {})[e["slot"]] = name
         return out
 
     def _hook_all(self) -> None:

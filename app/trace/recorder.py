@@ -169,9 +169,10 @@ class Recorder:
             if self.backward_count() >= self.limits.max_backward_events:
                 self.skipped["backward"] += 1
                 return run()
+            input_names = self._input_names(inputs) if returns_grads else None
             try:
                 recording = self._start_backward(call, tensors_of(outputs), synthetic,
-                                                 create_graph)
+                                                 create_graph, input_names)
             except Exception as exc:  # noqa: BLE001 - the script must run even if we cannot trace
                 self._internal_error("walking the graph", exc)
                 return run()
@@ -193,15 +194,10 @@ class Recorder:
             except BaseException:
                 self._release_steps()  # held steps are the script's: never lost with our event
                 raise
-            if returns_grads and inputs is not None:
+            if input_names is not None:
                 # autograd.grad returns a gradient per input and leaves .grad alone: what a
                 # parameter's uses add up to is its result, found by this list
-                try:
-                    with self.guard():
-                        event["inputs"] = [self.namer.name(x)[0]
-                                           for x in tensors_of(inputs)][:10_000]
-                except Exception as exc:  # noqa: BLE001
-                    self._internal_error("naming autograd.grad's inputs", exc)
+                event["inputs"] = [name for _t, name in input_names][:10_000]
             self.events.append(event)
             self._release_steps()
             if create_graph:
@@ -249,8 +245,27 @@ class Recorder:
         if view is not None:
             event["gradient_view"] = view
 
+    def _input_names(self, inputs: Any) -> list[tuple[torch.Tensor, str]] | None:
+        """autograd.grad's inputs, each with its name: a leaf's as every leaf is named, a
+        computed tensor's by the script's variable (`x = leaf.clone()` is `x`, not a made-up
+        leaf that "received no gradient"), else `input N`."""
+        try:
+            with self.guard():
+                self.namer.refresh()
+                named = []
+                for i, x in enumerate(tensors_of(inputs)[:10_000], 1):
+                    if x.grad_fn is None:
+                        named.append((x, self.namer.name(x)[0]))
+                    else:
+                        named.append((x, self.namer.variable_name_of(x) or f"input {i}"))
+                return named
+        except Exception as exc:  # noqa: BLE001
+            self._internal_error("naming autograd.grad's inputs", exc)
+            return None
+
     def _start_backward(self, call: str, outputs: list[torch.Tensor], synthetic: bool,
-                        create_graph: bool = False):
+                        create_graph: bool = False,
+                        input_names: list[tuple[torch.Tensor, str]] | None = None):
         with self.guard():
             self.namer.refresh()
             labelled = [(t, self.namer.variable_name_of(t) or "output") for t in outputs]
@@ -264,7 +279,8 @@ class Recorder:
                 script_path=self.script_path, namer=self.namer, storage_names=storage_names,
                 guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes,
                 escapes_of=self.escapes_of, create_graph=create_graph, budget=self.values,
-                hooks_on=self.hooks_on, module_hook_lines=self.module_hook_lines)
+                hooks_on=self.hooks_on, module_hook_lines=self.module_hook_lines,
+                nonleaf_inputs=[(t, n) for t, n in input_names or () if t.grad_fn is not None])
 
     # -- optimizer steps -------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer) -> None:

@@ -130,13 +130,13 @@ def run_traced(doc: Trace, source: str, script_path: str,
                 if error is None and recorder.backward_count() == 0 and hand:
                     stage = "drawing the graph of the nodes it calls by hand"
                     hand.show(recorder, namespace)  # its nodes' graph: no pass of ours
-                elif error is None and recorder.backward_count() == 0 and chosen_root:
+                elif error is None and recorder.backward_count() == 0 and chosen_root \
+                        and not _computed_unrecorded(recorder):
                     stage = "running backward from the tensor it chose as the root"
                     error = _backward_from_chosen_root(recorder, namespace)
-                    if error and error["type"] == "NoGraph" and _computed_unrecorded(recorder):
-                        # its gradients came from calls noted under What to notice (gradcheck,
-                        # torch.func): a run that did what it meant to, not a failure
-                        error = None
+                # a script whose autograd work went through calls noted under What to notice
+                # (torch.func, gradcheck) did what it meant to: no backward of ours is added
+                # (PyTorch's ensembling tutorial, forward-only vmap, got one nobody asked for)
                 if error is None:
                     stage = "drawing the functions its torch.func transforms differentiate"
                     func_calls.draw(namespace)

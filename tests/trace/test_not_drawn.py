@@ -135,3 +135,26 @@ def test_a_torch_func_only_script_succeeds_with_its_notes(trace_source):
 def test_a_script_with_no_gradient_work_at_all_is_still_no_graph(trace_source):
     doc = trace_source("import torch\nprint(torch.ones(2) * 2)\n")
     assert doc["error"]["type"] == "NoGraph"
+
+
+def test_a_forward_only_torch_func_script_gets_no_backward_of_ours(trace_source):
+    """PyTorch's ensembling tutorial: models' stacked parameters (they require grad) run
+    forward under vmap(functional_call), and nothing calls backward. Before, autograd-lab ran
+    a backward from a root it chose, which the script never asked for."""
+    doc = trace_source(
+        "import copy, torch\n"
+        "from torch.func import functional_call, stack_module_state, vmap\n"
+        "torch.manual_seed(0)\n"
+        "models = [torch.nn.Linear(3, 2) for _ in range(4)]\n"
+        "params, buffers = stack_module_state(models)\n"
+        "base = copy.deepcopy(models[0]).to('meta')\n"
+        "def run(p, b, x):\n"
+        "    return functional_call(base, (p, b), (x,))\n"
+        "x = torch.randn(5, 3)\n"
+        "out = vmap(run, in_dims=(0, 0, None))(params, buffers, x)\n"
+        "print(tuple(out.shape), out.requires_grad)\n")
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"].strip() == "(4, 5, 2) True"  # a graph was there to pick a root from
+    assert backward_events(doc) == []
+    assert diagnostics(doc, "root_chosen") == []
+    assert any("line 10" in d["message"] for d in diagnostics(doc, "not_drawn"))

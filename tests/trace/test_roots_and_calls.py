@@ -210,3 +210,38 @@ def test_node_lines_without_anomaly_mode_are_the_lines_anomaly_mode_gives(trace_
     lines = [(n["id"], n["name"], n["line"], n.get("module")) for n in with_anomaly]
     assert [(n["id"], n["name"], n["line"], n.get("module")) for n in without] == lines
     assert {line for _, _, line, _ in lines} >= {19, 20, 21, 22, 23, 24}
+
+
+NONLEAF_INPUT = """
+import torch
+torch.manual_seed(0)
+leaf = torch.randn(4, requires_grad=True)
+x = leaf * 3
+a, b = x.chunk(2)
+y = (a * a).sum() + (a * b).sum() + b.sum()
+ga, gx = torch.autograd.grad(y, (a, x))
+"""
+
+
+def test_autograd_grad_of_a_computed_tensor_counts_its_uses_and_blames_no_leaf(trace_source):
+    # found on PyTorch's double-backward tutorial: grad w.r.t. `x = leaf.clone()` named x a
+    # made-up leaf "leaf1", recorded no use of it, and warned it "received no gradient"
+    doc = trace_source(NONLEAF_INPUT)
+    assert doc["error"] is None
+    (event,) = backward_events(doc)
+    assert event["inputs"] == ["a", "x"]
+    torch.manual_seed(0)  # what torch returns, computed here plainly
+    leaf = torch.randn(4, requires_grad=True)
+    x = leaf * 3
+    a, b = x.chunk(2)
+    y = (a * a).sum() + (a * b).sum() + b.sum()
+    expected = torch.autograd.grad(y, (a, x))
+    for name, returned, want in zip(event["inputs"], event["results"], expected, strict=True):
+        assert torch.allclose(values(returned), want.double())
+        uses = event["contributions"][name]
+        # each use's gradient, summed, is what autograd.grad returned for it
+        assert torch.allclose(sum(values(u["grad"]) for u in uses), want.double())
+    assert len(event["contributions"]["a"]) == 3  # a * a (twice) and a * b; not b's uses
+    assert len(event["contributions"]["x"]) == 1  # chunk takes it once
+    assert set(doc["params"]) == {"leaf"}  # no made-up leaf for a computed tensor
+    assert not diagnostics(doc, "no_gradient")
