@@ -47,7 +47,33 @@ class TraceDisplay:
             bundle["image/svg+xml"] = svg
         if self.link or self.trace.get("error"):
             bundle["text/html"] = self._html(svg, lines)
+        # the live view where a notebook runs widgets (JupyterLab, VS Code, Colab); the SVG and
+        # HTML above stay in the bundle for what runs none (GitHub, nbviewer)
+        try:
+            live = self._widget(svg, lines[0])
+            if live is not None:
+                view = live._repr_mimebundle_()
+                view = view[0] if isinstance(view, tuple) else view  # (data, metadata) or data
+                bundle.update({k: v for k, v in view.items() if k != "text/plain"})
+        except Exception as exc:  # noqa: BLE001 - the static output above is still whole
+            bundle["text/plain"] += f"\n(the live view could not be made: {exc})"
         return bundle
+
+    def _widget(self, svg: str | None, summary: str):
+        """The anywidget of the drawn backward pass (widget.py), or None: no anywidget here
+        (the `notebook` extra), or nothing but a make_dot view to show."""
+        try:
+            from .widget import TraceWidget
+        except ImportError:
+            return None
+        backward = [e for e in self.trace.get("events") or () if e.get("kind") == "backward"]
+        index = self.event if self.event is not None else \
+            (backward[0]["index"] if backward else None)
+        if index is None or svg is None:
+            return None
+        self.live = TraceWidget(self.trace, event=index, svg=svg, summary=summary,
+                                link=self.link)
+        return self.live
 
     def summary(self, drawn: str | None = None) -> str:
         doc = self.trace

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import os
 import subprocess
@@ -84,6 +86,7 @@ def executed(tmp_path_factory):
         nb = nbformat.v4.new_notebook()
         nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
         client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
+                                         store_widget_state=True,
                                          resources={"metadata": {"path": str(tmp)}})
         client.execute()
     finally:
@@ -150,3 +153,31 @@ def test_a_cell_that_raises_is_said_and_the_kernel_goes_on(executed):
     assert "The code failed at line 1: RuntimeError" in said
     assert "RuntimeError" in _data(failed, "text/html")
     assert _stdout(after) == "still here 2\n"
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def test_the_magic_shows_the_live_widget_whose_trace_sums_to_the_kernels_grads(executed):
+    """The widget's view is in the cell's output; its model's state, as the notebook keeps it,
+    holds the Trace gzipped, and that Trace's per-use contributions sum to .grad."""
+    pytest.importorskip("anywidget")
+    view = _data(executed.cells[2], WIDGET_VIEW)
+    models = executed.metadata["widgets"][WIDGET_STATE]["state"]
+    model = models[view["model_id"]]
+    assert model["model_name"] == "AnyModel"
+    (kept,) = [b for b in model["buffers"] if b["path"] == ["trace_gz"]]
+    doc = json.loads(gzip.decompress(base64.b64decode(kept["data"])))
+    grads = json.loads(_stdout(executed.cells[3]))
+    (event,) = backward_events(doc)
+    assert model["state"]["event"] == event["index"]
+    for name, grad in grads.items():
+        assert torch.allclose(contribution_sum(event, name),
+                              torch.tensor(grad, dtype=torch.float64), atol=1e-6), name
+    # the drawing it opens with has the Trace's node ids (a click finds its record)
+    svg = ET.fromstring(model["state"]["svg"])
+    drawn = {g.get("id") for g in svg.iter() if g.get("class", "").startswith("node")}
+    assert {n["id"] for n in event["graph"]["nodes"]} <= drawn
+    # and the static SVG stays in the bundle for what runs no widgets (GitHub, nbviewer)
+    assert _svg(executed.cells[2]).tag.endswith("svg")

@@ -1,0 +1,99 @@
+"""The live view in a notebook: an anywidget whose JavaScript is the run page's own modules.
+
+`static/js/widget.js` imports graph.js, panel.js, accumulation.js and replay.js as the page does
+(trace_page.js). A widget's module reaches the browser as text, where relative imports have
+nothing to resolve against, so each module's `from "./x.js"` is pointed at x.js's own text as a
+data: URL (`page_module`): the files themselves, unchanged but for those specifiers; nothing is
+copied into this package. The page's stylesheet comes along, read in a shadow root with `:root`
+as `:host`, and so does the vendored svg-pan-zoom.
+
+The Trace travels gzipped; the drawing is the kernel's (graphviz, as TraceDisplay draws it).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import re
+from functools import cache
+
+import anywidget
+import traitlets
+
+from app.render import KINDS
+from app.resources import resource_dir
+
+__all__ = ["TraceWidget", "page_module", "modules_of"]
+
+_IMPORT = re.compile(r'''(\bfrom\s*|\bimport\s*)(["'])\./([A-Za-z0-9_]+\.js)\2''')
+PAN_ZOOM = "vendor/svg-pan-zoom-3.6.2/svg-pan-zoom.min.js"
+
+
+def _js(name: str) -> str:
+    return (resource_dir("static") / "js" / name).read_text(encoding="utf-8")
+
+
+def modules_of(name: str) -> list[str]:
+    """`name` and every module it imports, at any depth, imported ones first."""
+    found: list[str] = []
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        if module in found:
+            return
+        if module in path:
+            raise ValueError(f"the page's modules import in a cycle: {' → '.join(path)}")
+        for _, _, imported in _IMPORT.findall(_js(module)):
+            visit(imported, (*path, module))
+        found.append(module)
+
+    visit(name, ())
+    return found
+
+
+@cache
+def page_module(name: str) -> str:
+    """static/js/`name` with each relative import pointed at its module's text (a data: URL,
+    the same URL wherever it is imported: one instance of each module)."""
+    def inline(match: re.Match) -> str:
+        text = page_module(match[3]).encode("utf-8")
+        url = "data:text/javascript;base64," + base64.b64encode(text).decode("ascii")
+        return f"{match[1]}{match[2]}{url}{match[2]}"
+
+    return _IMPORT.sub(inline, _js(name))
+
+
+@cache
+def _css() -> str:
+    text = (resource_dir("static") / "css" / "app.css").read_text(encoding="utf-8")
+    return re.sub(r"(?m)^:root\b", ":host", text)
+
+
+@cache
+def _pan_zoom() -> str:
+    return (resource_dir("static") / PAN_ZOOM).read_text(encoding="utf-8")
+
+
+class TraceWidget(anywidget.AnyWidget):
+    """One backward pass of a Trace, drawn and explained as on the run page."""
+
+    _esm = traitlets.Unicode().tag(sync=True)
+    trace_gz = traitlets.Bytes().tag(sync=True)
+    event = traitlets.Int(allow_none=True).tag(sync=True)
+    svg = traitlets.Unicode("").tag(sync=True)
+    summary = traitlets.Unicode("").tag(sync=True)
+    link = traitlets.Unicode("").tag(sync=True)
+    css = traitlets.Unicode("").tag(sync=True)
+    pan_zoom_js = traitlets.Unicode("").tag(sync=True)
+    kinds = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, trace: dict, *, event: int | None, svg: str | None, summary: str,
+                 link: str | None = None) -> None:
+        super().__init__(_esm=page_module("widget.js"), css=_css(), pan_zoom_js=_pan_zoom(),
+                         kinds=dict(KINDS),
+                         trace_gz=gzip.compress(json.dumps(trace).encode("utf-8"), 6),
+                         event=event, svg=svg or "", summary=summary, link=link or "")
+
+    @property
+    def trace(self) -> dict:
+        return json.loads(gzip.decompress(self.trace_gz))
