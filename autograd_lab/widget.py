@@ -21,6 +21,7 @@ from functools import cache
 import anywidget
 import traitlets
 
+from app.format import json_text
 from app.render import KINDS
 from app.resources import resource_dir
 
@@ -91,7 +92,8 @@ class TraceWidget(anywidget.AnyWidget):
                  link: str | None = None) -> None:
         super().__init__(_esm=page_module("widget.js"), css=_css(), pan_zoom_js=_pan_zoom(),
                          kinds=dict(KINDS),
-                         trace_gz=gzip.compress(json.dumps(trace).encode("utf-8"), 6),
+                         # json_text: NaN as null (a browser's JSON.parse takes no NaN)
+                         trace_gz=gzip.compress(json_text.dumps(trace), 6),
                          event=event, svg=svg or "", summary=summary, link=link or "")
 
     @property

@@ -104,6 +104,19 @@ NODE_TEXT = 2048
 REST_TEXT = 64 << 20
 
 
+def _out_of_memory(doc: dict) -> dict:
+    from app.format import error_record, new_document
+
+    script = doc.get("script") or {}
+    small = new_document(script.get("name", "script.py"), script.get("source", ""),
+                         doc.get("device", "cpu"), doc.get("torch"))
+    small["stdout"], small["stderr"] = (doc.get("stdout") or "")[-4096:], \
+        (doc.get("stderr") or "")[-4096:]
+    small["error"] = doc.get("error") or error_record(
+        "MemoryError", "the run's report did not fit in the memory the script left")
+    return small
+
+
 def _room_for_orjson(doc: dict) -> bool:
     """Is there address space left for orjson to write `doc`? An allocation its writer cannot
     make under RLIMIT_AS kills the worker (SIGSEGV, json_text.py), and the script decides how
@@ -302,10 +315,11 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
 
         torch.set_num_threads(threads)
     drop_stdin()
+    # mapped before the job's limit is set from what is mapped: the script's budget is whole
+    reserve = _keep_back(REPORT_ROOM)
     apply_job(run_limits, float(job.timeout))
     limits = RecordingLimits(max_backward_events=job.max_events,
                              max_step_events=job.max_events)
-    reserve = _keep_back(REPORT_ROOM)
     script_module: list = []  # never freed: this process ends with os._exit (tracer.py)
     doc = trace_script(run_dir / job.script, name=job.name, argv=job.args, device=job.device,
                        limits=limits, after_script=reserve.close if reserve else None,
@@ -318,11 +332,17 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
 
     bounds = ResourceLimits.from_json(sandbox.get("limits", {}))
     bound = min(bounds.report_mb, bounds.file_size_mb) << 20
-    fast = _room_for_orjson(doc)
-    text = report_text(doc, fast)  # measured and written: one encoding when it fits
-    if len(text) > bound - REPORT_MARGIN:
-        doc = shrink_to(doc, bound - REPORT_MARGIN, bound, size=len(text))
-        text = report_text(doc, fast)
+    try:
+        fast = _room_for_orjson(doc)
+        text = report_text(doc, fast)  # measured and written: one encoding when it fits
+        if len(text) > bound - REPORT_MARGIN:
+            doc = shrink_to(doc, bound - REPORT_MARGIN, bound, size=len(text))
+            text = report_text(doc, fast)
+    except MemoryError:
+        # what the script left (threads of its own may still take memory) could not hold the
+        # report: a small one that says so, rather than none
+        doc = _out_of_memory(doc)
+        text = report_text(doc, fast=False)
     _write_document(doc, run_dir / RESULT_FILE, keep=run_dir / job.script, text=text)
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of the script's objects after the report

@@ -8,6 +8,7 @@ none of it is mistaken for the script's own work.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import weakref
 from collections.abc import Callable
@@ -203,7 +204,7 @@ class Recorder:
             if create_graph:
                 try:
                     self._gradient_graph(event, recording, result if returns_grads else None,
-                                         inputs)
+                                         input_names)
                 except Exception as exc:  # noqa: BLE001
                     self._internal_error("walking a gradient's graph", exc)
             if self.backward_count() >= self.limits.max_backward_events and self.anomaly_off:
@@ -219,7 +220,8 @@ class Recorder:
             step["index"] = len(self.events)
             self.events.append(step)
 
-    def _gradient_graph(self, event: dict, recording, results: Any, inputs: Any) -> None:
+    def _gradient_graph(self, event: dict, recording, results: Any,
+                        input_names: list[tuple[torch.Tensor, str]] | None) -> None:
         """create_graph=True: the gradients carry a graph of their own. Walk it, and name the
         gradients that came back without one (a custom backward may have cut it)."""
         with self.guard():
@@ -227,8 +229,8 @@ class Recorder:
             if results is not None:  # torch.autograd.grad: the gradients it returned
                 # one per input, None for an unused one (allow_unused=True)
                 grads = list(results) if isinstance(results, (list, tuple)) else [results]
-                pairs = [(g, f"d/d {self.namer.name(x)[0]}") for g, x in zip(
-                    grads, tensors_of(inputs), strict=False) if isinstance(g, torch.Tensor)]
+                pairs = [(g, f"d/d {name}") for g, (_x, name) in zip(
+                    grads, input_names or (), strict=False) if isinstance(g, torch.Tensor)]
             else:  # backward(): what it left in the leaves' .grad
                 pairs = [(t.grad, f"{name}.grad") for _node, (t, name)
                          in recording.walk.leaves.items() if t.grad is not None]
@@ -256,8 +258,10 @@ class Recorder:
                 for i, x in enumerate(tensors_of(inputs)[:10_000], 1):
                     if x.grad_fn is None:
                         named.append((x, self.namer.name(x)[0]))
-                    else:
-                        named.append((x, self.namer.variable_name_of(x) or f"input {i}"))
+                    else:  # never a leaf's name: a variable rebound from a leaf keeps it
+                        name = self.namer.variable_name_of(x) or f"input {i}"
+                        taken = set(self.namer.named()) | {n for _t, n in named}
+                        named.append((x, name if name not in taken else f"{name} (computed)"))
                 return named
         except Exception as exc:  # noqa: BLE001
             self._internal_error("naming autograd.grad's inputs", exc)
@@ -317,7 +321,9 @@ class Recorder:
                 params = {name: {"before": before, "after": summarize(p, budget=self.values),
                                  "grad": grad}
                           for name, (p, before, grad) in pending["params"].items()}
-            lr = [float(x) if isinstance(x, (int, float)) else None for x in pending["lr"]]
+            # JSON has no NaN: a learning rate that is one (or a tensor) is said as unknown
+            lr = [float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+                  for x in pending["lr"]]
             if len(self.step_versions) < MAX_NOTES:
                 # the step changes its parameters in place: a backward that needed their old
                 # values fails, and failures.py names this step as the culprit

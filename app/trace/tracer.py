@@ -131,7 +131,8 @@ def run_traced(doc: Trace, source: str, script_path: str,
                     stage = "drawing the graph of the nodes it calls by hand"
                     hand.show(recorder, namespace)  # its nodes' graph: no pass of ours
                 elif error is None and recorder.backward_count() == 0 and chosen_root \
-                        and not _computed_unrecorded(recorder):
+                        and (not _computed_unrecorded(recorder) or _root_asked_for(
+                            recorder, namespace)):
                     stage = "running backward from the tensor it chose as the root"
                     error = _backward_from_chosen_root(recorder, namespace)
                 # a script whose autograd work went through calls noted under What to notice
@@ -219,6 +220,14 @@ def _computed_unrecorded(recorder: Recorder) -> bool:
     (make_dot_from_trace draws; it computes no gradient.)"""
     return any(c != "torchviz.make_dot_from_trace"
                for calls in recorder.unrecorded.values() for c in calls)
+
+
+def _root_asked_for(recorder: Recorder, namespace: dict) -> bool:
+    """Did the script name its root itself (OUTPUT, or a tensor it gave make_dot)? Then it
+    asked for that backward, whatever else it computed."""
+    candidate = namespace.get("OUTPUT")
+    return (isinstance(candidate, torch.Tensor) and candidate.grad_fn is not None) or \
+        recorder.views.last_root is not None
 
 
 def _backward_from_chosen_root(recorder: Recorder, namespace: dict) -> dict | None:

@@ -146,7 +146,6 @@ class InProcessQueue:
             annotate(doc, run.notebook)  # the server's word on the cells, not the worker's
             job.kept_whole = self.store.keep(doc, job.id)
             job.result = doc
-            self._first_look(job)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the result
             outcome = "failed"
             job.error = exc
@@ -159,6 +158,9 @@ class InProcessQueue:
                     loop.call_soon_threadsafe(_settle, future)
                 except RuntimeError:  # its loop has closed (the server stopped): nobody waits
                     pass
+        # after the status says done: a first look may wait on the drawings' gate and on
+        # graphviz, and a run must not seem to be running (nor count against anyone) meanwhile
+        self._first_look(job)
 
     def _first_look(self, job: Job) -> None:
         if self.stored is not None and job.kept_whole and job.result is not None:

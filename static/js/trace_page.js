@@ -407,6 +407,8 @@ async function loadRun(newEntry = false) {
 
 /** Resolves once the browser has drawn a frame (a task after the next animation frame). */
 function nextFrame() {
+  // a background tab draws no frames: its page is built at once instead
+  if (document.hidden) return Promise.resolve();
   return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
 }
 

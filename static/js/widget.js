@@ -77,6 +77,7 @@ async function render({ model, el }) {
   };
 
   function update(change) {
+    setScript(doc.script); // lines.js keeps one cell map per page: another widget's may be there
     Object.assign(view, change);
     const state = replayState(event, view.step);
     const contrib = new Map();

@@ -158,3 +158,17 @@ def test_a_forward_only_torch_func_script_gets_no_backward_of_ours(trace_source)
     assert backward_events(doc) == []
     assert diagnostics(doc, "root_chosen") == []
     assert any("line 10" in d["message"] for d in diagnostics(doc, "not_drawn"))
+
+
+def test_a_torch_func_script_that_names_its_output_still_gets_that_backward(trace_source):
+    """OUTPUT is the script asking for a backward from that tensor, torch.func or not."""
+    doc = trace_source(
+        "import torch\n"
+        "from torch.func import vmap\n"
+        "w = torch.ones(3, requires_grad=True)\n"
+        "rows = vmap(lambda r: r * 2)(torch.randn(4, 3))\n"
+        "OUTPUT = (rows @ w).sum()\n")
+    assert doc["error"] is None, doc["error"]
+    (event,) = backward_events(doc)
+    assert event["synthetic"] and diagnostics(doc, "root_chosen")
+    assert "w" in event["contributions"]

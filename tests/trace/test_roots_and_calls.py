@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
+from app.format import validate
+from app.format.json_text import dumps
 from tests.trace_facts import backward_events, diagnostics, values
 
 
@@ -245,3 +249,40 @@ def test_autograd_grad_of_a_computed_tensor_counts_its_uses_and_blames_no_leaf(t
     assert len(event["contributions"]["x"]) == 1  # chunk takes it once
     assert set(doc["params"]) == {"leaf"}  # no made-up leaf for a computed tensor
     assert not diagnostics(doc, "no_gradient")
+
+
+def test_a_computed_input_keeps_its_own_name_with_create_graph_and_beside_a_leaf(trace_source):
+    # from a review: create_graph=True named the computed input as a made-up leaf again, and a
+    # variable rebound from a leaf (x = x * 3) gave the computed tensor the leaf's name
+    doc = trace_source("""
+        import torch
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        first = (x * x).sum()
+        first.backward()
+        x = x * 3
+        y = (x ** 3).sum()
+        (g,) = torch.autograd.grad(y, x, create_graph=True)
+    """)
+    assert doc["error"] is None
+    first, second = backward_events(doc)
+    assert second["inputs"] == ["x (computed)"]
+    assert torch.allclose(sum(values(u["grad"]) for u in second["contributions"]["x (computed)"]),
+                          values(second["results"][0]))  # 3 (3x)^2 = [27, 108]
+    assert values(second["results"][0]).tolist() == [27.0, 108.0]
+    assert set(doc["params"]) == {"x"}  # the leaf; no made-up one
+    assert not diagnostics(doc, "no_gradient")
+    assert len(first["contributions"]["x"]) == 2  # the leaf's own pass is untouched
+
+
+def test_a_nan_learning_rate_is_said_as_unknown_not_written_as_nan(trace_source):
+    # JSON has no NaN: json's encoder refused the whole report, orjson wrote null silently
+    doc = trace_source("""
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=float("nan"))
+        (w * w).sum().backward()
+        opt.step()
+    """)
+    (step,) = [e for e in doc["events"] if e["kind"] == "step"]
+    assert step["lr"] == [None]
+    validate(json.loads(dumps(doc, fast=False)))  # json's strict encoder takes it too
