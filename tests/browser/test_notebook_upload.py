@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import ast
 
-import httpx
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from .test_own_code import run_and_read
 
 pytestmark = pytest.mark.browser
 
@@ -21,25 +22,26 @@ CELLS = [
 ]
 
 
-def test_a_notebook_runs_and_its_lines_are_its_cells(watched):
+def _upload(watched, name: str, cells: list) -> None:
+    """The notebook of `cells`, chosen as `name` on the Your-code page, loaded and ready."""
     page = watched.page
     page.goto(watched.base + "/own-code")
     page.set_input_files("#file", files=[{
-        "name": "lesson.ipynb", "mimeType": "application/x-ipynb+json",
-        "buffer": nbformat.writes(new_notebook(cells=CELLS)).encode()}])
-    page.wait_for_selector("#run-status >> text=Loaded the notebook lesson.ipynb")
-    assert page.input_value("#name") == "lesson.ipynb"
+        "name": name, "mimeType": "application/x-ipynb+json",
+        "buffer": nbformat.writes(new_notebook(cells=cells)).encode()}])
+    page.wait_for_selector(f"#run-status >> text=Loaded the notebook {name}")
     page.wait_for_selector("#device option[value=cpu]", state="attached")
-    page.click("#run")
-    page.wait_for_url("**/runs/**")
-    page.wait_for_selector("#graph svg g.node")
-    page.wait_for_selector("#progress", state="hidden")
+
+
+def test_a_notebook_runs_and_its_lines_are_its_cells(watched):
+    page = watched.page
+    _upload(watched, "lesson.ipynb", CELLS)
+    assert page.input_value("#name") == "lesson.ipynb"
+    doc = run_and_read(watched)
     assert page.locator("h1").inner_text() == "Your notebook: lesson.ipynb"
     assert page.locator("#source li.cell-head").all_inner_texts() == ["cell 2", "cell 3", "cell 4"]
     assert "!pip install torchviz" in page.locator("#source li.skipped-line").inner_text()
 
-    run_id = page.url.split("/runs/")[1].split("?")[0]
-    doc = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()
     line = doc["script"]["source"].splitlines().index("loss = (y * w).sum()") + 1
     event = next(e for e in doc["events"] if e["kind"] == "backward")
     node = next(n for n in event["graph"]["nodes"] if n["name"] == "SumBackward0")
@@ -71,19 +73,8 @@ CUSTOM_CELLS = [
 
 def test_a_notebook_functions_backward_is_named_by_its_cell(watched):
     page = watched.page
-    page.goto(watched.base + "/own-code")
-    page.set_input_files("#file", files=[{
-        "name": "double.ipynb", "mimeType": "application/x-ipynb+json",
-        "buffer": nbformat.writes(new_notebook(cells=CUSTOM_CELLS)).encode()}])
-    page.wait_for_selector("#run-status >> text=Loaded the notebook double.ipynb")
-    page.wait_for_selector("#device option[value=cpu]", state="attached")
-    page.click("#run")
-    page.wait_for_url("**/runs/**")
-    page.wait_for_selector("#graph svg g.node")
-    page.wait_for_selector("#progress", state="hidden")
-
-    run_id = page.url.split("/runs/")[1].split("?")[0]
-    doc = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()
+    _upload(watched, "double.ipynb", CUSTOM_CELLS)
+    doc = run_and_read(watched)
     event = next(e for e in doc["events"] if e["kind"] == "backward")
     node = next(n for n in event["graph"]["nodes"] if n["kind"] == "custom")
     # where Python says the backward's source starts: its decorator, in cell 3 alone

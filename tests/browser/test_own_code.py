@@ -57,6 +57,18 @@ def paste_and_run(watched: Watched, source: str) -> None:
     page.wait_for_selector("#graph svg g.node")
 
 
+def run_and_read(watched: Watched) -> dict:
+    """Press Run on the Your-code page, wait for the run's page to settle, and return the
+    run's Trace as the API serves it."""
+    page = watched.page
+    page.click("#run")
+    page.wait_for_url("**/runs/**")
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#progress", state="hidden")
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    return httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()
+
+
 def test_paste_run_and_see_where_the_grad_comes_from(watched):
     page = watched.page
     sandbox_checked(watched.base)
@@ -66,12 +78,8 @@ def test_paste_run_and_see_where_the_grad_comes_from(watched):
     page.fill("#name", "reuse.py")
     page.wait_for_selector("#device option[value=cpu]", state="attached")
     watched.shot("pasted")
-    page.click("#run")
-    page.wait_for_url("**/runs/**")
-    page.wait_for_selector("#graph svg g.node")
-    page.wait_for_selector("#progress", state="hidden")
+    doc = run_and_read(watched)
     run_id = page.url.split("/runs/")[1].split("?")[0]
-    doc = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()
     assert page.locator("h1").inner_text() == "Your code: reuse.py"
     assert page.locator("#source li").count() == len(SCRIPT.splitlines())
     assert page.locator("#controls").count() == 0  # a stored run has nothing to re-run with
