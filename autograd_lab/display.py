@@ -1,6 +1,11 @@
 """A Trace as a notebook output: the graph as SVG (drawn by app/render, the web page's own
 renderer), a one-line summary, the Trace itself under its own JSON mimetype, and a link to the
-run when it came from a running autograd-lab server."""
+run when it came from a running autograd-lab server.
+
+The kernel's graphviz draws when the kernel's machine has `dot`: the same drawing as the run
+page's, and a static SVG in the output for GitHub and nbviewer. Without it the live view lays the
+same DOT out in the browser (graphviz compiled to WebAssembly, static/js/browser_layout.js), and
+the output carries no static picture (`draw="browser"` chooses that even where `dot` is)."""
 
 from __future__ import annotations
 
@@ -12,16 +17,45 @@ from app.render import (
     EventNotFound,
     RenderError,
     choose_grouping,
+    drawable_dot,
     event_graph,
     group_graph,
+    has_dot,
     render_graph,
 )
 from app.render.group import Grouping
 
-__all__ = ["TRACE_MIMETYPE", "LAYOUTS", "TraceDisplay"]
+__all__ = ["TRACE_MIMETYPE", "LAYOUTS", "DRAWERS", "TraceDisplay"]
 
 TRACE_MIMETYPE = "application/vnd.autograd-lab.trace+json"
 LAYOUTS = ("flat", "modules")
+DRAWERS = ("kernel", "browser")  # who lays the graph out: the kernel's `dot`, or the browser's
+NO_DOT = ("graphviz's `dot` is not installed where this kernel runs, so there is no static "
+          "picture for GitHub or nbviewer (`apt-get install graphviz` gives one); the live view "
+          "lays the graph out in the browser.")
+
+NO_WIDGET = ("No drawing: graphviz's `dot` is not installed where this kernel runs, and the live "
+             "view that lays a graph out in the browser needs anywidget: `pip install "
+             "'autograd-lab[notebook]'` (or `apt-get install graphviz`).")
+
+
+def _widgets_here() -> bool:
+    try:
+        import anywidget  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class Drawing:
+    """What the kernel made of the graph: an SVG, or the DOT the browser lays out."""
+
+    svg: str | None = None
+    dot: str | None = None
+    problem: str | None = None  # why there is no drawing at all, or no static one
+    said: str | None = None     # what was drawn: "backward pass of 12 node(s)"
+    view: int | None = None     # the Trace's view drawn (show(tensor)), not a backward pass
 
 
 @dataclass
@@ -32,25 +66,30 @@ class TraceDisplay:
     event: int | None = None
     layout: str | None = None  # None: flat when small, by module when big (as the page opens)
     link: str | None = None    # the run on the server it came from
+    draw: str | None = None    # None: the kernel's `dot` where there is one, else the browser
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {self.layout!r}: use one of {', '.join(LAYOUTS)}")
+        if self.draw is not None and self.draw not in DRAWERS:
+            raise ValueError(f"unknown draw {self.draw!r}: use one of {', '.join(DRAWERS)}")
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        svg, problem, drawn = self._drawing()
-        lines = [self.summary(drawn)]
-        if problem:
-            lines.append(problem)
+        drawing = self._drawing()
+        if drawing.dot is not None and not _widgets_here():
+            drawing.problem = NO_WIDGET
+        lines = [self.summary(drawing.said)]
+        if drawing.problem:
+            lines.append(drawing.problem)
         bundle: dict = {"text/plain": "\n".join(lines), TRACE_MIMETYPE: self.trace}
-        if svg is not None:
-            bundle["image/svg+xml"] = svg
+        if drawing.svg is not None:
+            bundle["image/svg+xml"] = drawing.svg
         if self.link or self.trace.get("error"):
-            bundle["text/html"] = self._html(svg, lines)
+            bundle["text/html"] = self._html(drawing.svg, lines)
         # the live view where a notebook runs widgets (JupyterLab, VS Code, Colab); the SVG and
         # HTML above stay in the bundle for what runs none (GitHub, nbviewer)
         try:
-            live = self._widget(svg, lines[0])
+            live = self._widget(drawing, lines[0])
             if live is not None:
                 view = live._repr_mimebundle_()
                 view = view[0] if isinstance(view, tuple) else view  # (data, metadata) or data
@@ -59,20 +98,22 @@ class TraceDisplay:
             bundle["text/plain"] += f"\n(the live view could not be made: {exc})"
         return bundle
 
-    def _widget(self, svg: str | None, summary: str):
-        """The anywidget of the drawn backward pass (widget.py), or None: no anywidget here
-        (the `notebook` extra), or nothing but a make_dot view to show."""
-        try:
-            from .widget import TraceWidget
-        except ImportError:
+    def _widget(self, drawing: Drawing, summary: str):
+        """The anywidget of the drawn backward pass or view (widget.py), or None: no anywidget
+        here (the `notebook` extra), or nothing drawn."""
+        if not _widgets_here():
             return None
+        from .widget import TraceWidget
         backward = [e for e in self.trace.get("events") or () if e.get("kind") == "backward"]
         index = self.event if self.event is not None else \
             (backward[0]["index"] if backward else None)
-        if index is None or svg is None:
+        if drawing.view is not None:
+            index = None  # the widget shows the view: a graph with no pass to replay
+        if (index is None and drawing.view is None) or (drawing.svg is None and
+                                                        drawing.dot is None):
             return None
-        self.live = TraceWidget(self.trace, event=index, svg=svg, summary=summary,
-                                link=self.link)
+        self.live = TraceWidget(self.trace, event=index, view=drawing.view, svg=drawing.svg,
+                                dot=drawing.dot, summary=summary, link=self.link)
         return self.live
 
     def summary(self, drawn: str | None = None) -> str:
@@ -98,30 +139,33 @@ class TraceDisplay:
                      "tensor's graph with autograd_lab.show(tensor).")
         return line
 
-    def _graph(self) -> tuple[dict, str]:
-        """The graph to draw and what it is: the chosen backward event, else the first view."""
+    def _graph(self) -> tuple[dict, str, int | None]:
+        """The graph to draw, what it is, and which view it is: the chosen backward event (view
+        None), else the first view."""
         doc = self.trace
         has_backward = any(e.get("kind") == "backward" for e in doc.get("events") or [])
         if self.event is not None or has_backward or not doc.get("views"):
             graph = event_graph(doc, self.event)
-            return graph, "backward pass"
-        return event_graph(doc, view=0), "graph"
+            return graph, "backward pass", None
+        return event_graph(doc, view=0), "graph", 0
 
-    def _drawing(self) -> tuple[str | None, str | None, str | None]:
-        """(SVG, why there is none, what was drawn)."""
+    def _drawing(self) -> Drawing:
         try:
-            graph, what = self._graph()
+            graph, what, view = self._graph()
         except EventNotFound as exc:
-            return None, (None if self.event is None else f"No drawing: {exc}."), None
+            return Drawing(problem=None if self.event is None else f"No drawing: {exc}.")
         nodes = sum(1 for n in graph["nodes"] if n.get("kind") != "output")
         grouping = self._grouping(graph)
         drawn = graph if grouping.flat else group_graph(graph, grouping)
         said = f"{what} of {nodes} node(s)" + ("" if grouping.flat else ", drawn by module")
+        in_browser = self.draw == "browser" or (self.draw is None and not has_dot())
         try:
-            svg = render_graph(drawn).decode("utf-8")
+            if in_browser:
+                return Drawing(dot=drawable_dot(drawn), said=said, view=view,
+                               problem=None if self.draw == "browser" else NO_DOT)
+            return Drawing(svg=render_graph(drawn).decode("utf-8"), said=said, view=view)
         except RenderError as exc:
-            return None, f"No drawing: {exc}", said
-        return svg, None, said
+            return Drawing(problem=f"No drawing: {exc}", said=said)
 
     def _grouping(self, graph: dict) -> Grouping:
         if self.layout == "flat":

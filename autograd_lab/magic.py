@@ -6,11 +6,12 @@ import argparse
 import shlex
 import sys
 
-from .display import LAYOUTS, TraceDisplay
+from .display import DRAWERS, LAYOUTS, TraceDisplay
 
 __all__ = ["parse_line", "run_cell"]
 
-USAGE = "%%autograd_lab [--event N] [--layout flat|modules] [--name NAME]"
+USAGE = ("%%autograd_lab [--event N] [--layout flat|modules] [--draw kernel|browser] "
+         "[--name NAME]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,6 +25,9 @@ def parse_line(line: str) -> argparse.Namespace:
                         help="the backward event to draw (its index in the Trace's events)")
     parser.add_argument("--layout", choices=LAYOUTS, default=None,
                         help="flat, or by module (default: flat when small, as the page)")
+    parser.add_argument("--draw", choices=DRAWERS, default=None,
+                        help="who lays the graph out: the kernel's graphviz (default where it "
+                        "has `dot`) or the browser's (graphviz compiled to WebAssembly)")
     parser.add_argument("--name", default="cell", help="the Trace's script name")
     try:
         words = shlex.split(line)
@@ -42,4 +46,4 @@ def run_cell(line: str, cell: str, namespace: dict) -> TraceDisplay:
         sys.stdout.write(doc["stdout"])
     if doc["stderr"]:
         sys.stderr.write(doc["stderr"])
-    return TraceDisplay(doc, event=options.event, layout=options.layout)
+    return TraceDisplay(doc, event=options.event, layout=options.layout, draw=options.draw)

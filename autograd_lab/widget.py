@@ -7,7 +7,9 @@ data: URL (`page_module`): the files themselves, unchanged but for those specifi
 copied into this package. The page's stylesheet comes along, read in a shadow root with `:root`
 as `:host`, and so does the vendored svg-pan-zoom.
 
-The Trace travels gzipped; the drawing is the kernel's (graphviz, as TraceDisplay draws it).
+The Trace travels gzipped; the drawing is the kernel's (graphviz, as TraceDisplay draws it), or,
+where the kernel has no `dot`, its DOT and the vendored graphviz compiled to WebAssembly
+(gzipped, sent only then), laid out in the browser by static/js/browser_layout.js.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = ["TraceWidget", "page_module", "modules_of"]
 
 _IMPORT = re.compile(r'''(\bfrom\s*|\bimport\s*)(["'])\./([A-Za-z0-9_]+\.js)\2''')
 PAN_ZOOM = "vendor/svg-pan-zoom-3.6.2/svg-pan-zoom.min.js"
+GRAPHVIZ = "vendor/hpcc-js-wasm-graphviz-1.29.2/graphviz.js"
 
 
 def _js(name: str) -> str:
@@ -75,13 +78,22 @@ def _pan_zoom() -> str:
     return (resource_dir("static") / PAN_ZOOM).read_text(encoding="utf-8")
 
 
+@cache
+def graphviz_gz() -> bytes:
+    """The vendored graphviz-in-WebAssembly module, gzipped."""
+    return gzip.compress((resource_dir("static") / GRAPHVIZ).read_bytes(), 9)
+
+
 class TraceWidget(anywidget.AnyWidget):
     """One backward pass of a Trace, drawn and explained as on the run page."""
 
     _esm = traitlets.Unicode().tag(sync=True)
     trace_gz = traitlets.Bytes().tag(sync=True)
     event = traitlets.Int(allow_none=True).tag(sync=True)
+    view = traitlets.Int(allow_none=True).tag(sync=True)  # a view drawn, when event is None
     svg = traitlets.Unicode("").tag(sync=True)
+    dot = traitlets.Unicode("").tag(sync=True)  # laid out in the browser when svg is empty
+    graphviz_gz = traitlets.Bytes(b"").tag(sync=True)
     summary = traitlets.Unicode("").tag(sync=True)
     link = traitlets.Unicode("").tag(sync=True)
     css = traitlets.Unicode("").tag(sync=True)
@@ -89,12 +101,16 @@ class TraceWidget(anywidget.AnyWidget):
     kinds = traitlets.Dict().tag(sync=True)
 
     def __init__(self, trace: dict, *, event: int | None, svg: str | None, summary: str,
-                 link: str | None = None) -> None:
+                 link: str | None = None, dot: str | None = None,
+                 view: int | None = None) -> None:
+        in_browser = not svg and bool(dot)
         super().__init__(_esm=page_module("widget.js"), css=_css(), pan_zoom_js=_pan_zoom(),
                          kinds=dict(KINDS),
                          # json_text: NaN as null (a browser's JSON.parse takes no NaN)
                          trace_gz=gzip.compress(json_text.dumps(trace), 6),
-                         event=event, svg=svg or "", summary=summary, link=link or "")
+                         event=event, view=view, svg=svg or "", summary=summary, link=link or "",
+                         dot=dot if in_browser else "",
+                         graphviz_gz=graphviz_gz() if in_browser else b"")
 
     @property
     def trace(self) -> dict:

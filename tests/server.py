@@ -78,3 +78,25 @@ def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def serve_folder(folder: Path) -> Iterator[str]:
+    """Base URL of a plain HTTP server on loopback giving `folder`'s files as they are (no
+    headers of the app's): for loading vendored browser code where no page policy applies."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # the test's output is not a request log
+            pass
+
+    handler = functools.partial(Quiet, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        finally:
+            httpd.shutdown()

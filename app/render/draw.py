@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET
 
 from .dot import to_dot
 
-__all__ = ["RenderError", "render", "render_graph", "MAX_DRAWN_NODES", "MAX_DRAWN_EDGES"]
+__all__ = ["RenderError", "render", "render_graph", "drawable_dot", "has_dot", "MAX_DRAWN_NODES",
+           "MAX_DRAWN_EDGES"]
 
 # the flat view of a 96-layer transformer (7,000 nodes) is drawn; far beyond that graphviz takes
 # minutes, and a grouped view says more
@@ -66,11 +67,14 @@ def check_inert(svg: bytes) -> None:
                               "served; names in the trace may have been forged")
 
 
-def render_graph(graph: dict, fmt: str = "svg", title: str | None = None,
-                 font: float = 1.0) -> bytes:
-    """Draw a Trace graph (flat, or grouped by app/render/group.py), its label type scaled by
-    `font` (dot.py). A graph too big to lay out in reasonable time is refused with what to
-    draw instead: the same graph by module."""
+def has_dot() -> bool:
+    """Whether graphviz's `dot` is on this machine (a notebook kernel's may have none)."""
+    return shutil.which("dot") is not None
+
+
+def drawable_dot(graph: dict, title: str | None = None, font: float = 1.0) -> str:
+    """The DOT that `render_graph` gives graphviz, after the same size checks: also what a
+    notebook's widget lays out in the browser where the kernel has no `dot`."""
     n = len(graph["nodes"])
     if n > MAX_DRAWN_NODES:
         raise RenderError(f"this graph has {n:,} nodes; autograd-lab lays out at most "
@@ -81,5 +85,13 @@ def render_graph(graph: dict, fmt: str = "svg", title: str | None = None,
         raise RenderError(f"this graph has {edges:,} edges; autograd-lab lays out at most "
                           f"{MAX_DRAWN_EDGES:,} at once. Draw it by module instead, or export "
                           "the Trace JSON to inspect it.")
-    return render(to_dot(graph, title, compact=n > COMPACT_ABOVE, font=font), fmt,
-                  timeout=60.0 if n <= COMPACT_ABOVE else 300.0)
+    return to_dot(graph, title, compact=n > COMPACT_ABOVE, font=font)
+
+
+def render_graph(graph: dict, fmt: str = "svg", title: str | None = None,
+                 font: float = 1.0) -> bytes:
+    """Draw a Trace graph (flat, or grouped by app/render/group.py), its label type scaled by
+    `font` (dot.py). A graph too big to lay out in reasonable time is refused with what to
+    draw instead: the same graph by module."""
+    source = drawable_dot(graph, title, font)
+    return render(source, fmt, timeout=60.0 if len(graph["nodes"]) <= COMPACT_ABOVE else 300.0)

@@ -23,9 +23,11 @@ export function nodeView(event, node, hooks) {
   facts.push(["created at", node.line ? [h("button.link", { type: "button", onclick: () => hooks.onLine(node.line) },
     lineLabel(node.line)), hooks.lineText && hooks.lineText(node.line) ?
     h("code.line-text", {}, hooks.lineText(node.line).trim()) : ""] : "— (not a line of the script)"]);
-  const step = event.order.indexOf(node.id);
-  facts.push(["backward runs it", step >= 0 ? h("button.link", { type: "button", onclick: () => hooks.onReplay(step + 1) },
-    `step ${step + 1} of ${event.order.length}`) : node.kind === "output" ? "first: it is where the gradient starts" : "never (not on the path)"]);
+  if (event.order) { // a graph drawn with no pass run through it (a notebook's view) has none
+    const step = event.order.indexOf(node.id);
+    facts.push(["backward runs it", step >= 0 ? h("button.link", { type: "button", onclick: () => hooks.onReplay(step + 1) },
+      `step ${step + 1} of ${event.order.length}`) : node.kind === "output" ? "first: it is where the gradient starts" : "never (not on the path)"]);
+  }
   if (node.function) facts.push(["custom Function", h("code", {}, node.function)]);
   body.append(kv(facts));
 

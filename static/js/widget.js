@@ -2,8 +2,11 @@
 // node details, parameter accumulation bars and heat maps, and backward replay, from the same
 // modules the page imports (graph.js, panel.js, accumulation.js, replay.js). The kernel sends the
 // Trace gzipped, its first backward pass drawn by graphviz, the page's stylesheet and
-// svg-pan-zoom; the widget draws inside a shadow root, so the page's styles stay its own.
+// svg-pan-zoom; the widget draws inside a shadow root, so the page's styles stay its own. Where
+// the kernel has no `dot`, it sends the DOT and the vendored graphviz-in-WebAssembly instead,
+// and the drawing is laid out here (browser_layout.js).
 
+import { loadGraphviz, layoutSvg } from "./browser_layout.js";
 import { fill, h } from "./dom.js";
 import { GraphView } from "./graph.js";
 import { setScript } from "./lines.js";
@@ -11,10 +14,20 @@ import { nodeView } from "./panel.js";
 import { paramView } from "./accumulation.js";
 import { renderReplayStatus, replayState } from "./replay.js";
 
-async function inflate(bytes) {
+async function inflateText(bytes) {
   const view = bytes instanceof DataView ? bytes : new DataView(bytes.buffer || bytes);
   const stream = new Blob([view]).stream().pipeThrough(new DecompressionStream("gzip"));
-  return JSON.parse(await new Response(stream).text());
+  return new Response(stream).text();
+}
+
+const inflate = async (bytes) => JSON.parse(await inflateText(bytes));
+
+/** The kernel's drawing, or the one laid out here from its DOT where the kernel has no dot. */
+async function drawing(model, say) {
+  if (model.get("svg") || !model.get("dot")) return model.get("svg");
+  say("Laying the graph out in the browser (the kernel has no graphviz)…");
+  const graphviz = await loadGraphviz(await inflateText(model.get("graphviz_gz")));
+  return layoutSvg(graphviz, model.get("dot"));
 }
 
 /** svg-pan-zoom is a classic script that sets window.svgPanZoom: run it once per page. */
@@ -42,19 +55,35 @@ async function render({ model, el }) {
     last: h("button#replay-last", { type: "button", title: "To the end", "aria-label": "Replay: end" }, "»"),
     stop: h("button#replay-stop", { type: "button", title: "Leave the replay" }, "stop"),
   };
+  const controls = h("div.replay-controls", { role: "group", "aria-label": "Backward replay" }, Object.values(buttons));
   const link = model.get("link");
   root.append(style, h("div.autograd-lab-widget", {},
     h("p.widget-summary", {}, model.get("summary"),
       link ? [" · ", h("a", { href: link, target: "_blank", rel: "noopener" }, "open the run on its server")] : null),
-    h("div.replay-controls", { role: "group", "aria-label": "Backward replay" }, Object.values(buttons)),
+    controls,
     h("div.widget-body", {}, h("div.graph-box", {}, graphBox, status),
       h("aside.widget-details", {}, title, details))));
 
   const doc = await inflate(model.get("trace_gz"));
   setScript(doc.script); // a notebook's lines are said as its cells'
-  const event = doc.events.find((e) => e.index === model.get("event"));
+  // a view (show(tensor): the graph make_dot walks) has no pass: nothing to replay or sum
+  const viewIndex = model.get("view");
+  const shownView = viewIndex === null || viewIndex === undefined ? null : (doc.views || [])[viewIndex];
+  const event = shownView ? { index: null, kind: "view", graph: shownView.graph } :
+    doc.events.find((e) => e.index === model.get("event"));
+  if (shownView) controls.remove();
   const kinds = model.get("kinds");
-  if (!event || !model.get("svg")) {
+  let svg = "";
+  if (event) {
+    try {
+      svg = await drawing(model, (text) => fill(details, h("p.hint", {}, text)));
+    } catch (err) {
+      fill(details, h("p.hint", {}, `The graph could not be laid out in the browser: ${err.message}`));
+      graphBox.hidden = true;
+      return;
+    }
+  }
+  if (!svg) {
     fill(details, h("p.hint", {}, model.get("summary")));
     graphBox.hidden = true;
     return;
@@ -64,7 +93,7 @@ async function render({ model, el }) {
   const graph = new GraphView(graphBox, {
     onNode: (id) => {
       const node = byId.get(id);
-      update({ node: id, param: node && node.param && doc.params[node.param] ? node.param : null });
+      update({ node: id, param: !shownView && node && node.param && doc.params[node.param] ? node.param : null });
     },
     onBackground: () => update({ node: null, param: null }),
   });
@@ -96,8 +125,11 @@ async function render({ model, el }) {
       fill(details, nodeView(event, node, hooks));
     } else {
       title.textContent = "Details";
-      fill(details, h("p.hint", {}, "Click a node in the graph (a parameter shows how its .grad " +
-        "is summed from its uses), or replay the backward pass."));
+      fill(details, h("p.hint", {}, shownView ?
+        "Click a node in the graph: what it computes, what it saved, where it was made. This graph " +
+        "was drawn without a backward pass; run one under %%autograd_lab to see .grad summed." :
+        "Click a node in the graph (a parameter shows how its .grad is summed from its uses), " +
+        "or replay the backward pass."));
     }
     buttons.stop.disabled = view.step === null;
     if (state && state.current) graph.revealNow(state.current);
@@ -107,7 +139,7 @@ async function render({ model, el }) {
   buttons.next.onclick = () => update({ step: Math.min(event.order.length, (view.step ?? 0) + 1), node: null });
   buttons.last.onclick = () => update({ step: event.order.length, node: null });
   buttons.stop.onclick = () => update({ step: null });
-  graph.show(model.get("svg"), event, doc.diagnostics);
+  graph.show(svg, event, doc.diagnostics);
   graph.resized();
   update({});
   return () => graph.destroy();

@@ -33,6 +33,18 @@ CELLS = [
     "loss = nn.functional.mse_loss(head(torch.tanh(layer(torch.tanh(layer(x))))), y)\n"
     "loss.backward()\nopt.step()",
 ]
+# the same on a kernel whose machine has no graphviz: the widget lays the graph out in the
+# browser (graphviz in WebAssembly); then a tensor's graph, a view with no pass to replay
+NO_DOT_CELLS = [
+    CELLS[0],
+    "import os, shutil\n"
+    "os.environ['PATH'] = os.pathsep.join(p for p in os.environ['PATH'].split(os.pathsep)\n"
+    "                                     if not os.path.exists(os.path.join(p, 'dot')))\n"
+    "assert shutil.which('dot') is None",
+    *CELLS[1:],
+    "import autograd_lab\nautograd_lab.show(loss)",
+]
+NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS}
 
 
 # the notebook open with all its cells and its kernel started and idle
@@ -42,6 +54,17 @@ READY = """cells => {
     w.sessionContext.session.kernel;
   return Boolean(w && w.content && w.content.widgets.length === cells && kernel &&
     kernel.status === "idle");
+}"""
+
+# every cell has run (an execution count on each, the kernel idle again)
+DONE = """cells => {
+  const w = window.jupyterapp.shell.currentWidget;
+  return w.content.widgets.length === cells && w.sessionContext.session.kernel.status === "idle" &&
+    w.content.widgets.every((c) => c.model.executionCount);
+}"""
+SCROLL_TO_LAST = """async () => {
+  const notebook = window.jupyterapp.shell.currentWidget.content;
+  await notebook.scrollToCell(notebook.widgets[notebook.widgets.length - 1]);
 }"""
 
 
@@ -56,12 +79,13 @@ def lab(tmp_path_factory):
     """(base URL, token) of a JupyterLab serving a folder with the notebook above; every
     Jupyter and IPython folder is a temp one."""
     tmp = tmp_path_factory.mktemp("lab")
-    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [],
-                           "execution_count": None} for c in CELLS],
-                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                            "language": "python"}},
-                "nbformat": 4, "nbformat_minor": 5}
-    (tmp / "train.ipynb").write_text(json.dumps(notebook))
+    for name, cells in NOTEBOOKS.items():
+        notebook = {"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [],
+                               "execution_count": None} for c in cells],
+                    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                "language": "python"}},
+                    "nbformat": 4, "nbformat_minor": 5}
+        (tmp / name).write_text(json.dumps(notebook))
     # JupyterLab's own question about its news (a toast over the outputs): answered no
     settings = tmp / "user-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
@@ -105,6 +129,29 @@ def lab(tmp_path_factory):
             proc.kill()
 
 
+def _run_all(page, base: str, token: str, name: str) -> None:
+    page.goto(f"{base}/lab/tree/{name}?token={token}")
+    page.wait_for_function(READY, arg=len(NOTEBOOKS[name]))
+    # not awaited: the command's promise ends when every cell has run
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+
+def _check_the_reused_layers_bars(widget) -> None:
+    """The drawn pass, and a parameter's bars: two uses of the reused layer, adding up."""
+    widget.locator(".widget-graph svg g.node").first.wait_for()
+    assert widget.locator(".widget-graph svg g.node").count() >= 8
+    # its node may sit where the graph opened panned away from: the click event is sent to it
+    # as a tap on it would, without scrolling the notebook to it
+    widget.locator(".widget-graph svg g.node.kind-param",
+                   has_text="layer.weight").first.dispatch_event("click")
+    check = widget.locator(".accumulation p.check")
+    check.wait_for()
+    assert "✓" in check.inner_text()
+    assert "Used 2 times" in widget.locator(".accumulation").inner_text()
+    assert abs(float(check.get_attribute("data-sum")) -
+               float(check.get_attribute("data-grad"))) < 1e-4
+
+
 def test_run_all_then_the_graph_a_parameter_s_bars_and_the_replay(browser, lab):
     base, token = lab
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -114,25 +161,9 @@ def test_run_all_then_the_graph_a_parameter_s_bars_and_the_replay(browser, lab):
     page.on("request", lambda r: r.url.startswith("http") and not r.url.startswith(base)
             and foreign.append(r.url))
     try:
-        page.goto(f"{base}/lab/tree/train.ipynb?token={token}")
-        page.wait_for_function(READY, arg=len(CELLS))
-        # not awaited: the command's promise ends when every cell has run
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        _run_all(page, base, token, "train.ipynb")
         widget = ".autograd-lab-widget"
-        page.wait_for_selector(f"{widget} .widget-graph svg g.node")
-        nodes = page.locator(f"{widget} .widget-graph svg g.node")
-        assert nodes.count() >= 8
-        # a parameter: where its .grad comes from, two uses of the reused layer, adding up
-        # (its node may sit where the graph opened panned away from: the click event is sent
-        # to it as a tap on it would, without scrolling the notebook to it)
-        page.locator(f"{widget} .widget-graph svg g.node.kind-param",
-                     has_text="layer.weight").first.dispatch_event("click")
-        check = page.locator(f"{widget} .accumulation p.check")
-        check.wait_for()
-        assert "✓" in check.inner_text()
-        assert "Used 2 times" in page.locator(f"{widget} .accumulation").inner_text()
-        assert abs(float(check.get_attribute("data-sum")) -
-                   float(check.get_attribute("data-grad"))) < 1e-4
+        _check_the_reused_layers_bars(page.locator(widget))
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.locator(widget).screenshot(path=str(ARTIFACTS / "jupyterlab-widget-param.png"))
         # the replay: three nodes of backward, in the engine's order
@@ -146,6 +177,45 @@ def test_run_all_then_the_graph_a_parameter_s_bars_and_the_replay(browser, lab):
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-failed.png"))
+        raise
+    finally:
+        context.close()
+
+
+def test_a_kernel_without_graphviz_gets_its_graphs_laid_out_in_the_browser(browser, lab):
+    base, token = lab
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    foreign: list[str] = []
+    page.on("request", lambda r: r.url.startswith("http") and not r.url.startswith(base)
+            and foreign.append(r.url))
+    try:
+        _run_all(page, base, token, "no_dot.ipynb")
+        widgets = page.locator(".autograd-lab-widget")
+        _check_the_reused_layers_bars(widgets.first)
+        # laid out here: the vendored graphviz was loaded into this page
+        assert page.evaluate("() => Boolean(window[Symbol.for('autograd-lab.graphviz')])")
+        widgets.first.locator("button#replay-next").click()
+        assert widgets.first.locator("p.replay-status").get_attribute("data-step") == "1"
+        # JupyterLab draws only the cells in view: the last one's output is brought there once
+        # every cell has run
+        page.wait_for_function(DONE, arg=len(NOTEBOOKS["no_dot.ipynb"]))
+        page.evaluate(SCROLL_TO_LAST)
+        # show(loss): the graph make_dot walks, drawn in the browser; nothing to replay
+        second = widgets.nth(1)
+        second.locator(".widget-graph svg g.node").first.wait_for()
+        assert second.locator(".widget-graph svg g.node").count() >= 8
+        assert second.locator(".replay-controls").count() == 0
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        widgets.first.screenshot(path=str(ARTIFACTS / "jupyterlab-widget-no-dot.png"))
+        second.locator(".widget-graph svg g.node").first.dispatch_event("click")
+        assert "Node" in second.locator(".widget-details-title").inner_text()
+        second.screenshot(path=str(ARTIFACTS / "jupyterlab-widget-no-dot-view.png"))
+        assert not foreign, foreign
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-no-dot-failed.png"))
         raise
     finally:
         context.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -12,6 +13,8 @@ import autograd_lab
 from autograd_lab.display import TRACE_MIMETYPE
 from autograd_lab.magic import parse_line
 from tests.trace_facts import backward_events, contribution_sum
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def _reused_layer():
@@ -93,15 +96,25 @@ def test_a_failing_cell_is_said_and_escaped(monkeypatch):
     assert "&lt;script&gt;" in bundle["text/html"]
 
 
-def test_without_dot_the_output_says_so(monkeypatch, tmp_path):
+def test_without_dot_or_anywidget_the_output_says_what_to_install(monkeypatch, tmp_path):
     lin, head, x = _reused_layer()
     doc = autograd_lab.trace("(head(lin(x)).sum()).backward()\n",
                              {"lin": lin, "head": head, "x": x})
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no graphviz on it
+    monkeypatch.setitem(sys.modules, "anywidget", None)  # `import anywidget` fails, as unextra'd
     bundle = autograd_lab.show(doc)._repr_mimebundle_()
-    assert "image/svg+xml" not in bundle
-    assert "graphviz's `dot` program is not installed" in bundle["text/plain"]
+    assert "image/svg+xml" not in bundle and WIDGET_VIEW not in bundle
+    assert "`dot` is not installed" in bundle["text/plain"]
+    assert "autograd-lab[notebook]" in bundle["text/plain"]
     assert bundle[TRACE_MIMETYPE] is doc
+
+
+def test_an_unknown_drawer_says_which_there_are():
+    with pytest.raises(ValueError, match="kernel, browser"):
+        autograd_lab.show({"events": []}, draw="gpu")
+    with pytest.raises(ValueError, match="Usage"):
+        parse_line("--draw gpu")
+    assert parse_line("--draw browser").draw == "browser"
 
 
 def test_bad_inputs_say_what_to_do(monkeypatch):
