@@ -22,7 +22,7 @@ system-deps:
 	scripts/system-deps.sh dot:graphviz
 
 system-deps-test:
-	scripts/system-deps.sh dot:graphviz /usr/bin/chromium:chromium
+	scripts/system-deps.sh dot:graphviz /usr/bin/chromium:chromium /usr/lib/postgresql/15/bin/initdb:postgresql
 
 serve: $(VENV)/.base system-deps
 	$(VENV)/bin/autograd-lab serve --host $(HOST) --port $(PORT)
@@ -32,7 +32,7 @@ test: $(VENV)/.test system-deps-test
 
 # Everything but the browser and wheel-building tests: the quick loop while editing.
 test-fast: $(VENV)/.test system-deps
-	$(PY) -m pytest -q -m 'not browser and not slow'
+	$(PY) -m pytest -q -m 'not browser and not slow and not postgres'
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check app autograd_lab tests bench scenarios scripts

@@ -34,3 +34,13 @@ def trace_scenario():
         return trace_script(SCENARIOS / f"{name}.py", argv=list(argv))
 
     return run
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL on loopback for the whole session (tests/postgres.py); each test that
+    needs a clean one drops what it made."""
+    from tests.postgres import postgres
+
+    with postgres() as url:
+        yield url

@@ -17,13 +17,14 @@ from app.resources import resource_dir
 from app.runner import SelfTest
 
 from .classroom import Classroom
-from .clients import ClientCookie
+from .clients import ClientCookie, use_signing_key
 from .drawings import Drawings
 from .errors import install_error_handlers
 from .first_look import FirstLook
 from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from .highlight import source_lines
 from .narration import inline_html, narration_html
+from .pg_store import SIGNING_KEY, PostgresRunStore
 from .routers import api, classes, docs, pages, runs
 from .run_queue import InProcessQueue
 from .sandbox_status import announce
@@ -43,7 +44,10 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     async def lifespan(app: FastAPI):
         # the workers and the self-test start with the server, not with the app object, so
         # that building an app (tests, `--factory` imports) starts no process
-        app.state.store.open()  # a store path the server cannot write fails here, at once
+        # a store path the server cannot write, or a database it cannot reach, fails here
+        app.state.store.open()
+        if settings.database_url:  # every web process signs cookies with the shared key
+            use_signing_key(app.state.store.secret(SIGNING_KEY))
         announce(settings, app.state.selftest)
         folder = app.state.scenarios_dir
         app.state.traces.start(lambda: load_catalog(folder))
@@ -51,6 +55,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
             yield
         finally:
             app.state.traces.stop()
+            app.state.store.close()
 
     # docs_url/redoc_url off: FastAPI's own pages load Swagger UI from a CDN (routers/docs.py)
     app = FastAPI(title="autograd-lab", version=__version__, docs_url=None, redoc_url=None,
@@ -65,8 +70,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.selftest = SelfTest(zygote=app.state.traces.zygote)
     app.state.classroom = Classroom(settings.max_classes,
                                     people_per_address=settings.per_address_people)
-    app.state.store = RunStore(Path(settings.store_path).expanduser(), settings.store_max_runs,
-                               settings.store_max_bytes, settings.store_max_run_bytes)
+    app.state.store = _run_store(settings)
     # uploads run in the lessons' service's upload lane (one fork server for both), queued in
     # this process; a queue on other machines would replace only InProcessQueue here
     # a class whose room shares one network address counts its members there (people_at)
@@ -98,3 +102,12 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.include_router(pages.router)
     app.include_router(docs.router)
     return app
+
+
+def _run_store(settings: Settings) -> RunStore:
+    """The SQLite file of one machine, or, with database_url, PostgreSQL shared by every web
+    process (pg_store.py)."""
+    bounds = (settings.store_max_runs, settings.store_max_bytes, settings.store_max_run_bytes)
+    if settings.database_url:
+        return PostgresRunStore(settings.database_url, *bounds)
+    return RunStore(Path(settings.store_path).expanduser(), *bounds)

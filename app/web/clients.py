@@ -22,11 +22,21 @@ from fastapi import Request
 from .middleware import ResponseHeaders
 
 __all__ = ["COOKIE", "ClientCookie", "address_key", "client_address", "client_key",
-           "is_browser", "new_cookie_value"]
+           "is_browser", "new_cookie_value", "use_signing_key"]
 
 COOKIE = "autograd_lab_client"
-_KEY = secrets.token_bytes(32)  # a restart hands out new cookies: nothing else is lost
+# one machine: a restart hands out new cookies (nothing else is lost); with a shared store, the
+# key every web process reads from it (use_signing_key), so any of them knows any cookie
+_KEY = secrets.token_bytes(32)
 _FORM = re.compile(r"([A-Za-z0-9_-]{24})\.([A-Za-z0-9_-]{22})")
+
+
+def use_signing_key(key: bytes) -> None:
+    """Sign and check cookies with `key` from now on (app.py, at start, in the shared mode)."""
+    global _KEY
+    if len(key) < 16:
+        raise ValueError("a cookie signing key takes at least 16 bytes")
+    _KEY = key
 
 
 def _signature(token: str) -> str:

@@ -9,7 +9,8 @@ table, `KINDS`:
 - TooMany (this person's share of runs is taken): 429 with Retry-After;
 - UnknownDevice (not a device name) and DeviceError (not on this machine): 422;
 - UnknownVariant: 404; any other OptionError (an option or value the scenario lacks): 422;
-- EventNotFound (no such backward event to draw): 404; RenderError (cannot be drawn): 422.
+- EventNotFound (no such backward event to draw): 404; RenderError (cannot be drawn): 422;
+- StoreUnavailable (the shared store's PostgreSQL is down): 503 with Retry-After.
 
 Starlette's own HTTPException (no route at a path, a method the route lacks; and any FastAPI
 HTTPException still raised) is answered the same way. Request-validation errors keep their
@@ -33,11 +34,13 @@ from app.render import EventNotFound, RenderError
 
 from .gate import Busy
 from .jobs import TooMany
+from .store import StoreUnavailable
 from .traces import DeviceError
 
 __all__ = ["AppError", "KINDS", "as_app_error", "install_error_handlers", "wants_page"]
 
 RETRY_AFTER_BUSY = 5  # seconds
+RETRY_AFTER_STORE = 30  # seconds: a database restarting takes longer than a busy worker
 
 _CODES = {400: "bad_request", 401: "token_needed", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "too_large",
@@ -68,6 +71,7 @@ KINDS: dict[type[Exception], tuple[int, str, dict[str, str] | None]] = {
     UnknownVariant: (404, "unknown_variant", None),
     OptionError: (422, "invalid_option", None),
     EventNotFound: (404, "no_event", None),
+    StoreUnavailable: (503, "store_unavailable", {"Retry-After": str(RETRY_AFTER_STORE)}),
     RenderError: (422, "cannot_draw", None),
 }
 

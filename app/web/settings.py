@@ -88,6 +88,10 @@ class Settings:
         None, "the SQLite file where submitted runs are kept",
         shown="~/.cache/autograd-lab/runs.sqlite3",
         factory=lambda: str(Path.home() / ".cache" / "autograd-lab" / "runs.sqlite3"))
+    database_url: str = setting(
+        "", "PostgreSQL (postgresql://user:password@host/db): the runs and the cookies' signing "
+        "key are kept there instead, shared by every web process, kept across restarts "
+        "(docs/SCALING.md; the `shared` extra installs psycopg)", shown="(none: store_path)")
     store_max_runs: int = setting(500, "runs kept; the oldest go first")
     store_max_bytes: int = setting(256 * 1024 * 1024, "bytes kept (gzip Traces and their "
                                    "figures); the oldest go first")
@@ -167,6 +171,10 @@ class Settings:
         if self.store_max_runs < 1 or self.store_max_bytes < 1 or self.store_max_run_bytes < 1:
             raise SettingsError("store_max_runs, store_max_bytes and store_max_run_bytes must "
                                 "be positive")
+        if self.database_url and not self.database_url.startswith(("postgresql://",
+                                                                   "postgres://")):
+            raise SettingsError("database_url must be a PostgreSQL URL (postgresql://user@host/"
+                                "database), or empty for the SQLite file at store_path")
         if self.run_memory_mb < 512:
             raise SettingsError(f"run_memory_mb must be at least 512 (a worker with torch "
                                 f"loaded takes about 300), not {self.run_memory_mb}")

@@ -39,7 +39,7 @@ from app.lru import LRU
 from .settings import default_of
 from .single_flight import SingleFlight
 
-__all__ = ["RunStore", "StoredBlob", "RunGone", "run_link"]
+__all__ = ["RunStore", "StoredBlob", "RunGone", "StoreUnavailable", "run_link"]
 
 _SCHEMA = ("""
 CREATE TABLE IF NOT EXISTS runs (
@@ -85,6 +85,11 @@ class RunGone(Exception):
     """The run was dropped (or replaced) while its blob was being read."""
 
 
+class StoreUnavailable(RuntimeError):
+    """The store cannot be reached (a shared store's database is down): what was asked cannot
+    be answered now; errors.py answers 503 with Retry-After."""
+
+
 class RunStore:
     # the defaults are the settings' own, declared once in settings.py
     def __init__(self, path: Path, max_runs: int = default_of("store_max_runs"),
@@ -112,6 +117,13 @@ class RunStore:
                         db.execute(table)
                 self._opened = True
         return self
+
+    def close(self) -> None:
+        """Nothing held open between uses (each use connects to the file)."""
+
+    def secret(self, name: str, size: int = 32) -> bytes:
+        raise NotImplementedError("one machine keeps no secrets in its SQLite store: the "
+                                  "cookies' key is made at start (clients.py)")
 
     @contextmanager
     def _connect(self):

@@ -1,4 +1,5 @@
-"""The run store keeps runs across restarts and drops the oldest first."""
+"""The run store keeps runs across restarts and drops the oldest first: the SQLite file of one
+machine and PostgreSQL (AUTOGRAD_LAB_DATABASE_URL, every web process's), the same tests."""
 
 from __future__ import annotations
 
@@ -10,29 +11,48 @@ from app.web.gate import Busy, Gate
 from app.web.store import RunStore
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def make_store(request, tmp_path):
+    """make_store(**bounds) -> a store; called again, the same store as a new process opens
+    it (the same file, the same database)."""
+    if request.param == "sqlite":
+        return lambda **bounds: RunStore(tmp_path / "r.sqlite3", **bounds)
+    from app.web.pg_store import PostgresRunStore
+    from tests.postgres import fresh_database
+
+    url = fresh_database(request.getfixturevalue("postgres_url"))
+    opened: list[PostgresRunStore] = []
+    request.addfinalizer(lambda: [s.close() for s in opened])
+
+    def make(**bounds):
+        opened.append(PostgresRunStore(url, pool_size=2, **bounds))
+        return opened[-1]
+
+    return make
+
+
 def doc(name: str, filler: int = 0) -> dict:
     return {"script": {"name": name}, "events": [], "pad": "x" * filler}
 
 
-def test_runs_survive_a_restart(tmp_path):
-    path = tmp_path / "runs.sqlite3"
-    run_id = RunStore(path).put(doc("a.py"))
-    again = RunStore(path)  # a new process opening the same file
+def test_runs_survive_a_restart(make_store):
+    run_id = make_store().put(doc("a.py"))
+    again = make_store()  # a new process opening the same file (the same database)
     assert again.get(run_id)["script"]["name"] == "a.py"
     assert again.get("nope") is None
 
 
-def test_oldest_runs_go_first_by_count(tmp_path):
-    store = RunStore(tmp_path / "r.sqlite3", max_runs=3)
+def test_oldest_runs_go_first_by_count(make_store):
+    store = make_store(max_runs=3)
     ids = [store.put(doc(f"{i}.py")) for i in range(5)]
     assert len(store) == 3
     assert [store.get(i) is None for i in ids] == [True, True, False, False, False]
 
 
-def test_oldest_runs_go_first_by_size(tmp_path):
+def test_oldest_runs_go_first_by_size(make_store):
     import os
 
-    store = RunStore(tmp_path / "r.sqlite3", max_bytes=20_000)
+    store = make_store(max_bytes=20_000)
     # random hex compresses only to about half: each run takes about 8.5 kB on disk
     ids = [store.put({**doc(f"{i}.py"), "pad": os.urandom(8000).hex()}) for i in range(4)]
     kept = [store.get(i) is not None for i in ids]
@@ -66,10 +86,10 @@ def test_gate_turns_away_past_workers_plus_queue():
     waiting.join(5)
 
 
-def test_a_run_larger_than_the_whole_bound_still_answers_its_link(tmp_path):
+def test_a_run_larger_than_the_whole_bound_still_answers_its_link(make_store):
     import os
 
-    store = RunStore(tmp_path / "r.sqlite3", max_bytes=1000)
+    store = make_store(max_bytes=1000)
     old = store.put(doc("old.py"))
     big = store.put({**doc("big.py"), "pad": os.urandom(4000).hex()})
     assert store.get(big)["script"]["name"] == "big.py"
@@ -84,11 +104,10 @@ def test_making_a_store_writes_nothing_until_it_is_used(tmp_path):
     assert path.exists()
 
 
-def test_a_run_over_the_per_run_bound_keeps_its_script_and_pushes_nobody_out(tmp_path):
+def test_a_run_over_the_per_run_bound_keeps_its_script_and_pushes_nobody_out(make_store):
     import os
 
-    store = RunStore(tmp_path / "r.sqlite3", max_runs=100, max_bytes=4 << 20,
-                     max_run_bytes=256 << 10)
+    store = make_store(max_runs=100, max_bytes=4 << 20, max_run_bytes=256 << 10)
     others = [store.put(doc(f"{i}.py", filler=10_000)) for i in range(5)]
     # a report a script filled with what gzip cannot shrink: bigger than the per-run bound
     big = {"script": {"name": "big.py", "source": "print(1)\n", "args": []}, "torch": "2",
