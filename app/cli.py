@@ -1,4 +1,4 @@
-"""`autograd-lab serve | trace | render | scenarios`."""
+"""`autograd-lab serve | worker | trace | render | scenarios`."""
 
 from __future__ import annotations
 
@@ -146,6 +146,23 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_worker(args) -> int:
+    import asyncio
+    import logging
+
+    from .web.settings import Settings, SettingsError
+    from .web.upload_worker import UploadWorker
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        worker = UploadWorker(Settings.from_env(), name=args.name)
+    except (ValueError, SettingsError) as exc:
+        print(f"autograd-lab worker: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(worker.serve())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .web.settings import default_of
 
@@ -190,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "'Authorization: Bearer TOKEN'); required to accept uploads off loopback "
                    "(default: AUTOGRAD_LAB_TOKEN)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", help="run uploads from the shared line (with "
+                       "AUTOGRAD_LAB_DATABASE_URL set, on any number of machines)")
+    p.add_argument("--name", help="how this worker is named in the line (default: "
+                   "host:pid)")
+    p.set_defaults(func=cmd_worker)
     return parser
 
 

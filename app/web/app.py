@@ -29,6 +29,7 @@ from .routers import api, classes, docs, pages, runs
 from .run_queue import InProcessQueue
 from .sandbox_status import announce
 from .settings import Settings
+from .shared_queue import SharedQueue
 from .static_assets import ForeverStaticFiles, content_version
 from .store import RunStore
 from .traces import TraceService
@@ -50,11 +51,13 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
             use_signing_key(app.state.store.secret(SIGNING_KEY))
         announce(settings, app.state.selftest)
         folder = app.state.scenarios_dir
-        app.state.traces.start(lambda: load_catalog(folder))
+        # the shared mode's uploads run in `autograd-lab worker` processes, not here
+        app.state.traces.start(lambda: load_catalog(folder), uploads=not settings.database_url)
         try:
             yield
         finally:
             app.state.traces.stop()
+            queue.close()
             app.state.store.close()
 
     # docs_url/redoc_url off: FastAPI's own pages load Swagger UI from a CDN (routers/docs.py)
@@ -74,10 +77,15 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     # uploads run in the lessons' service's upload lane (one fork server for both), queued in
     # this process; a queue on other machines would replace only InProcessQueue here
     # a class whose room shares one network address counts its members there (people_at)
-    queue = InProcessQueue(app.state.traces.uploads, app.state.store,
-                           settings.per_client_running, settings.per_client_queued,
-                           settings.per_address_people, app.state.classroom.people_at,
-                           stored=FirstLook(app.state.store, app.state.drawings))
+    if settings.database_url:  # the line in PostgreSQL, run by workers on any machine
+        queue = SharedQueue(app.state.store, settings.per_client_running,
+                            settings.per_client_queued, settings.queue_size,
+                            settings.per_address_people, app.state.classroom.people_at)
+    else:
+        queue = InProcessQueue(app.state.traces.uploads, app.state.store,
+                               settings.per_client_running, settings.per_client_queued,
+                               settings.per_address_people, app.state.classroom.people_at,
+                               stored=FirstLook(app.state.store, app.state.drawings))
     app.state.uploads = UploadService(queue, app.state.store, settings.upload_timeout)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)

@@ -86,6 +86,9 @@ class RunQueue(Protocol):
     async def result(self, run_id: str) -> Trace:
         """Its stored Trace once it ends, or the exception that ended it (UnknownRun)."""
 
+    def close(self) -> None:
+        """Let go of what the queue holds open (the server is stopping)."""
+
     def recent(self, run_id: str) -> Trace | None:
         """Its Trace as the store kept it, while this process still holds it parsed (a run
         that just ended); None otherwise: the store is asked. The page asks for its drawings
@@ -204,6 +207,9 @@ class InProcessQueue:
         job.stop()
         job.done.wait(wait)  # a waiting run leaves the line at once, a running one in seconds
         return self.book.status(job)
+
+    def close(self) -> None:
+        """Nothing to let go of: the lane is the TraceService's to stop."""
 
     def recent(self, run_id: str) -> Trace | None:
         job = self.book.get(run_id)

@@ -153,9 +153,12 @@ class TraceService:
             forked = self.zygote is not None
         return self.settings.max_workers * (UPLOADS_PER_CORE_FORKED if forked else 1)
 
-    def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None) -> None:
+    def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None, *,
+              lessons: bool = True, uploads: bool = True) -> None:
         """Start the pools of ready workers (pool_size 0: each run starts a fresh worker) and,
-        with `catalog`, trace every lesson in the background."""
+        with `catalog`, trace every lesson in the background. A lane this process does not
+        run keeps no pool: a web process of the shared mode runs no uploads (its workers do),
+        and a worker process no lessons."""
         self.started_at = time.monotonic()
         if self.zygote is not None:
             # first: the pools and the warm-up fork their workers from it once it is ready
@@ -166,8 +169,10 @@ class TraceService:
         self.all_runs_memory = bound_all_runs(self.all_runs_memory_bytes())
         if not self.all_runs_memory[0]:
             log.warning("%s", self.all_runs_memory[1])
-        self.lessons.start()
-        self.uploads.start()
+        if lessons:
+            self.lessons.start()
+        if uploads:
+            self.uploads.start()
         if catalog is not None and self.settings.warm_lessons:
             threading.Thread(target=self._warm, args=(catalog,), daemon=True,
                              name="autograd-lab-warm-lessons").start()

@@ -55,12 +55,37 @@ def in_process(folder: Path) -> Iterator[QueueUnderTest]:
         traces.stop()
 
 
-IMPLEMENTATIONS: dict[str, Callable[[Path], contextmanager]] = {"in-process": in_process}
+@contextmanager
+def shared(folder: Path, postgres_url: str) -> Iterator[QueueUnderTest]:
+    """The queue past one machine: the line in a real PostgreSQL (Procrastinate), its one
+    worker an `autograd-lab worker` process with one slot (shared_queue.py, upload_worker.py)."""
+    from app.web.pg_store import PostgresRunStore
+    from app.web.shared_queue import SharedQueue
+    from tests.postgres import fresh_database
+    from tests.worker_process import upload_worker
+
+    database = fresh_database(postgres_url)
+    store = PostgresRunStore(database, pool_size=4).open()
+    with upload_worker(database, folder, "contract-worker", UPLOAD_WORKERS="1",
+                       UPLOAD_TIMEOUT=str(LIMIT)):
+        queue = SharedQueue(store, running=1, queued=1, queue_size=1)
+        try:
+            yield QueueUnderTest(queue, store)
+        finally:
+            queue.close()
+    store.close()
 
 
-@pytest.fixture(scope="module", params=list(IMPLEMENTATIONS))
+IMPLEMENTATIONS: dict[str, Callable[..., contextmanager]] = {"in-process": in_process,
+                                                              "shared": shared}
+
+
+@pytest.fixture(scope="module", params=["in-process",
+                                        pytest.param("shared", marks=pytest.mark.postgres)])
 def under_test(request, tmp_path_factory) -> Iterator[QueueUnderTest]:
-    with IMPLEMENTATIONS[request.param](tmp_path_factory.mktemp("queue")) as made:
+    folder = tmp_path_factory.mktemp("queue")
+    extra = [request.getfixturevalue("postgres_url")] if request.param == "shared" else []
+    with IMPLEMENTATIONS[request.param](folder, *extra) as made:
         yield made
 
 

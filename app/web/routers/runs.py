@@ -153,12 +153,14 @@ async def create_run(request: Request, wait: bool = True) -> Response:
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
     # out of the server's thread pool)
     uploads = _uploads(request)
-    run_id = uploads.submit(client_key(request), upload.name, upload.source, upload.device,
-                            client_address(request), notebook=upload.notebook)
+    # in a thread: a shared queue books the run in PostgreSQL (the event loop serves others)
+    run_id = await run_in_threadpool(uploads.submit, client_key(request), upload.name,
+                                     upload.source, upload.device, client_address(request),
+                                     notebook=upload.notebook)
     # whose run it is: only its starter may send it to a class's teacher (classroom.py)
     request.app.state.classroom.note_run(client_key(request), run_id)
     if not wait:
-        return JSONResponse(uploads.status(run_id), status_code=202)
+        return JSONResponse(await run_in_threadpool(uploads.status, run_id), status_code=202)
     return await run_in_threadpool(document, await uploads.result(run_id))
 
 

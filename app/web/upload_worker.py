@@ -1,0 +1,159 @@
+"""`autograd-lab worker`: runs uploads from the shared line (shared_queue.py) on this machine,
+with this machine's sandbox exactly as a web process runs them: the upload lane of a
+`TraceService` (its fork server, pool and confinement), as many at once as its slots.
+
+Each run comes as a Procrastinate job carrying only the run's id. The worker claims the run
+(queued → running, in one UPDATE: a run stopped before it started is not run), runs it, stores
+its Trace in the shared run store (an upsert keyed by the run) and closes its row. An abort
+(a stop from any web process) cancels the task: the run's process group is killed and what it
+recorded is stored, saying it was stopped. Every few seconds the worker says it is alive and how
+many slots it has (`upload_hosts`), which is the line's capacity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import socket
+from dataclasses import replace
+
+from app.format import error_record, new_document
+from app.format.notebook import annotate
+
+from .jobs import Job
+from .pg_store import PostgresRunStore
+from .settings import Settings
+from .shared_queue import QUEUE, TASK, prepare_schema, procrastinate_app
+from .traces import DeviceError, TraceService
+
+__all__ = ["UploadWorker"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 5.0
+
+
+class UploadWorker:
+    def __init__(self, settings: Settings, name: str | None = None) -> None:
+        if not settings.database_url:
+            raise ValueError("autograd-lab worker takes its runs from the shared line: set "
+                             "AUTOGRAD_LAB_DATABASE_URL=postgresql://… as the web processes do")
+        # a worker machine serves no lessons: none warmed, none pooled
+        self.settings = replace(settings, warm_lessons=False)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.traces = TraceService(self.settings)
+        self.slots = self.traces.upload_workers()
+        self.store = PostgresRunStore(settings.database_url, settings.store_max_runs,
+                                      settings.store_max_bytes, settings.store_max_run_bytes,
+                                      pool_size=self.slots + 2)
+        # the runs' threads: a run holds one for its whole life, so never the loop's default
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            self.slots + 2, thread_name_prefix="autograd-lab-upload")
+
+    # ---- one run ------------------------------------------------------------------------------
+
+    def claim(self, run_id: str) -> dict | None:
+        """The run's submission, now marked running on this worker; None if it is no longer
+        waiting (stopped before it started, or run already)."""
+        with self.store._connect() as db:
+            cur = db.execute(
+                "UPDATE uploads SET state = 'running', started = now(), "
+                "attempts = attempts + 1, host = %s WHERE id = %s AND state = 'queued' "
+                "RETURNING client, address, name, source, device, time_limit, notebook",
+                (self.name, run_id))
+            row = cur.fetchone()
+            return None if row is None else dict(zip([c.name for c in cur.description], row,
+                                                     strict=True))
+
+    def run(self, run_id: str, submission: dict, job: Job) -> None:
+        """Run it in the sandbox, store its Trace, close its row, whatever happens."""
+        state = "done"
+        name, source, device = submission["name"], submission["source"], submission["device"]
+        try:
+            doc = self.traces.uploads.run(source, name, [], device, started=job.attach)
+            if doc.get("error") and doc["error"]["type"] == "Stopped":
+                state = "stopped"
+        except DeviceError as exc:  # asked for a device this machine lacks: said in its Trace
+            doc = new_document(name, source, device, None)
+            doc["error"] = error_record("DeviceUnavailable", str(exc))
+        except Exception:  # noqa: BLE001 - the worker failed, not the script
+            log.exception("run %s could not be run", run_id)
+            state = "failed"
+            doc = new_document(name, source, device, None)
+            doc["error"] = error_record("ServerError", "The server could not run this run (its "
+                                        "worker's log says why). The script is kept: run it "
+                                        "again.")
+        notebook = submission.get("notebook")
+        annotate(doc, json.loads(notebook) if notebook else None)
+        kept = self.store.keep(doc, run_id)
+        error = doc.get("error")
+        with self.store._connect() as db:
+            db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
+                       "events = %s, error_type = %s, detail = %s WHERE id = %s",
+                       (state, kept, len(doc.get("events") or ()),
+                        error.get("type") if isinstance(error, dict) else None,
+                        error.get("message") if state == "failed" else None, run_id))
+
+    async def task(self, run_id: str) -> None:
+        """The Procrastinate task: claim, run in a thread, and on an abort kill the run and
+        wait for what it recorded to be stored before the job is marked aborted."""
+        loop = asyncio.get_running_loop()
+        submission = await loop.run_in_executor(self._threads, self.claim, run_id)
+        if submission is None:
+            return
+        job = Job(run_id, submission["client"], submission["name"], submission["time_limit"])
+        work = loop.run_in_executor(self._threads, self.run, run_id, submission, job)
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            job.stop()
+            await work
+            raise
+
+    # ---- the process --------------------------------------------------------------------------
+
+    def _beat(self, alive: bool = True) -> None:
+        with self.store._connect() as db:
+            if alive:
+                db.execute("INSERT INTO upload_hosts (name, slots, seen) VALUES (%s, %s, now()) "
+                           "ON CONFLICT (name) DO UPDATE SET slots = EXCLUDED.slots, "
+                           "seen = EXCLUDED.seen", (self.name, self.slots))
+            else:
+                db.execute("DELETE FROM upload_hosts WHERE name = %s", (self.name,))
+
+    async def _heartbeat(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(self._threads, self._beat)
+            except Exception:  # noqa: BLE001 - the database is away: try again, keep running
+                log.warning("could not tell the shared line this worker is alive",
+                            exc_info=True)
+            await asyncio.sleep(HEARTBEAT_S)
+
+    async def serve(self) -> None:
+        """Take runs until stopped (SIGINT or SIGTERM: the runs going on finish first)."""
+        prepare_schema(self.store)
+        self.traces.start(lessons=False)
+        jobs = procrastinate_app(self.settings.database_url, sync=False)
+        jobs.task(name=TASK, queue=QUEUE)(self.task)
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            async with jobs.open_async():
+                log.warning("autograd-lab worker %s: %d slot(s), taking runs", self.name,
+                            self.slots)
+                await jobs.run_worker_async(queues=[QUEUE], concurrency=self.slots,
+                                            name=self.name, abort_job_polling_interval=1.0,
+                                            install_signal_handlers=True)
+        finally:
+            heartbeat.cancel()
+            try:
+                self._beat(alive=False)
+            except Exception:  # noqa: BLE001 - its heartbeat ages out instead
+                pass
+            self.traces.stop()
+            self.store.close()
+            self._threads.shutdown(wait=False)
