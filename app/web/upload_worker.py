@@ -8,6 +8,13 @@ its Trace in the shared run store (an upsert keyed by the run) and closes its ro
 (a stop from any web process) cancels the task: the run's process group is killed and what it
 recorded is stored, saying it was stopped. Every few seconds the worker says it is alive and how
 many slots it has (`upload_hosts`), which is the line's capacity.
+
+A worker that dies mid-run (its machine lost, its processes killed) stops sending Procrastinate
+its heartbeat. Every live worker looks for such stalled jobs: a run is retried once on whichever
+worker takes it next (a run has no effect outside its sandbox, so running it again is safe), and
+failed with a message that says so if its worker dies a second time. Before retrying, a worker
+sweeps what dead servers on its own machine left (their runs' cgroups and uids), so a run killed
+with its worker does not go on in the background.
 """
 
 from __future__ import annotations
@@ -33,7 +40,12 @@ __all__ = ["UploadWorker"]
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 5.0
+HEARTBEAT_S = 2.0  # Procrastinate's heartbeat and ours (upload_hosts)
+STALLED_S = 10.0  # a worker not heard from for this long is dead: its runs are retried
+ATTEMPTS = 2  # a run whose worker dies twice is failed, not run a third time
+LOST = ("This run's worker stopped twice while running it (its machine was lost or its process "
+        "killed), so it was not run a third time. The script is kept: run it again, and if "
+        "this keeps happening, tell whoever runs the server.")
 
 
 class UploadWorker:
@@ -113,6 +125,64 @@ class UploadWorker:
             await work
             raise
 
+    # ---- a worker that died -------------------------------------------------------------------
+
+    def after_death(self, run_id: str) -> str:
+        """What becomes of a run whose worker died: "retry" (back in line, once), "failed"
+        (its Trace says why), or "skip" (not running, or its worker is alive after all: another
+        worker saw to it first)."""
+        with self.store._connect() as db:
+            row = db.execute(
+                "SELECT u.attempts, u.name, u.source, u.device, u.notebook FROM uploads u "
+                "WHERE u.id = %s AND u.state = 'running' AND NOT EXISTS (SELECT 1 FROM "
+                "upload_hosts h WHERE h.name = u.host AND h.seen > now() - "
+                "make_interval(secs => %s)) FOR UPDATE OF u", (run_id, STALLED_S)).fetchone()
+            if row is None:
+                return "skip"
+            attempts, name, source, device, notebook = row
+            if attempts < ATTEMPTS:
+                db.execute("UPDATE uploads SET state = 'queued', host = NULL, started = NULL "
+                           "WHERE id = %s", (run_id,))
+                return "retry"
+            doc = new_document(name, source, device, None)
+            doc["error"] = error_record("WorkerLost", LOST)
+            annotate(doc, json.loads(notebook) if notebook else None)
+            kept = self.store.keep(doc, run_id)
+            db.execute("UPDATE uploads SET state = 'failed', ended = now(), kept_whole = %s, "
+                       "events = 0, error_type = 'WorkerLost', detail = %s WHERE id = %s",
+                       (kept, LOST, run_id))
+            return "failed"
+
+    async def _see_to_stalled(self, jobs) -> None:
+        from procrastinate.jobs import Status
+
+        from app.runner.sandbox import cgroups, identity
+
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                stalled = await jobs.job_manager.get_stalled_jobs(
+                    queue=QUEUE, seconds_since_heartbeat=STALLED_S)
+                if not stalled:
+                    continue
+                # a dead worker on this machine left its runs going: end them first
+                await loop.run_in_executor(self._threads, cgroups.sweep)
+                await loop.run_in_executor(self._threads, identity.sweep_orphans)
+                for job in stalled:
+                    run_id = job.task_kwargs.get("run_id")
+                    decision = await loop.run_in_executor(self._threads, self.after_death,
+                                                          run_id)
+                    log.warning("run %s: its worker stopped heartbeating: %s", run_id, decision)
+                    if decision == "retry":
+                        await jobs.job_manager.retry_job(job)
+                    elif decision == "failed":
+                        await jobs.job_manager.finish_job(job, Status.FAILED, delete_job=False)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the database is away: look again later
+                log.warning("could not look for runs of dead workers", exc_info=True)
+
     # ---- the process --------------------------------------------------------------------------
 
     def _beat(self, alive: bool = True) -> None:
@@ -141,15 +211,21 @@ class UploadWorker:
         jobs = procrastinate_app(self.settings.database_url, sync=False)
         jobs.task(name=TASK, queue=QUEUE)(self.task)
         heartbeat = asyncio.create_task(self._heartbeat())
+        stalled = None
         try:
             async with jobs.open_async():
+                stalled = asyncio.create_task(self._see_to_stalled(jobs))
                 log.warning("autograd-lab worker %s: %d slot(s), taking runs", self.name,
                             self.slots)
                 await jobs.run_worker_async(queues=[QUEUE], concurrency=self.slots,
                                             name=self.name, abort_job_polling_interval=1.0,
-                                            install_signal_handlers=True)
+                                            install_signal_handlers=True,
+                                            update_heartbeat_interval=HEARTBEAT_S,
+                                            stalled_worker_timeout=STALLED_S)
         finally:
             heartbeat.cancel()
+            if stalled is not None:
+                stalled.cancel()
             try:
                 self._beat(alive=False)
             except Exception:  # noqa: BLE001 - its heartbeat ages out instead
