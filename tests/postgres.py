@@ -21,15 +21,16 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.server import free_port
 
-__all__ = ["fresh_database", "postgres", "server_binaries"]
+__all__ = ["Cluster", "cluster", "fresh_database", "postgres", "server_binaries"]
 
 USER = "autograd"
 DATABASE = "autograd_lab"
@@ -48,10 +49,26 @@ def _as_owner(cmd: list[str], owner: str | None) -> list[str]:
     return ["setpriv", f"--reuid={owner}", f"--regid={owner}", "--init-groups", "--", *cmd]
 
 
+@dataclass
+class Cluster:
+    """A running cluster of our own: its URL, and stop/start (a database going away)."""
+
+    url: str
+    stop: Callable[[], None]
+    start: Callable[[], None]
+
+
 @contextmanager
 def postgres() -> Iterator[str]:
     """The URL of a fresh PostgreSQL cluster, with a database and a user of its own (trust on
     loopback only: nothing but this machine can reach the port)."""
+    with cluster() as made:
+        yield made.url
+
+
+@contextmanager
+def cluster() -> Iterator[Cluster]:
+    """A fresh PostgreSQL cluster that a test may stop and start again."""
     bin_dir = server_binaries()
     if bin_dir is None:
         pytest.skip("Debian's PostgreSQL is not installed (make system-deps-test installs it: "
@@ -80,16 +97,24 @@ def postgres() -> Iterator[str]:
     options = (f"-c listen_addresses=127.0.0.1 -c port={port} "
                f"-c unix_socket_directories={sockets} -c fsync=off "
                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-    subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log),
-                              "-o", options, "-w", "-t", "60", "start"], owner),
-                   check=True, capture_output=True, env=env)
+
+    def start() -> None:
+        subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log),
+                                  "-o", options, "-w", "-t", "60", "start"], owner),
+                       check=True, capture_output=True, env=env)
+
+    def stop() -> None:
+        subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-m",
+                                  "immediate", "-w", "stop"], owner),
+                       capture_output=True, env=env)
+
+    start()
     try:
         url = f"postgresql://{USER}@127.0.0.1:{port}"
         _create_database(url)
-        yield f"{url}/{DATABASE}"
+        yield Cluster(f"{url}/{DATABASE}", stop, start)
     finally:
-        subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate",
-                                  "-w", "stop"], owner), capture_output=True, env=env)
+        stop()
         shutil.rmtree(top, ignore_errors=True)
 
 

@@ -52,12 +52,13 @@ class AppError(Exception):
     do (`detail`), and a short machine code the page can act on (`code`)."""
 
     def __init__(self, status: int, detail: str, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, facts: dict | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.code = code or _CODES.get(status, "error")
         self.headers = headers
+        self.facts = facts or {}  # more for programs, beside detail and code (a full line's place)
 
 
 _RETRY = {"Retry-After": str(RETRY_AFTER_BUSY)}
@@ -115,7 +116,9 @@ def as_app_error(request: Request, exc: Exception) -> AppError:
     for kind in type(exc).__mro__:
         if kind in KINDS:
             status, code, headers = KINDS[kind]
-            return AppError(status, str(exc), code, headers)
+            place = getattr(exc, "place", None)
+            return AppError(status, str(exc), code, headers,
+                            facts={"place": place} if place is not None else None)
     raise TypeError(f"no HTTP answer for {type(exc).__name__}")  # a handler wired by mistake
 
 
@@ -150,8 +153,8 @@ async def _answer(request: Request, exc: Exception) -> Response:
             request, "error.html", {"title": title, "detail": error.detail, "code": error.code,
                                     "status": error.status},
             status_code=error.status, headers=error.headers)
-    return JSONResponse({"detail": error.detail, "code": error.code}, status_code=error.status,
-                        headers=error.headers)
+    return JSONResponse({**error.facts, "detail": error.detail, "code": error.code},
+                        status_code=error.status, headers=error.headers)
 
 
 def _sentence(error: dict) -> str:

@@ -17,11 +17,13 @@ __all__ = ["Gate", "Busy", "Stopped"]
 
 
 class Busy(Exception):
-    """Every worker is busy and the queue is full."""
+    """Every worker is busy and the queue is full. `place`: where in line the run would have
+    been, where the queue knows (the answer carries it)."""
 
     def __init__(self, message: str = "every worker is busy and the queue is full: try again in "
-                                      "a few seconds") -> None:
+                                      "a few seconds", place: int | None = None) -> None:
         super().__init__(message)
+        self.place = place
 
 
 class Stopped(Exception):

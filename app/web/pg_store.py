@@ -120,8 +120,10 @@ class PostgresRunStore(RunStore):
                     f"PostgreSQL at {redacted(self.url)} cannot be reached "
                     f"({_first_line(exc)}); check AUTOGRAD_LAB_DATABASE_URL and that the server "
                     "is up") from None  # the chained error's text may hold the URL
+            # timeout: how long a request waits for a connection; short, so that with the
+            # database down a page says so in seconds, not after the browser gave up
             pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, open=False,
-                                  timeout=10, name="autograd-lab-store")
+                                  timeout=3, name="autograd-lab-store")
             pool.open(wait=True, timeout=15)
             self._pool = pool
             with self._pool.connection() as db:
@@ -133,6 +135,15 @@ class PostgresRunStore(RunStore):
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+
+    def reachable(self) -> tuple[bool, str]:
+        """(can the database be asked now, what /healthz says of it)."""
+        try:
+            with self._connect() as db:
+                db.execute("SELECT 1")
+        except StoreUnavailable as exc:
+            return False, str(exc)
+        return True, f"PostgreSQL at {redacted(self.url)}"
 
     @contextmanager
     def _connect(self):

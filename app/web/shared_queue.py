@@ -155,7 +155,11 @@ class SharedQueue:
                                "seen > now() - make_interval(secs => %s)",
                                (HOST_SEEN_S,)).fetchone()[0]
             if booked >= slots + self.queue_size:
-                raise Busy()
+                place = booked - slots + 1  # where it would have waited
+                raise Busy(f"the line is full: {booked} runs are running or waiting for "
+                           f"{slots} worker slot(s) and {self.queue_size} place(s) in line; "
+                           f"this one would have been number {place} in line. Try again in a "
+                           "few seconds", place=place)
             db.execute(
                 "INSERT INTO uploads (id, client, address, name, source, device, time_limit, "
                 "notebook, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'queued')",

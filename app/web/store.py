@@ -121,6 +121,10 @@ class RunStore:
     def close(self) -> None:
         """Nothing held open between uses (each use connects to the file)."""
 
+    def reachable(self) -> tuple[bool, str]:
+        """(can the store be read now, what /healthz says of it)."""
+        return True, "SQLite file on this machine"
+
     def secret(self, name: str, size: int = 32) -> bytes:
         raise NotImplementedError("one machine keeps no secrets in its SQLite store: the "
                                   "cookies' key is made at start (clients.py)")

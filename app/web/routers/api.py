@@ -36,11 +36,16 @@ def healthz(request: Request) -> dict:
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
     until it is done); `workers` says whether runs are forked from the fork server; `lessons`
     whether every lesson is traced yet, and how many seconds after start that was done;
-    `connections` whether slow clients and connection counts are bounded (slow_clients.py)."""
+    `connections` whether slow clients and connection counts are bounded (slow_clients.py);
+    `store` where runs are kept and whether it answers (a shared store's database may be down:
+    the status is then "degraded", and lessons are still served)."""
     state = request.app.state
-    return {"status": "ok", "sandbox": sandbox_status(state.settings, state.selftest),
+    reachable, where = state.store.reachable()
+    return {"status": "ok" if reachable else "degraded",
+            "sandbox": sandbox_status(state.settings, state.selftest),
             "workers": state.traces.workers(), "lessons": state.traces.warmth(),
-            "connections": connection_report()}
+            "connections": connection_report(),
+            "store": {"reachable": reachable, "detail": where}}
 
 
 @router.get("/api/scenarios")
