@@ -31,7 +31,9 @@ def alive_workers(database: str) -> list[str]:
 
 @contextmanager
 def upload_worker(database: str, folder: Path, name: str, start_timeout: float = 60,
-                  **settings: str) -> Iterator[subprocess.Popen]:
+                  cpus: str | None = None, **settings: str) -> Iterator[subprocess.Popen]:
+    """`cpus`: the cores it and everything it starts may use (taskset's list, "0" or "0,1"):
+    bench/scale_out.py pins each worker to a core of its own."""
     log = ARTIFACTS / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "AUTOGRAD_LAB_DATABASE_URL": database,
@@ -39,7 +41,10 @@ def upload_worker(database: str, folder: Path, name: str, start_timeout: float =
            "AUTOGRAD_LAB_POOL_SIZE": "0", "AUTOGRAD_LAB_SELFTEST": "false",
            **{f"AUTOGRAD_LAB_{k.upper()}": str(v) for k, v in settings.items()}}
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--name", name],
+        command = [sys.executable, "-m", "app.cli", "worker", "--name", name]
+        if cpus is not None:
+            command = ["taskset", "-c", cpus, *command]
+        proc = subprocess.Popen(command,
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:

@@ -45,7 +45,10 @@ QUEUE = "uploads"
 HOST_SEEN_S = 30  # a worker process not heard from for this long has no slots
 _QUEUE_LOCK = 0x6167_6C61_6203
 _SCHEMA_LOCK = 0x6167_6C61_6204
-POLL_S = (0.05, 0.25)  # a result's wait asks the table this often, first to last
+# a result's wait asks the table first after 10 ms, then half as often again each time, up to
+# every 0.25 s: a small run is done in a few tens of ms, a long one costs a question 4 times a
+# second (a LISTEN for runs' ends would save those: docs/SCALING.md)
+POLL_S = (0.01, 0.25)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS uploads (

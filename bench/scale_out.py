@@ -1,0 +1,224 @@
+"""Past one machine, measured on one: the shared line (PostgreSQL + Procrastinate,
+`autograd-lab worker`) with one worker process and with two, each pinned to a core of its own,
+and the line's added latency per run against the embedded default (the in-process queue).
+Prints tables; not a timed test. Everything runs on loopback: a PostgreSQL cluster of its own
+(Debian's, as the tests start it), the workers, and the runs' senders in this process.
+
+    .venv/bin/python bench/scale_out.py [--runs 60] [--latency-runs 10] [--slots 3]
+
+1. throughput: --runs scripts, each from a person of its own, all sent at once (from 8
+   threads): a small one (a linear layer's forward and backward), then a short training
+   script (30 steps of a small MLP); the time from the first send to the last Trace stored,
+   with one worker (pinned to core 0) and with two (cores 0 and 1), each with --slots runs at
+   once. The ratio is two workers' runs per second over one's.
+2. latency: --latency-runs of the small script one after the other (nothing else running),
+   from the send to the stored Trace in hand: the in-process queue (the upload lane of a
+   TraceService in this process, with its fork server, as `autograd-lab serve` runs it) and
+   the shared line with one worker; the difference is what the line adds per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.web.run_queue import InProcessQueue, Submission  # noqa: E402
+from tests.postgres import cluster, fresh_database  # noqa: E402
+from tests.worker_process import upload_worker  # noqa: E402
+
+SMALL = ("import torch\ntorch.manual_seed(0)\nlayer = torch.nn.Linear(3, 2)\n"
+         "loss = layer(torch.randn(4, 3)).pow(2).sum()\nloss.backward()\n")
+# a short training script: 30 steps of a small MLP (a tenth of a second of CPU or so, traced)
+TRAINING = ("import torch\ntorch.manual_seed(0)\n"
+            "model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), "
+            "torch.nn.Linear(128, 10))\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))\n"
+            "for _ in range(30):\n    opt.zero_grad()\n"
+            "    torch.nn.functional.cross_entropy(model(x), y).backward()\n    opt.step()\n")
+SCRIPTS = {"small": SMALL, "training": TRAINING}
+LIMIT = 60.0
+SENDERS = 8  # threads sending at once, as a web process's request threads would
+
+
+def _result(queue, run_id: str) -> dict:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, asyncio.wait_for(queue.result(run_id), 300)).result()
+
+
+def _shared(database: str, queue_size: int):
+    from app.web.pg_store import PostgresRunStore
+    from app.web.shared_queue import SharedQueue
+
+    store = PostgresRunStore(database, pool_size=8).open()
+    return store, SharedQueue(store, running=1, queued=1, queue_size=queue_size,
+                              people_per_address=1000)
+
+
+def _machine_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy (every process: workers, runs, PostgreSQL,
+    this one), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(f) for f in fields]
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _database_writes(database: str) -> tuple[int, int]:
+    """(transactions committed, rows inserted + updated + deleted) in `database` so far."""
+    import psycopg
+
+    time.sleep(1.5)  # each backend flushes its counts at most once a second
+    with psycopg.connect(database, autocommit=True) as db:
+        row = db.execute("SELECT xact_commit, tup_inserted + tup_updated + tup_deleted FROM "
+                         "pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0]), int(row[1])
+
+
+def _open_runs(store) -> int:
+    with store._connect() as db:
+        return db.execute("SELECT COUNT(*) FROM uploads WHERE state IN ('queued', 'running')"
+                          ).fetchone()[0]
+
+
+FACTS: dict[str, float] = {}  # per run, from the one-worker throughput run
+
+
+def throughput(url: str, workers: int, runs: int, slots: int, folder: Path,
+               script: str = SMALL) -> float:
+    """Seconds from the first send to the last stored Trace, with `workers` pinned workers."""
+    database = fresh_database(url)
+    store, queue = _shared(database, queue_size=runs)
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        for n in range(workers):
+            stack.enter_context(upload_worker(database, folder, f"bench/scale-worker-{n}",
+                                              cpus=str(n), UPLOAD_WORKERS=str(slots),
+                                              UPLOAD_TIMEOUT=str(LIMIT)))
+        _warm(queue, slots * workers)
+        commits, rows = _database_writes(database)
+        cpu = _machine_cpu_s()
+        started = time.perf_counter()
+        # sent as a room sends them: many at once (a web process books each in a thread)
+        with concurrent.futures.ThreadPoolExecutor(SENDERS) as senders:
+            ids = list(senders.map(lambda i: queue.submit(
+                Submission(f"person-{i}", "script.py", script, "cpu", LIMIT)), range(runs)))
+        while _open_runs(store):  # one small question, not a status per run: the sender's
+            time.sleep(0.05)       # load on PostgreSQL is not the line's
+        took = time.perf_counter() - started
+        cpu = _machine_cpu_s() - cpu
+        commits_after, rows_after = _database_writes(database)
+        if workers == 1 and script == SMALL:
+            FACTS.update(cpu_s=cpu / runs, commits=(commits_after - commits) / runs,
+                         rows=(rows_after - rows) / runs)
+        failed = [i for i in ids if (store.get(i) or {}).get("error")]
+        if failed:
+            raise SystemExit(f"{len(failed)} runs failed, e.g. {store.get(failed[0])['error']}")
+    queue.close()
+    store.close()
+    return took
+
+
+def _warm(queue, count: int) -> None:
+    """One run per slot first: each worker's fork server has torch loaded before the clock."""
+    ids = [queue.submit(Submission(f"warm-{i}", "warm.py", SMALL, "cpu", LIMIT))
+           for i in range(count)]
+    for run_id in ids:
+        _result(queue, run_id)
+
+
+def latency_shared(url: str, n: int, folder: Path) -> list[float]:
+    database = fresh_database(url)
+    store, queue = _shared(database, queue_size=4)
+    with upload_worker(database, folder, "bench/latency-worker", cpus="0", UPLOAD_WORKERS="1",
+                       UPLOAD_TIMEOUT=str(LIMIT)):
+        _warm(queue, 1)
+        times = _one_after_another(queue, n)
+    queue.close()
+    store.close()
+    return times
+
+
+def latency_in_process(n: int, folder: Path) -> list[float]:
+    from app.web.settings import Settings
+    from app.web.store import RunStore
+    from app.web.traces import TraceService
+
+    settings = Settings(upload_workers=1, queue_size=4, pool_size=1, warm_lessons=False,
+                        selftest=False, upload_timeout=LIMIT)
+    traces = TraceService(settings)
+    traces.start(lessons=False)
+    try:
+        queue = InProcessQueue(traces.uploads, RunStore(folder / "runs.sqlite3").open(), 1, 1)
+        _warm(queue, 1)
+        return _one_after_another(queue, n)
+    finally:
+        traces.stop()
+
+
+def _one_after_another(queue, n: int) -> list[float]:
+    times = []
+    for i in range(n):
+        started = time.perf_counter()
+        run_id = queue.submit(Submission(f"person-{i}", "small.py", SMALL, "cpu", LIMIT))
+        doc = _result(queue, run_id)
+        times.append(time.perf_counter() - started)
+        if doc.get("error"):
+            raise SystemExit(f"a run failed: {doc['error']}")
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--latency-runs", type=int, default=10)
+    parser.add_argument("--slots", type=int, default=3, help="runs at once per worker")
+    args = parser.parse_args()
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("two workers pinned to two cores need a machine with two")
+    with tempfile.TemporaryDirectory() as tmp, cluster() as db:
+        folder = Path(tmp)
+        measured = {name: (throughput(db.url, 1, args.runs, args.slots, folder, script),
+                           throughput(db.url, 2, args.runs, args.slots, folder, script))
+                    for name, script in SCRIPTS.items()}
+        embedded = latency_in_process(args.latency_runs, folder)
+        shared = latency_shared(db.url, args.latency_runs, folder)
+
+    print(f"\n{args.runs} runs sent at once, {args.slots} slots per worker, each worker "
+          "pinned to a core of its own:\n")
+    print("| script | workers | seconds | runs per second | ratio to one worker |")
+    print("|---|---|---|---|---|")
+    for name, (one, two) in measured.items():
+        for workers, took in ((1, one), (2, two)):
+            print(f"| {name} | {workers} | {took:.2f} | {args.runs / took:.1f} | "
+                  f"{one / took:.2f}× |")
+    print(f"\nper run, one worker: {FACTS['cpu_s']:.3f} s of the machine's CPU (every process: "
+          f"worker, run, PostgreSQL, sender); PostgreSQL: {FACTS['commits']:.1f} transactions "
+          f"committed, {FACTS['rows']:.1f} rows written (the sender's question every 50 ms, "
+          "how many runs are open, included in the transactions)")
+    e, s = statistics.median(embedded), statistics.median(shared)
+    print(f"\n{args.latency_runs} runs one after the other, send to stored Trace in hand "
+          "(median, and p90):\n")
+    print("| queue | median (s) | p90 (s) |")
+    print("|---|---|---|")
+    for name, times in (("in-process (embedded default)", embedded),
+                        ("shared line, one worker", shared)):
+        p90 = sorted(times)[max(0, int(len(times) * 0.9) - 1)]
+        print(f"| {name} | {statistics.median(times):.3f} | {p90:.3f} |")
+    print(f"\nadded by the shared line per run: {s - e:+.3f} s (median)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
