@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from .routers import api, classes, docs, pages, runs
 from .run_queue import InProcessQueue
 from .sandbox_status import announce
 from .settings import Settings
+from .shared_classroom import SharedClassroom
 from .shared_queue import SharedQueue
 from .static_assets import ForeverStaticFiles, content_version
 from .store import RunStore
@@ -53,9 +55,14 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         folder = app.state.scenarios_dir
         # the shared mode's uploads run in `autograd-lab worker` processes, not here
         app.state.traces.start(lambda: load_catalog(folder), uploads=not settings.database_url)
+        # the shared mode's classes: every web process's changes, heard here
+        listening = asyncio.create_task(app.state.classroom.listen()) \
+            if isinstance(app.state.classroom, SharedClassroom) else None
         try:
             yield
         finally:
+            if listening is not None:
+                listening.cancel()
             app.state.traces.stop()
             queue.close()
             app.state.store.close()
@@ -71,9 +78,12 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.drawings = Drawings(settings)  # graphviz and grouping, cached apart from Traces
     # started with the server (lifespan), not with the app; its probes fork as runs do
     app.state.selftest = SelfTest(zygote=app.state.traces.zygote)
-    app.state.classroom = Classroom(settings.max_classes,
-                                    people_per_address=settings.per_address_people)
     app.state.store = _run_store(settings)
+    # classes in memory, or with database_url in PostgreSQL, heard by every web process
+    app.state.classroom = SharedClassroom(app.state.store, settings.max_classes,
+                                          people_per_address=settings.per_address_people) \
+        if settings.database_url else Classroom(settings.max_classes,
+                                                people_per_address=settings.per_address_people)
     # uploads run in the lessons' service's upload lane (one fork server for both), queued in
     # this process; a queue on other machines would replace only InProcessQueue here
     # a class whose room shares one network address counts its members there (people_at)

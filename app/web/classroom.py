@@ -184,10 +184,56 @@ class ClassSession:
     at_address: dict[str, int] = field(default_factory=dict)  # address -> its members
     places: dict[str, int] = field(default_factory=dict)  # address -> "address N" for the teacher
     turned_away: set[str] = field(default_factory=set)  # refused for their address
-    audience: int = 0  # changes only the teacher sees: the followers' count, the tally
+    audience: int = 0  # changes only the teacher sees: the tally, who joined, names
+    # the followers' count, which only this process knows (its own streams): apart from
+    # `audience`, which a shared classroom keeps in PostgreSQL with the rest of the state
+    followed: int = 0
     ended: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _teacher_changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # ---- its state, as a shared classroom keeps it -----------------------------------------
+
+    def to_state(self) -> dict:
+        """Everything every web process must agree on, as JSON: not the streams, followers
+        and wake-ups, which are each process's own. A member's `joined` is kept as wall time."""
+        wall = time.time() - time.monotonic()
+        return {"code": self.code, "teacher": self.teacher, "created": self.created,
+                "version": self.version, "audience": self.audience, "view": self.view,
+                "question": self.question, "answers": self.answers,
+                "submissions": self.submissions, "people": self.people,
+                "shared_at": self.shared_at, "answered_from": self.answered_from,
+                "sent_by": self.sent_by,
+                "sent_from": {k: list(v) for k, v in self.sent_from.items()},
+                "members": [{"client": m.client, "address": m.address, "alias": m.alias,
+                             "joined": m.joined + wall, "name": m.name, "renames": m.renames}
+                            for m in self.members.values()],
+                "removed": sorted(self.removed), "at_address": self.at_address,
+                "places": self.places, "turned_away": sorted(self.turned_away),
+                "ended": self.ended}
+
+    def load_state(self, state: dict) -> None:
+        """Take `state` (to_state's) as this session's; its streams and followers stay."""
+        monotonic = time.monotonic() - time.time()
+        self.version, self.audience = state["version"], state["audience"]
+        self.created, self.view, self.question = state["created"], state["view"], \
+            state["question"]
+        self.answers, self.submissions = dict(state["answers"]), list(state["submissions"])
+        self.people, self.shared_at = state["people"], state["shared_at"]
+        self.answered_from, self.sent_by = dict(state["answered_from"]), dict(state["sent_by"])
+        self.sent_from = {k: (v[0], v[1]) for k, v in state["sent_from"].items()}
+        self.members = {m["client"]: Member(m["client"], m["address"], m["alias"],
+                                            m["joined"] + monotonic, m["name"], m["renames"])
+                        for m in state["members"]}
+        self.removed, self.turned_away = set(state["removed"]), set(state["turned_away"])
+        self.at_address, self.places = dict(state["at_address"]), dict(state["places"])
+        self.ended = state["ended"]
+
+    @classmethod
+    def from_state(cls, state: dict) -> ClassSession:
+        session = cls(code=state["code"], teacher=state["teacher"])
+        session.load_state(state)
+        return session
 
     # ---- who is in it --------------------------------------------------------------------------
 
@@ -363,7 +409,7 @@ class ClassSession:
     def mark(self, client: str) -> int:
         """The event id of what `client` sees: students see `version`; the teacher also sees
         the count of followers, so their mark moves with it (both only grow)."""
-        return self.version + (self.audience if client == self.teacher else 0)
+        return self.version + (self.audience + self.followed if client == self.teacher else 0)
 
     def show(self, path: str, query: str) -> None:
         view = check_view(path, query)
@@ -518,7 +564,9 @@ class ClassSession:
         else:
             self.followers.pop(client, None)
         if len(self.followers) != before:
-            self._bump_teacher()
+            self.followed += 1
+            self.touched = time.monotonic()
+            self._wake_teacher()
 
     # ---- what a reader sees -----------------------------------------------------------------
 
@@ -615,6 +663,12 @@ class Classroom:
         self._wrong_in_all: deque = deque()  # times of every wrong code, the last minute's
         self._started_by: LRU[str] = LRU(RUNS_REMEMBERED)  # run id -> its starter's client key
 
+    def change(self, session: ClassSession, act):
+        """`act(session)`, which changes the class: here, on the state in memory (every route
+        runs on the event loop); a shared classroom (shared_classroom.py) applies it to the
+        state in PostgreSQL and tells every web process."""
+        return act(session)
+
     def start(self, teacher: str) -> ClassSession:
         self._expire()
         mine = [s for s in self.sessions.values() if s.teacher == teacher and not s.ended]
@@ -667,8 +721,8 @@ class Classroom:
                 misses.append(now)
             raise ClassError(404, f"there is no class {code[:12]!r} here: check the code, or "
                                   "ask the teacher for the link", "no_class")
-        if client and join and is_browser(client):
-            session.admit(client, address)
+        if client and join and is_browser(client) and not session.knows(client):
+            self.change(session, lambda s: s.admit(client, address))
         return session
 
     def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
@@ -711,7 +765,7 @@ class Classroom:
         return self._started_by.get(run_id)
 
     def end(self, session: ClassSession) -> None:
-        session.end()
+        self.change(session, lambda s: s.end())
         self.sessions.pop(session.code, None)
 
     def _new_code(self) -> str:

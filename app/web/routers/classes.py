@@ -125,13 +125,15 @@ async def class_events(request: Request, code: str, following: bool = True):
 async def change_class(request: Request, code: str) -> dict:
     """The teacher's switches: `shared_address` (the room shares one network address, one
     NAT: every browser from it may join, and its limits count its members)."""
-    session = _classroom(request).teaching(code, client_key(request), client_address(request))
+    classroom = _classroom(request)
+    session = classroom.teaching(code, client_key(request), client_address(request))
     body = await _body(request)
     unknown = sorted(set(body) - {"shared_address"})
     if unknown or not body:
         raise AppError(422, "a class's switch is shared_address (true, false or \"address N\")"
                        + (f"; not {unknown[0][:40]!r}" if unknown else ""))
-    session.share_address(body["shared_address"], client_address(request))
+    classroom.change(session, lambda s: s.share_address(body["shared_address"],
+                                                        client_address(request)))
     return {"shared_address": session.shared_address, "members": len(session.members)}
 
 
@@ -150,22 +152,25 @@ async def members(request: Request, code: str) -> dict:
 async def remove_member(request: Request, code: str, alias: str) -> dict:
     """The teacher removes a member: its answer and runs leave the class, its pages stop
     following within a moment, and its browser cannot join again."""
-    session = _classroom(request).teaching(code, client_key(request), client_address(request))
-    session.remove(alias)
+    classroom = _classroom(request)
+    session = classroom.teaching(code, client_key(request), client_address(request))
+    classroom.change(session, lambda s: s.remove(alias))
     return {"removed": alias, "members": len(session.members)}
 
 
 @router.put("/api/classes/{code}/view")
 async def show_view(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request), client_address(request))
+    classroom = _classroom(request)
+    session = classroom.teaching(code, client_key(request), client_address(request))
     body = await _body(request)
-    session.show(body.get("path"), body.get("query", ""))
+    classroom.change(session, lambda s: s.show(body.get("path"), body.get("query", "")))
     return {"version": session.version}
 
 
 @router.post("/api/classes/{code}/question")
 async def ask(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request), client_address(request))
+    classroom = _classroom(request)
+    session = classroom.teaching(code, client_key(request), client_address(request))
     body = await _body(request)
     if "lesson" in body:
         # a scenario's own CLASS_QUESTION: its answer stays on the server until the reveal
@@ -175,30 +180,34 @@ async def ask(request: Request, code: str) -> dict:
             raise AppError(404, f"no lesson {str(body['lesson'])[:64]!r} with a question",
                            "no_question")
         body = asked
-    question = session.ask(body.get("prompt"), body.get("choices"), body.get("answer"))
+    question = classroom.change(session, lambda s: s.ask(body.get("prompt"), body.get("choices"),
+                                                         body.get("answer")))
     return {"id": question["id"], "version": session.version}
 
 
 @router.post("/api/classes/{code}/reveal")
 async def reveal(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request), client_address(request))
-    session.reveal()
+    classroom = _classroom(request)
+    session = classroom.teaching(code, client_key(request), client_address(request))
+    classroom.change(session, lambda s: s.reveal())
     return {"version": session.version}
 
 
 @router.delete("/api/classes/{code}/question")
 async def put_question_away(request: Request, code: str) -> dict:
-    session = _classroom(request).teaching(code, client_key(request), client_address(request))
-    session.clear_question()
+    classroom = _classroom(request)
+    session = classroom.teaching(code, client_key(request), client_address(request))
+    classroom.change(session, lambda s: s.clear_question())
     return {"version": session.version}
 
 
 @router.post("/api/classes/{code}/answer")
 async def answer(request: Request, code: str) -> dict:
-    session = _classroom(request).get(code, client_address(request), client_key(request))
+    classroom = _classroom(request)
+    session = classroom.get(code, client_address(request), client_key(request))
     body = await _body(request)
-    session.answer(client_key(request), body.get("question"), body.get("choice"),
-                   client_address(request))
+    classroom.change(session, lambda s: s.answer(client_key(request), body.get("question"),
+                                                 body.get("choice"), client_address(request)))
     return {"version": session.version}
 
 
@@ -206,9 +215,11 @@ async def answer(request: Request, code: str) -> dict:
 async def choose_name(request: Request, code: str) -> dict:
     """A student chooses the name the teacher sees (cleaned and capped; one another member has
     is made distinguishable: classroom.py `display_name`): the name it got."""
-    session = _classroom(request).get(code, client_address(request), client_key(request))
+    classroom = _classroom(request)
+    session = classroom.get(code, client_address(request), client_key(request))
     body = await _body(request)
-    return {"name": session.rename(client_key(request), body.get("name"))}
+    return {"name": classroom.change(session, lambda s: s.rename(client_key(request),
+                                                                 body.get("name")))}
 
 
 @router.get("/api/classes/{code}/runs/{run_id}")
@@ -236,8 +247,10 @@ async def send_run(request: Request, code: str) -> dict:
         len(run_id) <= 64 else None
     if head is None:
         raise AppError(404, "no such run here: run your code first, then send it", "no_run")
-    session.submit(client_key(request), run_id, str(head["name"] or ""),
-                   client_address(request), classroom.started_by(run_id))
+    owner = classroom.started_by(run_id)
+    classroom.change(session, lambda s: s.submit(client_key(request), run_id,
+                                                 str(head["name"] or ""),
+                                                 client_address(request), owner))
     return {"version": session.version}
 
 
