@@ -4,12 +4,15 @@
    answered or refused, and p50/p95/max seconds to the answer;
 2. loops: 3 of them paste a script that never ends and 27 a small one, while the teacher opens
    a lesson: the same figures for the small runs, and how long the lesson took;
-3. follow: 100 students follow a class while the teacher changes the view every 2 s for 60 s:
+3. follow: 100 students (--followers, e.g. 100,500: each count in turn) follow a class while
+   the teacher changes the view every 2 s for 60 s (their streams read over plain sockets by
+   four processes, so that the clients take as little of the two cores as they can):
    delivery latency p50/p95/p99 (from the teacher's change to each student's event), errors
    (streams that failed or missed a change), and the server process's memory.
 
     .venv/bin/python bench/classroom.py [--against REV] [--as-user NAME] [--limit 20]
                                         [--follow-seconds 60] [--early-follow 60]
+                                        [--followers 100,500] [--follow-only]
 
 `--as-user NAME` also measures this revision's server started as that ordinary user (the way
 the tests start one: tests/unprivileged.py; needs root), beside root's (with `--against`, the
@@ -29,6 +32,7 @@ import asyncio
 import functools
 import os
 import pwd
+import re
 import statistics
 import subprocess
 import sys
@@ -108,8 +112,62 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def _follow(base: str, pid: int, followers: int, seconds: float, every: float) -> dict:
-    """`followers` event streams on one class; the teacher changes the view every `every` s."""
+CLIENT_PROCESSES = 4  # the followers' streams, read by this many processes
+_ID = re.compile(rb"\nid: ?([0-9]+)\r?\n")
+
+
+def _read_streams(base: str, code: str, cookies: list[str], until: float, out) -> None:
+    """A process of its own reading some followers' event streams over plain sockets: each
+    event's id and the moment it arrived (CLOCK_MONOTONIC, the same in every process of the
+    machine), sent back as [[(version, t), ...] per stream] and a count of streams that failed.
+    Plain sockets and a search for `id:` lines: a client this cheap leaves the two cores to
+    the server (the whole room is on this machine)."""
+    host, port = base.removeprefix("http://").split(":")
+
+    async def one(cookie: str, got: list) -> bool:
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write((f"GET /api/classes/{code}/events HTTP/1.1\r\nHost: {host}\r\n"
+                          f"Cookie: autograd_lab_client={cookie}\r\n"
+                          "Accept: text/event-stream\r\n\r\n").encode())
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            if b" 200 " not in head.split(b"\r\n", 1)[0]:
+                return False
+            ready.append(1)
+            tail = b""
+            while time.monotonic() < until:
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), until - time.monotonic())
+                except TimeoutError:
+                    break
+                if not data:
+                    break
+                now = time.monotonic()
+                text = tail + data
+                got.extend((int(m[1]), now) for m in _ID.finditer(text))
+                tail = text[-32:]  # an id line split across two reads is found next time
+            writer.close()
+            return True
+        except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            return False
+
+    ready: list[int] = []
+
+    async def main():
+        got = [[] for _ in cookies]
+        ok = await asyncio.gather(*(one(c, g) for c, g in zip(cookies, got, strict=True)))
+        # an id seen twice (the tail search) counts once, at its first arrival
+        return [sorted(dict(reversed(g)).items()) for g in got], ok.count(False)
+
+    out.send(asyncio.run(main()))
+
+
+async def _follow(base: str, pid: int, followers: int, seconds: float, every: float,
+                  others: tuple[str, ...] = ()) -> dict:
+    """`followers` event streams on one class (read by CLIENT_PROCESSES processes); the
+    teacher changes the view every `every` s. With `others` (web processes of the shared
+    mode), the streams are spread over `base` and those; the teacher stays on `base`."""
+    bases = (base, *others)
     teacher = httpx.AsyncClient(base_url=base, timeout=10)
     await teacher.get("/")  # the teacher's session cookie
     started = await teacher.post("/api/classes", json={})
@@ -117,47 +175,44 @@ async def _follow(base: str, pid: int, followers: int, seconds: float, every: fl
         await teacher.aclose()
         return {"skipped": f"no class sessions ({started.status_code})"}
     code = started.json()["code"]
+    # a lecture hall behind one network address, as this machine's loopback is: the teacher
+    # says so, and every student from it may join (otherwise per_address_people of them)
+    await teacher.patch(f"/api/classes/{code}", json={"shared_address": True})
     sent: dict[int, float] = {}  # version -> when the teacher's change was sent
-    got: list[list[tuple[int, float]]] = [[] for _ in range(followers)]
-    errors = 0
-    connected = asyncio.Event()
-    open_streams = 0
-    limits = httpx.Limits(max_connections=followers + 10, max_keepalive_connections=0)
-    students = httpx.AsyncClient(base_url=base, timeout=httpx.Timeout(10, read=30),
-                                 limits=limits)
     # each student's browser: the session cookie its first page gives it (the server caps the
     # streams of one browser, and counts followers by person)
     cookies = []
-    for _ in range(followers):
-        students.cookies.clear()  # a new browser: the server gives it a cookie of its own
-        page = await students.get("/")
-        cookies.append(page.cookies.get("autograd_lab_client", ""))
-    students.cookies.clear()
+    async with httpx.AsyncClient(base_url=base, timeout=10) as pages:
+        for _ in range(followers):
+            pages.cookies.clear()  # a new browser: the server gives it a cookie of its own
+            page = await pages.get("/")
+            cookies.append(page.cookies.get("autograd_lab_client", ""))
     assert len(set(cookies)) == followers and all(cookies), "each student needs its own cookie"
 
-    async def student(i: int) -> None:
-        nonlocal errors, open_streams
-        try:
-            async with students.stream("GET", f"/api/classes/{code}/events",
-                                       cookies={"autograd_lab_client": cookies[i]}) as r:
-                if r.status_code != 200:
-                    errors += 1
-                    return
-                open_streams += 1
-                if open_streams == followers:
-                    connected.set()
-                async for line in r.aiter_lines():
-                    if line.startswith("id:"):
-                        got[i].append((int(line[3:].strip()), time.monotonic()))
-        except (httpx.HTTPError, ValueError):
-            errors += 1
+    import multiprocessing
 
+    context = multiprocessing.get_context("fork")
+    # a shared classroom joins each student under its row's lock: a class of a thousand
+    # takes a while to fill
+    connecting = 60 if others else 15
+    until = time.monotonic() + connecting + seconds + 3
+    readers = []
+    for n in range(CLIENT_PROCESSES):
+        mine, theirs = context.Pipe(duplex=False)
+        share = cookies[n::CLIENT_PROCESSES]
+        proc = context.Process(target=_read_streams,
+                               args=(bases[n % len(bases)], code, share, until, theirs))
+        proc.start()
+        readers.append((proc, mine))
     rss_before = _rss_mb(pid)
-    tasks = [asyncio.create_task(student(i)) for i in range(followers)]
-    try:
-        await asyncio.wait_for(connected.wait(), 30)
-    except TimeoutError:
-        pass
+    deadline = time.monotonic() + connecting  # every stream open, then a second more
+    while time.monotonic() < deadline:
+        # each web process counts its own followers: the teacher asks each
+        counts = [(await teacher.get(f"{b}/api/classes/{code}")).json().get("followers", 0)
+                  for b in bases]
+        if sum(counts) == followers:
+            break
+        await asyncio.sleep(0.5)
     await asyncio.sleep(1)
     rss_peak = rss_before
     for n in range(int(seconds / every)):
@@ -167,13 +222,14 @@ async def _follow(base: str, pid: int, followers: int, seconds: float, every: fl
         sent[answer.json()["version"]] = t0
         await asyncio.sleep(every)
         rss_peak = max(rss_peak, _rss_mb(pid))
-    await asyncio.sleep(1)
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    got, errors = [], 0
+    for proc, pipe in readers:
+        streams, failed = await asyncio.to_thread(pipe.recv)
+        got.extend(streams)
+        errors += failed
+        proc.join(10)
     await teacher.delete(f"/api/classes/{code}")
     await teacher.aclose()
-    await students.aclose()
     latencies, missed = [], 0
     for events in got:
         seen = dict(events)
@@ -229,7 +285,8 @@ def _room(base: str, limit: float) -> dict:
 
 
 def _measure(name: str, tree: Path, limit: float, follow_seconds: float,
-             early_follow: float = 0.0, uid: int | None = None) -> dict:
+             early_follow: float = 0.0, uid: int | None = None,
+             followers: tuple[int, ...] = (100,), follow_only: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as store:
         wrap = None
         if uid is not None:
@@ -241,21 +298,62 @@ def _measure(name: str, tree: Path, limit: float, follow_seconds: float,
         with serve(Path(store), name=f"bench-{name}", start_timeout=120, cwd=tree, info=info,
                    wrap=wrap, TRACE_TIMEOUT=str(limit), UPLOAD_TIMEOUT=str(limit),
                    # the whole room comes from this one machine: let its address be the room
-                   QUEUE_SIZE="64", PER_ADDRESS_PEOPLE="200") as base:
+                   QUEUE_SIZE="64", PER_ADDRESS_PEOPLE="200",
+                   # every follower's stream is a connection from this one address
+                   PER_ADDRESS_CONNECTIONS=str(2 * max(followers) + 64)) as base:
             started = time.monotonic()
             early = asyncio.run(_follow(base, info["pid"], 100, early_follow, 2.0)) \
                 if early_follow > 0 else None
             # the pools (and the lessons, and a fork server) are ready first
             time.sleep(max(0.0, 20 - (time.monotonic() - started)))
             health = httpx.get(base + "/healthz", timeout=10).json()
-            burst = _burst(base, limit)
-            time.sleep(5)
-            room = _room(base, limit)
-            time.sleep(5)
-            follow = asyncio.run(_follow(base, info["pid"], 100, follow_seconds, 2.0)) \
-                if follow_seconds > 0 else {"skipped": "--follow-seconds 0"}
+            burst = room = None
+            if not follow_only:
+                burst = _burst(base, limit)
+                time.sleep(5)
+                room = _room(base, limit)
+                time.sleep(5)
+            follow = {n: asyncio.run(_follow(base, info["pid"], n, follow_seconds, 2.0))
+                      if follow_seconds > 0 else {"skipped": "--follow-seconds 0"}
+                      for n in followers}
             return {"burst": burst, "room": room, "follow": follow, "early": early,
                     "workers": health.get("workers", {}), "lessons": health.get("lessons", {})}
+
+
+def _print_burst_and_room(rows: dict, limit: float) -> None:
+    print("\n30 students press Run on a small script at the same moment (2-core machine, "
+          "loopback)\n")
+    print("| server | answered | refused | p50 s | p95 s | max s |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        b = r["burst"]
+        print(f"| {name} | {b['answered']} | {b['refused']} | {b['p50']:.1f} | {b['p95']:.1f} "
+              f"| {b['max']:.1f} |")
+    print(f"\n3 looping scripts + 27 small ones at once, wall-clock limit {limit:g} s, "
+          f"and a lesson opened during it\n")
+    print("| server | answered | refused | normal p50 s | normal p95 s | normal max s | "
+          "lesson s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        m = r["room"]
+        print(f"| {name} | {m['answered']} | {m['refused']} | {m['p50']:.1f} | {m['p95']:.1f} "
+              f"| {m['max']:.1f} | {m['lesson']:.2f} |")
+
+
+def _shared_follow(followers: int, seconds: float) -> dict:
+    """`followers` students split over two web processes of the shared mode (one PostgreSQL
+    of its own, Debian's, on loopback), the teacher on the first."""
+    from tests.postgres import cluster
+
+    with tempfile.TemporaryDirectory() as store, cluster() as db:
+        os.chmod(store, 0o755)
+        settings = {"DATABASE_URL": db.url, "WARM_LESSONS": "false", "POOL_SIZE": "0",
+                    "PER_ADDRESS_PEOPLE": "200",
+                    "PER_ADDRESS_CONNECTIONS": str(2 * followers + 64)}
+        info: dict = {}
+        with serve(Path(store) / "a", name="bench-shared-a", info=info, **settings) as a, \
+                serve(Path(store) / "b", name="bench-shared-b", **settings) as b:
+            return asyncio.run(_follow(a, info["pid"], followers, seconds, 2.0, others=(b,)))
 
 
 def main() -> int:
@@ -268,23 +366,32 @@ def main() -> int:
                         help="also measure this server started as that ordinary user (root only)")
     parser.add_argument("--early-follow", type=float, default=0.0, metavar="S",
                         help="first follow the class for S s from the server's first answer")
+    parser.add_argument("--followers", default="100",
+                        help="how many students follow, e.g. 100,500 (each measured in turn)")
+    parser.add_argument("--follow-only", action="store_true",
+                        help="measure only the following (not the burst and the room)")
+    parser.add_argument("--shared-followers", type=int, default=0, metavar="N",
+                        help="also N students split over two web processes of the shared "
+                        "mode (AUTOGRAD_LAB_DATABASE_URL, a PostgreSQL of its own)")
     args = parser.parse_args()
+    followers = tuple(int(n) for n in args.followers.split(","))
+    measure = functools.partial(_measure, followers=followers, follow_only=args.follow_only)
     if args.as_user and os.geteuid() != 0:
         parser.error("--as-user needs root (the server is started as root, then as NAME)")
     this = "this (root)" if args.as_user and os.geteuid() == 0 else "this"
-    rows = {this: _measure("this", ROOT, args.limit, args.follow_seconds, args.early_follow)}
+    rows = {this: measure("this", ROOT, args.limit, args.follow_seconds, args.early_follow)}
     if args.as_user:
-        rows[f"this ({args.as_user})"] = _measure(
+        rows[f"this ({args.as_user})"] = measure(
             f"as-{args.as_user}", ROOT, args.limit, args.follow_seconds, args.early_follow,
             uid=pwd.getpwnam(args.as_user).pw_uid)
     with tempfile.TemporaryDirectory() as tmp:
         if args.against:
             tree = _archive(args.against, Path(tmp))
             os.chmod(tmp, 0o755)  # the other user reads the tree too
-            rows[args.against] = _measure("previous", tree, args.limit, args.follow_seconds,
+            rows[args.against] = measure("previous", tree, args.limit, args.follow_seconds,
                                           args.early_follow)
             if args.as_user:
-                rows[f"{args.against} ({args.as_user})"] = _measure(
+                rows[f"{args.against} ({args.as_user})"] = measure(
                     f"previous-as-{args.as_user}", tree, args.limit, args.follow_seconds,
                     args.early_follow, uid=pwd.getpwnam(args.as_user).pw_uid)
     print("\nHow each server starts its workers (its /healthz, 20 s after start)\n")
@@ -294,46 +401,46 @@ def main() -> int:
         w, lessons = r["workers"], r["lessons"]
         print(f"| {name} | {w.get('forked', '?')} | {w.get('uploads_at_once', '?')} | "
               f"{lessons.get('warmed_in_s', '?')} |")
-    print("\n30 students press Run on a small script at the same moment (2-core machine, "
-          "loopback)\n")
-    print("| server | answered | refused | p50 s | p95 s | max s |")
-    print("|---|---|---|---|---|---|")
-    for name, r in rows.items():
-        b = r["burst"]
-        print(f"| {name} | {b['answered']} | {b['refused']} | {b['p50']:.1f} | {b['p95']:.1f} "
-              f"| {b['max']:.1f} |")
-    print(f"\n3 looping scripts + 27 small ones at once, wall-clock limit {args.limit:g} s, "
-          f"and a lesson opened during it\n")
-    print("| server | answered | refused | normal p50 s | normal p95 s | normal max s | "
-          "lesson s |")
-    print("|---|---|---|---|---|---|---|")
-    for name, r in rows.items():
-        m = r["room"]
-        print(f"| {name} | {m['answered']} | {m['refused']} | {m['p50']:.1f} | {m['p95']:.1f} "
-              f"| {m['max']:.1f} | {m['lesson']:.2f} |")
-    print(f"\n100 students follow a class; the teacher changes the view every 2 s for "
-          f"{args.follow_seconds:g} s\n")
-    print("| server | changes | delivered p50 ms | p95 ms | p99 ms | max ms | errors | missed "
-          "| server RSS MB before → peak |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, r in rows.items():
-        f = r["follow"]
-        if "skipped" in f:
-            print(f"| {name} | {f['skipped']} |  |  |  |  |  |  |  |")
-            continue
-        print(f"| {name} | {f['changes']} | {f['p50'] * 1000:.0f} | {f['p95'] * 1000:.0f} | "
-              f"{f['p99'] * 1000:.0f} | {f['max'] * 1000:.0f} | {f['errors']} | {f['missed']} "
-              f"| {f['rss_before']:.0f} → {f['rss_peak']:.0f} |")
+    if not args.follow_only:
+        _print_burst_and_room(rows, args.limit)
+    for n in followers:
+        print(f"\n{n} students follow a class; the teacher changes the view every 2 s for "
+              f"{args.follow_seconds:g} s (their streams read by {CLIENT_PROCESSES} processes "
+              "on this machine)\n")
+        print("| server | changes | delivered p50 ms | p95 ms | p99 ms | max ms | errors | "
+              "missed | server RSS MB before → peak |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, r in rows.items():
+            f = r["follow"][n]
+            if "skipped" in f:
+                print(f"| {name} | {f['skipped']} |  |  |  |  |  |  |  |")
+                continue
+            print(f"| {name} | {f['changes']} | {f['p50'] * 1000:.0f} | {f['p95'] * 1000:.0f} "
+                  f"| {f['p99'] * 1000:.0f} | {f['max'] * 1000:.0f} | {f['errors']} | "
+                  f"{f['missed']} | {f['rss_before']:.0f} → {f['rss_peak']:.0f} |")
     if args.early_follow:
         print(f"\nThe same class from the server's first answer, for {args.early_follow:g} s "
               "(while it starts and warms the lessons), against later\n")
         print("| server | delivered p50 ms early | p95 ms early | p95 ms later | errors early |")
         print("|---|---|---|---|---|")
         for name, r in rows.items():
-            e, f = r["early"], r["follow"]
+            e, f = r["early"], r["follow"][followers[0]]
             later = f"{f['p95'] * 1000:.0f}" if "p95" in f else "-"
             print(f"| {name} | {e['p50'] * 1000:.0f} | {e['p95'] * 1000:.0f} | {later} | "
                   f"{e['errors']} |")
+    if args.shared_followers:
+        f = _shared_follow(args.shared_followers, args.follow_seconds)
+        print(f"\n{args.shared_followers} students follow a class split over two web processes "
+              "of the shared mode (one PostgreSQL), the teacher on the first; the view "
+              f"changes every 2 s for {args.follow_seconds:g} s\n")
+        print("| changes | delivered p50 ms | p95 ms | p99 ms | max ms | errors | missed | "
+              "first web process's RSS MB before → peak |")
+        print("|---|---|---|---|---|---|---|---|")
+        print(f"| {f['changes']} | {f['p50'] * 1000:.0f} | {f['p95'] * 1000:.0f} | "
+              f"{f['p99'] * 1000:.0f} | {f['max'] * 1000:.0f} | {f['errors']} | {f['missed']} "
+              f"| {f['rss_before']:.0f} → {f['rss_peak']:.0f} |")
+    if args.follow_only:
+        return 0
     if args.as_user:
         root, user = rows[this], rows[f"this ({args.as_user})"]
         print(f"\nratios {args.as_user} / root: burst p95 "

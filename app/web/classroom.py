@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 import secrets
 import time
@@ -189,6 +190,9 @@ class ClassSession:
     # `audience`, which a shared classroom keeps in PostgreSQL with the rest of the state
     followed: int = 0
     ended: bool = False
+    # students' snapshots as JSON text for this version, by the answer chosen (snapshot_text)
+    _texts: dict = field(default_factory=dict)
+    _texts_version: int = -1
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _teacher_changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -600,6 +604,26 @@ class ClassSession:
             out["turned_away"] = len(self.turned_away)
         return out
 
+    def snapshot_text(self, client: str) -> str:
+        """`snapshot(client)` as JSON text, for a stream. A change reaches every follower, so a
+        student's text is made once per version (and per answer chosen: at most a dozen) and
+        shared; only its own `me` is put in front. The teacher's is made for the teacher."""
+        if client == self.teacher:
+            return json.dumps(self.snapshot(client))
+        mine = self.answers.get(client) if self.question is not None else None
+        if self._texts_version != self.version:
+            self._texts, self._texts_version = {}, self.version
+        shared = self._texts.get(mine)
+        if shared is None:
+            state = self.snapshot(client)
+            state.pop("me", None)
+            shared = self._texts[mine] = json.dumps(state)
+        member = self.members.get(client)
+        if member is None:
+            return shared
+        me = json.dumps({"name": member.name, "alias": member.alias})
+        return '{"me": ' + me + ", " + shared[1:]
+
     def roster(self, teacher_address: str = "") -> dict:
         """The members as the teacher sees them: alias, display name (None until it chose
         one), seconds since joining, whether it
@@ -630,7 +654,10 @@ class ClassSession:
         while self.mark(client) <= after and not self.ended and not self.barred(client):
             event = self._teacher_changed if teacher else self._changed
             try:
-                await asyncio.wait_for(event.wait(), timeout)
+                # asyncio.timeout, not wait_for: a change wakes every follower at once, and
+                # wait_for makes each of them a task of its own to wait in
+                async with asyncio.timeout(timeout):
+                    await event.wait()
             except TimeoutError:
                 return False
         return True

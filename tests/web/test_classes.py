@@ -408,3 +408,32 @@ def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
     with pytest.raises(classroom.ClassError, match="wrong class codes were tried on this server"):
         room.get(session.code, "2001:db8:99::1", "cookie:new")  # the right code, a stranger
     assert room.get(session.code, "10.0.0.1", "cookie:member") is session  # members get in
+
+
+def test_a_streams_text_is_the_readers_own_snapshot():
+    """snapshot_text shares one text among the students of a version: each still reads its own
+    state (its name, its answer), and a change is never served from an older text."""
+    from app.web import classroom
+
+    session = classroom.ClassSession("ABCDEF", "cookie:teacher", people=10)
+    for n in range(3):
+        session.admit(f"cookie:s{n}", "10.0.0.9")
+    session.rename("cookie:s0", 'Ana "<b>" \u202e')
+    readers = ["cookie:teacher", "cookie:s0", "cookie:s1", "cookie:s2", "cookie:stranger"]
+
+    def same() -> None:
+        for who in readers:
+            assert json.loads(session.snapshot_text(who)) == session.snapshot(who), who
+
+    same()
+    session.show("/scenarios/reused_layer", "k=2")
+    same()
+    question = session.ask("Which?", ["a", "b", "c"], 1)
+    session.answer("cookie:s1", question["id"], 2)
+    same()  # s1's answer is s1's alone; the others' texts say none
+    assert json.loads(session.snapshot_text("cookie:s1"))["question"]["mine"] == 2
+    assert json.loads(session.snapshot_text("cookie:s2"))["question"]["mine"] is None
+    session.reveal()
+    same()
+    session.show("/", "")
+    assert json.loads(session.snapshot_text("cookie:s2"))["view"] == {"path": "/", "query": ""}

@@ -105,7 +105,7 @@ async def class_events(request: Request, code: str, following: bool = True):
             while not session.ended and not session.barred(client):
                 if session.mark(client) > seen:
                     seen = session.mark(client)
-                    yield ServerSentEvent(data=json.dumps(session.snapshot(client)), id=str(seen),
+                    yield ServerSentEvent(data=session.snapshot_text(client), id=str(seen),
                                           retry=RETRY_MS)
                 await session.changed(client, seen, PING_SECONDS)
             if session.barred(client):  # the teacher removed this browser: no state, a reason
