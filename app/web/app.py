@@ -79,6 +79,8 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     # started with the server (lifespan), not with the app; its probes fork as runs do
     app.state.selftest = SelfTest(zygote=app.state.traces.zygote)
     app.state.store = _run_store(settings)
+    if settings.database_url:  # each lesson traced once for every web process
+        app.state.traces.shared_lessons = app.state.store
     # classes in memory, or with database_url in PostgreSQL, heard by every web process
     app.state.classroom = SharedClassroom(app.state.store, settings.max_classes,
                                           people_per_address=settings.per_address_people) \

@@ -13,6 +13,7 @@ EXTERNAL`), so `substring` reads a piece without fetching the rest."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import secrets
 import time
@@ -56,6 +57,11 @@ CREATE TABLE IF NOT EXISTS run_figures (
     png BYTEA NOT NULL,
     PRIMARY KEY (id, number)
 );
+CREATE TABLE IF NOT EXISTS lesson_traces (
+    key TEXT PRIMARY KEY,
+    created DOUBLE PRECISION NOT NULL,
+    doc BYTEA NOT NULL
+);
 CREATE TABLE IF NOT EXISTS server_secrets (
     name TEXT PRIMARY KEY,
     value BYTEA NOT NULL
@@ -78,6 +84,10 @@ def redacted(url: str) -> str:
         return "(a PostgreSQL URL that does not parse)"
     parts.pop("password", None)
     return make_conninfo(**parts)
+
+
+def _lesson_key(key: tuple) -> str:
+    return hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()
 
 
 def _first_line(exc: Exception) -> str:
@@ -256,6 +266,22 @@ class PostgresRunStore(RunStore):
     def __len__(self) -> int:
         with self._connect() as db:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+    # ---- lessons, traced once for every web process ------------------------------------------
+
+    def lesson(self, key: tuple) -> dict | None:
+        """A lesson's Trace another web process (or this one, before a restart) traced, by
+        TraceService's key (scenario, script hash, arguments, device, torch version)."""
+        with self._connect() as db:
+            row = db.execute("SELECT doc FROM lesson_traces WHERE key = %s",
+                             (_lesson_key(key),)).fetchone()
+        return None if row is None else json.loads(gzip.decompress(row[0]))
+
+    def keep_lesson(self, key: tuple, doc: dict) -> None:
+        with self._connect() as db:
+            db.execute("INSERT INTO lesson_traces (key, created, doc) VALUES (%s, %s, %s) "
+                       "ON CONFLICT (key) DO NOTHING", (_lesson_key(key), time.time(),
+                                                        _pack(doc)))
 
     # ---- the server's secrets -----------------------------------------------------------------
 

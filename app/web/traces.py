@@ -104,6 +104,9 @@ class TraceService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._cache: LRU[dict] = LRU(settings.cache_size)
+        # the shared mode's store (pg_store.py: lesson, keep_lesson): a lesson traced once
+        # for every web process; None on one machine
+        self.shared_lessons = None
         self._lock = threading.Lock()  # guards _key_locks
         self._key_locks: dict[tuple, threading.Lock] = {}
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
@@ -272,7 +275,13 @@ class TraceService:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:
             kept = self._cache.get(key)  # traced while this request waited for the key
+            if kept is None:
+                kept = self._shared_lesson(key)
+                if kept is not None:
+                    self._cache.put(key, kept)
             if kept is not None:
+                with self._lock:
+                    self._key_locks.pop(key, None)
                 return key, kept
             try:
                 with self.lessons.gate.enter():
@@ -288,4 +297,29 @@ class TraceService:
                 # not kept: the next visitor gets a fresh try instead of the same error
                 if not (doc.get("error") and doc["error"]["type"] in _PASSING):
                     self._cache.put(key, doc)
+                    keep = True
+                else:
+                    keep = False
+            if keep:
+                self._keep_shared_lesson(key, doc)
         return key, doc
+
+    def _shared_lesson(self, key: tuple) -> dict | None:
+        """The lesson as another web process traced it, where they share a store (the
+        shared mode); None if not there, or the store cannot be reached: then it is traced
+        here, as on one machine."""
+        if self.shared_lessons is None:
+            return None
+        try:
+            return self.shared_lessons.lesson(key)
+        except Exception:  # noqa: BLE001 - the database is away: lessons go on without it
+            log.warning("the shared store could not be asked for a lesson", exc_info=True)
+            return None
+
+    def _keep_shared_lesson(self, key: tuple, doc: dict) -> None:
+        if self.shared_lessons is None:
+            return
+        try:
+            self.shared_lessons.keep_lesson(key, doc)
+        except Exception:  # noqa: BLE001 - kept here at least: the next process traces it
+            log.warning("a lesson's Trace could not be kept in the shared store", exc_info=True)
