@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0  # Procrastinate's heartbeat and ours (upload_hosts)
 STALLED_S = 10.0  # a worker not heard from for this long is dead: its runs are retried
 ATTEMPTS = 2  # a run whose worker dies twice is failed, not run a third time
+STORE_PATIENCE_S = 300.0  # how long a finished run's Trace waits for the database to return
 LOST = ("This run's worker stopped twice while running it (its machine was lost or its process "
         "killed), so it was not run a third time. The script is kept: run it again, and if "
         "this keeps happening, tell whoever runs the server.")
@@ -84,8 +85,13 @@ class UploadWorker:
         """Run it in the sandbox, store its Trace, close its row, whatever happens."""
         state = "done"
         name, source, device = submission["name"], submission["source"], submission["device"]
+        lane = self.traces.uploads
         try:
-            doc = self.traces.uploads.run(source, name, [], device, started=job.attach)
+            # through the lane's gate (never full: Procrastinate starts at most `slots`): it
+            # counts the runs going on, so a run alone on the machine gets a plain run's
+            # threads and one among others gets one thread, as in a web process's lane
+            with lane.gate.enter():
+                doc = lane.run(source, name, [], device, started=job.attach)
             if doc.get("error") and doc["error"]["type"] == "Stopped":
                 state = "stopped"
         except DeviceError as exc:  # asked for a device this machine lacks: said in its Trace
@@ -100,6 +106,11 @@ class UploadWorker:
                                         "again.")
         notebook = submission.get("notebook")
         annotate(doc, json.loads(notebook) if notebook else None)
+        # the run is done and its Trace in hand: a database away for a while must not lose it
+        # (nor leave the run "running" for ever, holding its person's share)
+        self._until_stored(run_id, lambda: self._close(run_id, doc, state))
+
+    def _close(self, run_id: str, doc: dict, state: str) -> None:
         kept = self.store.keep(doc, run_id)
         error = doc.get("error")
         with self.store._connect() as db:
@@ -108,6 +119,26 @@ class UploadWorker:
                        (state, kept, len(doc.get("events") or ()),
                         error.get("type") if isinstance(error, dict) else None,
                         error.get("message") if state == "failed" else None, run_id))
+
+    def _until_stored(self, run_id: str, store) -> None:
+        """`store()`, tried again while the database cannot be reached, for up to
+        STORE_PATIENCE_S; then given up (logged: the run's row says running until its worker
+        is seen to have died)."""
+        import time
+
+        from .store import StoreUnavailable
+
+        deadline, pause = time.monotonic() + STORE_PATIENCE_S, 0.5
+        while True:
+            try:
+                return store()
+            except StoreUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("run %s: the store cannot be reached; trying again in %.1f s",
+                            run_id, pause)
+                time.sleep(pause)
+                pause = min(10.0, pause * 2)
 
     async def task(self, run_id: str) -> None:
         """The Procrastinate task: claim, run in a thread, and on an abort kill the run and

@@ -1,5 +1,6 @@
 """The shared store's PostgreSQL goes away, and comes back (issue 23), against a real web
-process and worker: uploads answer 503 with Retry-After, a stored run's page says the store
+process and worker: a run going on keeps its Trace until the database returns; uploads answer
+503 with Retry-After, a stored run's page says the store
 cannot be reached, /healthz says "degraded", a lesson already traced is still served; once the
 database is back, the next run goes through as before. And a full line answers 503 with the
 place the run would have had."""
@@ -19,6 +20,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
 LOOP = "import time\nwhile True:\n    time.sleep(0.05)\n"
+SLOW = ("import time\nimport torch\ntime.sleep(3)\nw = torch.ones(3, requires_grad=True)\n"
+        "(w * w).sum().backward()\n")
 LESSON = "/api/scenarios/reused_layer/trace"
 
 
@@ -31,6 +34,15 @@ def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
         assert first.status_code == 200, first.text
         run_id = first.json()["run"]["id"]
         assert httpx.get(web + LESSON, timeout=120).status_code == 200  # traced and cached
+        # a run going on while the database goes away: its Trace waits for it to return
+        slow = httpx.post(f"{web}/api/runs?wait=false", json={"source": SLOW}, timeout=60)
+        assert slow.status_code == 202, slow.text
+        slow_id = slow.json()["id"]
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{web}/api/runs/{slow_id}/status", timeout=30).json()["state"] != \
+                "running":
+            assert time.monotonic() < deadline, "the slow run never started"
+            time.sleep(0.1)
 
         db.stop()
         health = httpx.get(f"{web}/healthz", timeout=30).json()
@@ -56,6 +68,13 @@ def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
         assert again.status_code == 200, again.text
         assert again.json()["params"]["w"]["uses"] == {"0": 2}
         assert httpx.get(f"{web}/healthz", timeout=30).json()["status"] == "ok"
+        kept = httpx.get(f"{web}/api/runs/{slow_id}?", timeout=60)
+        deadline = time.monotonic() + 60
+        while kept.status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            kept = httpx.get(f"{web}/api/runs/{slow_id}", timeout=60)
+        assert kept.status_code == 200, kept.text  # finished while the database was away
+        assert kept.json()["error"] is None and kept.json()["params"]["w"]["uses"] == {"0": 2}
 
 
 def test_a_full_line_says_where_the_run_would_have_been(tmp_path):
