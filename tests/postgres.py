@@ -94,9 +94,12 @@ def cluster() -> Iterator[Cluster]:
                    check=True, capture_output=True, env=env)
     port = free_port()
     log = folder / "postgres.log"
+    # fsync off: a test's cluster need not survive the machine crashing; synchronous_commit
+    # stays on, so that a commit survives the server being stopped at once (the tests of a
+    # database going away stop it so, and a lost commit would be the test's doing)
     options = (f"-c listen_addresses=127.0.0.1 -c port={port} "
                f"-c unix_socket_directories={sockets} -c fsync=off "
-               "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+               "-c full_page_writes=off -c max_connections=200")
 
     def start() -> None:
         subprocess.run(_as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log),

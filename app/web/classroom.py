@@ -146,7 +146,7 @@ class Member:
     client: str
     address: str
     alias: str
-    joined: float = field(default_factory=time.monotonic)
+    joined: float = field(default_factory=time.time)  # wall clock: every web process's
     name: str | None = None  # the display name it chose (display_name), unique in its class
     renames: int = 0
 
@@ -200,8 +200,7 @@ class ClassSession:
 
     def to_state(self) -> dict:
         """Everything every web process must agree on, as JSON: not the streams, followers
-        and wake-ups, which are each process's own. A member's `joined` is kept as wall time."""
-        wall = time.time() - time.monotonic()
+        and wake-ups, which are each process's own."""
         return {"code": self.code, "teacher": self.teacher, "created": self.created,
                 "version": self.version, "audience": self.audience, "view": self.view,
                 "question": self.question, "answers": self.answers,
@@ -210,7 +209,7 @@ class ClassSession:
                 "sent_by": self.sent_by,
                 "sent_from": {k: list(v) for k, v in self.sent_from.items()},
                 "members": [{"client": m.client, "address": m.address, "alias": m.alias,
-                             "joined": m.joined + wall, "name": m.name, "renames": m.renames}
+                             "joined": m.joined, "name": m.name, "renames": m.renames}
                             for m in self.members.values()],
                 "removed": sorted(self.removed), "at_address": self.at_address,
                 "places": self.places, "turned_away": sorted(self.turned_away),
@@ -218,7 +217,6 @@ class ClassSession:
 
     def load_state(self, state: dict) -> None:
         """Take `state` (to_state's) as this session's; its streams and followers stay."""
-        monotonic = time.monotonic() - time.time()
         self.version, self.audience = state["version"], state["audience"]
         self.created, self.view, self.question = state["created"], state["view"], \
             state["question"]
@@ -227,7 +225,7 @@ class ClassSession:
         self.answered_from, self.sent_by = dict(state["answered_from"]), dict(state["sent_by"])
         self.sent_from = {k: (v[0], v[1]) for k, v in state["sent_from"].items()}
         self.members = {m["client"]: Member(m["client"], m["address"], m["alias"],
-                                            m["joined"] + monotonic, m["name"], m["renames"])
+                                            m["joined"], m["name"], m["renames"])
                         for m in state["members"]}
         self.removed, self.turned_away = set(state["removed"]), set(state["turned_away"])
         self.at_address, self.places = dict(state["at_address"]), dict(state["places"])
@@ -455,6 +453,8 @@ class ClassSession:
                 self.people_at(address):
             raise ClassError(429, _per_address(self.people_at(address),
                                                "answers to this question"))
+        if self.answers.get(client) == choice:
+            return  # the same answer again: nothing changed, nobody to tell
         self.answers[client] = choice
         self.answered_from[client] = address
         self._bump_teacher()
@@ -630,7 +630,7 @@ class ClassSession:
         answered the question asked now (None: none asked), its open pages, its runs sent,
         and its address as a group ("address 2", numbered as they first joined): the page
         tells a room behind one NAT from strangers, and never shows an address."""
-        now = time.monotonic()
+        now = time.time()
         asked = self.question is not None
         sent = Counter(by for by, _ in self.sent_from.values())
         members = [{"alias": m.alias, "name": m.name, "joined_s": round(now - m.joined),

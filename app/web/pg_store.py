@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import secrets
 import time
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ from .store import (
 )
 
 __all__ = ["PostgresRunStore", "SIGNING_KEY", "redacted"]
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -75,15 +78,16 @@ SIGNING_KEY = "cookie-signing-key"
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for messages and logs."""
+    """The URL's host, port, database and user only, for the operator's messages and logs:
+    no password, nor any other parameter (an sslkey's path, a passfile's)."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     try:
         parts = conninfo_to_dict(url)
     except Exception:  # noqa: BLE001 - a URL that does not parse says nothing of itself
         return "(a PostgreSQL URL that does not parse)"
-    parts.pop("password", None)
-    return make_conninfo(**parts)
+    kept = {k: v for k, v in parts.items() if k in ("host", "hostaddr", "port", "dbname", "user")}
+    return make_conninfo(**kept)
 
 
 def _lesson_key(key: tuple) -> str:
@@ -125,6 +129,10 @@ class PostgresRunStore(RunStore):
                     "installed: pip install 'autograd-lab[shared]'") from exc
             try:  # once by hand: the pool would retry a refused connection until its timeout
                 psycopg.connect(self.url, connect_timeout=10).close()
+            except psycopg.ProgrammingError:  # libpq's words quote the URL, password and all
+                raise StoreUnavailable("AUTOGRAD_LAB_DATABASE_URL does not parse as a "
+                                       "PostgreSQL URL (postgresql://user:password@host/db; "
+                                       "percent-encode special characters)") from None
             except psycopg.Error as exc:
                 raise StoreUnavailable(
                     f"PostgreSQL at {redacted(self.url)} cannot be reached "
@@ -147,13 +155,14 @@ class PostgresRunStore(RunStore):
             self._pool.close()
 
     def reachable(self) -> tuple[bool, str]:
-        """(can the database be asked now, what /healthz says of it)."""
+        """(can the database be asked now, what /healthz says of it: not where it is, which
+        is the operator's to know and a stranger's to guess)."""
         try:
             with self._connect() as db:
                 db.execute("SELECT 1")
         except StoreUnavailable as exc:
             return False, str(exc)
-        return True, f"PostgreSQL at {redacted(self.url)}"
+        return True, "PostgreSQL, shared by this course's web processes and workers"
 
     @contextmanager
     def _connect(self):
@@ -166,8 +175,11 @@ class PostgresRunStore(RunStore):
             with self._pool.connection() as db:  # one transaction: committed on leaving
                 yield db
         except (OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"the run store (PostgreSQL) cannot be reached: {exc}") \
-                from exc
+            # the details (the database's address, its user) go to the log, not to whoever
+            # asked: the answer says what to do
+            log.warning("the run store cannot be reached: %s", _first_line(exc))
+            raise StoreUnavailable("the run store (the server's database) cannot be reached "
+                                   "just now: try again in a minute") from exc
 
     # ---- writing ------------------------------------------------------------------------------
 
@@ -213,6 +225,10 @@ class PostgresRunStore(RunStore):
             gone.append(run_id)
             count, total = count - 1, total - size
         db.execute("DELETE FROM runs WHERE id = ANY(%s)", (gone,))  # heads, figures: cascade
+        # the shared line's rows of those runs (their scripts) go with them, ended ones only
+        if db.execute("SELECT to_regclass('uploads') IS NOT NULL").fetchone()[0]:
+            db.execute("DELETE FROM uploads WHERE id = ANY(%s) AND state NOT IN "
+                       "('queued', 'running')", (gone,))
 
     def _upgrade(self, run_id: str) -> None:
         """Nothing older ever wrote these tables."""

@@ -81,14 +81,17 @@ class SharedClassroom(Classroom):
                 raise ClassError(404, f"there is no class {session.code!r} here any more",
                                  "no_class")
             session.load_state(row[0])
-            before = (session.version, session.audience, session.ended)
+            if session.ended:
+                raise ClassError(409, "this class has ended", "class_ended")
+            before = json.dumps(session.to_state(), sort_keys=True)
             try:
                 return act(session)
             finally:
-                after = (session.version, session.audience, session.ended)
-                if after != before or json.dumps(session.to_state(), sort_keys=True) != \
-                        json.dumps(row[0], sort_keys=True):
+                if json.dumps(session.to_state(), sort_keys=True) != before:
                     self._write(db, session)
+                    # committed now: a refusal may have counted too (a browser turned away
+                    # is shown to the teacher), and an exception would roll it back
+                    db.commit()
 
     def _write(self, db, session: ClassSession) -> None:
         from psycopg.types.json import Jsonb
@@ -240,6 +243,8 @@ class SharedClassroom(Classroom):
                 session._wake_students()
             if (session.version, session.audience, session.ended) != seen:
                 session._wake_teacher()
+            if session.ended:  # its streams, woken, see it ended; nothing here holds it more
+                self.sessions.pop(session.code, None)
 
     def _states(self, codes: list[str]) -> list[dict]:
         with self.store._connect() as db:

@@ -24,7 +24,9 @@ import concurrent.futures
 import json
 import logging
 import os
+import secrets
 import socket
+import time
 from dataclasses import replace
 
 from app.format import error_record, new_document
@@ -56,7 +58,10 @@ class UploadWorker:
                              "AUTOGRAD_LAB_DATABASE_URL=postgresql://… as the web processes do")
         # a worker machine serves no lessons: none warmed, none pooled
         self.settings = replace(settings, warm_lessons=False)
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        # a random part: a worker restarted in a container has the same host name and pid 1,
+        # and must not be taken for the one that died (its runs would never be retried)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._beating_since: float | None = None  # our heartbeats reach the database since
         self.traces = TraceService(self.settings)
         self.slots = self.traces.upload_workers()
         self.store = PostgresRunStore(settings.database_url, settings.store_max_runs,
@@ -111,21 +116,32 @@ class UploadWorker:
         self._until_stored(run_id, lambda: self._close(run_id, doc, state))
 
     def _close(self, run_id: str, doc: dict, state: str) -> None:
+        if not self._still_mine(run_id):
+            # taken from this worker while it ran (it was thought dead: the database was away
+            # too long): the run's other attempt stores its Trace, not this one
+            log.warning("run %s was given to another worker meanwhile: its Trace is not "
+                        "stored from here", run_id)
+            return
         kept = self.store.keep(doc, run_id)
         error = doc.get("error")
         with self.store._connect() as db:
             db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
-                       "events = %s, error_type = %s, detail = %s WHERE id = %s",
+                       "events = %s, error_type = %s, detail = %s WHERE id = %s "
+                       "AND state = 'running' AND host = %s",
                        (state, kept, len(doc.get("events") or ()),
                         error.get("type") if isinstance(error, dict) else None,
-                        error.get("message") if state == "failed" else None, run_id))
+                        error.get("message") if state == "failed" else None, run_id,
+                        self.name))
+
+    def _still_mine(self, run_id: str) -> bool:
+        with self.store._connect() as db:
+            return db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'running' "
+                              "AND host = %s", (run_id, self.name)).fetchone() is not None
 
     def _until_stored(self, run_id: str, store) -> None:
         """`store()`, tried again while the database cannot be reached, for up to
         STORE_PATIENCE_S; then given up (logged: the run's row says running until its worker
         is seen to have died)."""
-        import time
-
         from .store import StoreUnavailable
 
         deadline, pause = time.monotonic() + STORE_PATIENCE_S, 0.5
@@ -169,7 +185,11 @@ class UploadWorker:
                 "upload_hosts h WHERE h.name = u.host AND h.seen > now() - "
                 "make_interval(secs => %s)) FOR UPDATE OF u", (run_id, STALLED_S)).fetchone()
             if row is None:
-                return "skip"
+                # its worker died after taking the job and before claiming the run: the run
+                # never started, and its job must be taken again (or the person's lock stays)
+                queued = db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'queued'",
+                                    (run_id,)).fetchone()
+                return "fetch again" if queued else "skip"
             attempts, name, source, device, notebook = row
             if attempts < ATTEMPTS:
                 db.execute("UPDATE uploads SET state = 'queued', host = NULL, started = NULL "
@@ -184,6 +204,24 @@ class UploadWorker:
                        (kept, LOST, run_id))
             return "failed"
 
+    def _fail_unqueued(self) -> None:
+        """Runs booked by a web process that stopped before handing them to the line (no job
+        after a minute): failed with what to do, so they hold no one's share or place."""
+        message = ("This run was booked but never reached the line (the web process that took "
+                   "it stopped). The script is kept: run it again.")
+        with self.store._connect() as db:
+            rows = db.execute(
+                "UPDATE uploads SET state = 'failed', ended = now(), detail = %s, "
+                "error_type = 'ServerError', events = 0 WHERE state = 'queued' AND job_id IS "
+                "NULL AND created < now() - interval '1 minute' RETURNING id, name, source, "
+                "device", (message,)).fetchall()
+        for run_id, name, source, device in rows:
+            doc = new_document(name, source, device, None)
+            doc["error"] = error_record("ServerError", message)
+            kept = self.store.keep(doc, run_id)
+            with self.store._connect() as db:
+                db.execute("UPDATE uploads SET kept_whole = %s WHERE id = %s", (kept, run_id))
+
     async def _see_to_stalled(self, jobs) -> None:
         from procrastinate.jobs import Status
 
@@ -192,7 +230,10 @@ class UploadWorker:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(HEARTBEAT_S)
+            if not self._may_judge_others():
+                continue
             try:
+                await loop.run_in_executor(self._threads, self._fail_unqueued)
                 stalled = await jobs.job_manager.get_stalled_jobs(
                     queue=QUEUE, seconds_since_heartbeat=STALLED_S)
                 if not stalled:
@@ -205,7 +246,7 @@ class UploadWorker:
                     decision = await loop.run_in_executor(self._threads, self.after_death,
                                                           run_id)
                     log.warning("run %s: its worker stopped heartbeating: %s", run_id, decision)
-                    if decision == "retry":
+                    if decision in ("retry", "fetch again"):
                         await jobs.job_manager.retry_job(job)
                     elif decision == "failed":
                         await jobs.job_manager.finish_job(job, Status.FAILED, delete_job=False)
@@ -230,10 +271,20 @@ class UploadWorker:
         while True:
             try:
                 await loop.run_in_executor(self._threads, self._beat)
+                if self._beating_since is None:
+                    self._beating_since = time.monotonic()
             except Exception:  # noqa: BLE001 - the database is away: try again, keep running
+                self._beating_since = None
                 log.warning("could not tell the shared line this worker is alive",
                             exc_info=True)
             await asyncio.sleep(HEARTBEAT_S)
+
+    def _may_judge_others(self) -> bool:
+        """Only a worker whose own heartbeats have reached the database for longer than
+        STALLED_S judges others dead: after an outage every heartbeat is old, and a worker
+        must not take runs from workers that were merely cut off with it."""
+        return self._beating_since is not None and \
+            time.monotonic() - self._beating_since > STALLED_S
 
     async def serve(self) -> None:
         """Take runs until stopped (SIGINT or SIGTERM: the runs going on finish first)."""
@@ -248,8 +299,11 @@ class UploadWorker:
                 stalled = asyncio.create_task(self._see_to_stalled(jobs))
                 log.warning("autograd-lab worker %s: %d slot(s), taking runs", self.name,
                             self.slots)
+                # delete_jobs: a run's job is done with once it ends (its state is the
+                # `uploads` row's): the jobs table does not grow with every run ever sent
                 await jobs.run_worker_async(queues=[QUEUE], concurrency=self.slots,
                                             name=self.name, abort_job_polling_interval=1.0,
+                                            delete_jobs="always",
                                             install_signal_handlers=True,
                                             update_heartbeat_interval=HEARTBEAT_S,
                                             stalled_worker_timeout=STALLED_S)

@@ -124,8 +124,9 @@ def test_a_stop_sent_to_the_other_web_process_ends_a_running_run_once(course):
         attempts, state = db.execute("SELECT attempts, state FROM uploads WHERE id = %s",
                                      (run_id,)).fetchone()
         job = db.execute("SELECT status FROM procrastinate_jobs WHERE args->>'run_id' = %s",
-                         (run_id,)).fetchone()[0]
-    assert (attempts, state, job) == (1, "stopped", "aborted")
+                         (run_id,)).fetchone()
+    # run once and ended: its job aborted, or already deleted (a worker deletes ended jobs)
+    assert (attempts, state) == (1, "stopped") and job in (None, ("aborted",))
 
 
 def _check_run(base: str, run_id: str, n: int) -> None:
