@@ -159,8 +159,7 @@ def cmd_worker(args) -> int:
     except (ValueError, SettingsError) as exc:
         print(f"autograd-lab worker: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(worker.serve())
-    return 0
+    return asyncio.run(worker.serve())
 
 
 def build_parser() -> argparse.ArgumentParser:

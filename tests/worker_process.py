@@ -31,7 +31,8 @@ def alive_workers(database: str) -> list[str]:
 
 @contextmanager
 def upload_worker(database: str, folder: Path, name: str, start_timeout: float = 60,
-                  cpus: str | None = None, **settings: str) -> Iterator[subprocess.Popen]:
+                  cpus: str | None = None, wrap=None, **settings: str
+                  ) -> Iterator[subprocess.Popen]:
     """`cpus`: the cores it and everything it starts may use (taskset's list, "0" or "0,1"):
     bench/scale_out.py pins each worker to a core of its own."""
     log = ARTIFACTS / f"{name}.log"
@@ -44,6 +45,8 @@ def upload_worker(database: str, folder: Path, name: str, start_timeout: float =
         command = [sys.executable, "-m", "app.cli", "worker", "--name", name]
         if cpus is not None:
             command = ["taskset", "-c", cpus, *command]
+        if wrap is not None:  # tests/unprivileged.py: as another user
+            command = wrap(command)
         proc = subprocess.Popen(command,
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)

@@ -108,7 +108,8 @@ def check_uploader(request: Request) -> None:
     """Raise the HTTP error that tells this caller how to be allowed to run code: the token,
     or membership of an open class (`class_grant`), and then the sandbox for other hosts."""
     settings = request.app.state.settings
-    if not (settings.token and class_grant(request)):
+    # the token first: a class's membership may be a question to the shared store
+    if not (settings.token and (has_token(request) or class_grant(request))):
         _require_token(request, "running code here",
                        "; a student in a class needs no token: open the class's link "
                        "(/c/CODE) in this browser first")

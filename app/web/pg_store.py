@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS server_secrets (
 _SCHEMA_LOCK = 0x6167_6C61_6201
 _PRUNE_LOCK = 0x6167_6C61_6202
 SIGNING_KEY = "cookie-signing-key"
+STATEMENT_MS = 15_000  # the longest statement: a 16 MiB Trace's upsert, with room to spare
+LOCK_MS = 5_000  # the longest wait for a row's lock (a class's, a run's)
 
 
 def redacted(url: str) -> str:
@@ -140,8 +142,12 @@ class PostgresRunStore(RunStore):
                     "is up") from None  # the chained error's text may hold the URL
             # timeout: how long a request waits for a connection; short, so that with the
             # database down a page says so in seconds, not after the browser gave up
+            # statement and lock timeouts: no question to the database, and no wait for a
+            # row's lock (a class's), holds a request (or the event loop) for long
             pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, open=False,
-                                  timeout=3, name="autograd-lab-store")
+                                  timeout=3, name="autograd-lab-store",
+                                  kwargs={"options": f"-c statement_timeout={STATEMENT_MS} "
+                                                     f"-c lock_timeout={LOCK_MS}"})
             pool.open(wait=True, timeout=15)
             self._pool = pool
             with self._pool.connection() as db:
@@ -169,12 +175,13 @@ class PostgresRunStore(RunStore):
         if not self._opened:
             self.open()
         from psycopg import OperationalError
+        from psycopg.errors import QueryCanceled
         from psycopg_pool import PoolTimeout
 
         try:
             with self._pool.connection() as db:  # one transaction: committed on leaving
                 yield db
-        except (OperationalError, PoolTimeout) as exc:
+        except (OperationalError, PoolTimeout, QueryCanceled) as exc:
             # the details (the database's address, its user) go to the log, not to whoever
             # asked: the answer says what to do
             log.warning("the run store cannot be reached: %s", _first_line(exc))

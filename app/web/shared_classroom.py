@@ -27,7 +27,14 @@ import json
 import logging
 import time
 
-from .classroom import CODE_PATTERN, ClassError, Classroom, ClassSession
+from .classroom import (
+    CODE_PATTERN,
+    WRONG_CODES_PER_MINUTE,
+    WRONG_CODES_PER_MINUTE_IN_ALL,
+    ClassError,
+    Classroom,
+    ClassSession,
+)
 from .pg_store import PostgresRunStore
 from .settings import default_of
 
@@ -137,9 +144,19 @@ class SharedClassroom(Classroom):
     def get(self, code: str, address: str = "", client: str = "",
             join: bool = True) -> ClassSession:
         code = code.upper()
-        if CODE_PATTERN.fullmatch(code) and code not in self.sessions:
+        if CODE_PATTERN.fullmatch(code) and code not in self.sessions and \
+                not self._guessing(address):
             self._load(code)  # another process's class: held here from now on
         return super().get(code, address, client, join)
+
+    def _guessing(self, address: str) -> bool:
+        """Is this address (or the whole server) past its wrong codes for the minute? Then
+        the table is not asked: Classroom.get refuses it (429) before it could matter."""
+        now = time.monotonic()
+        misses = self._wrong_codes.get(address) if address else None
+        recent = sum(1 for t in misses if now - t <= 60) if misses else 0
+        everyone = sum(1 for t in self._wrong_in_all if now - t <= 60)
+        return recent >= WRONG_CODES_PER_MINUTE or everyone >= WRONG_CODES_PER_MINUTE_IN_ALL
 
     def _load(self, code: str) -> None:
         self._tables()

@@ -286,10 +286,46 @@ class UploadWorker:
         return self._beating_since is not None and \
             time.monotonic() - self._beating_since > STALLED_S
 
-    async def serve(self) -> None:
-        """Take runs until stopped (SIGINT or SIGTERM: the runs going on finish first)."""
+    def sandbox_refusal(self) -> str | None:
+        """Why this worker must not take runs, or None: its sandbox self-test (every layer
+        tried, as a web process tries them) found a layer missing or not holding. A web
+        process whose sandbox is incomplete still runs its own machine's people's code; a
+        worker runs strangers' code only. With the self-test off (AUTOGRAD_LAB_SELFTEST=0: a
+        machine the operator trusts), it takes runs with what it has and says so."""
+        from app.runner.selftest import SelfTest, run_selftest
+
+        from .sandbox_status import sandbox_status
+
+        report = None
+        if self.settings.selftest:
+            if self.traces.zygote is not None:  # the probes fork through it, once ready
+                self.traces.zygote.settle()
+            report = run_selftest(self.traces.zygote)
+        status = sandbox_status(self.settings, SelfTest(report=report))
+        if status["ok"]:
+            return None
+        if not self.settings.selftest:
+            log.warning("autograd-lab worker %s: %s; taking runs anyway", self.name,
+                        status["summary"])
+            return None
+        return (f"this machine's sandbox is not complete ({status['summary']}), so this worker "
+                "takes no runs (they are other people's code); give it the missing layers "
+                "(README, \"How a script is run\"), or, on a machine you trust, start it with "
+                "AUTOGRAD_LAB_SELFTEST=0")
+
+    async def serve(self) -> int:
+        """Take runs until stopped (SIGINT or SIGTERM: the runs going on finish first); 2 at
+        once if this machine's sandbox is not complete."""
         prepare_schema(self.store)
         self.traces.start(lessons=False)
+        refusal = await asyncio.get_running_loop().run_in_executor(self._threads,
+                                                                   self.sandbox_refusal)
+        if refusal is not None:
+            log.error("autograd-lab worker %s: %s", self.name, refusal)
+            self.traces.stop()
+            self.store.close()
+            self._threads.shutdown(wait=False)
+            return 2
         jobs = procrastinate_app(self.settings.database_url, sync=False)
         jobs.task(name=TASK, queue=QUEUE)(self.task)
         heartbeat = asyncio.create_task(self._heartbeat())
@@ -318,3 +354,4 @@ class UploadWorker:
             self.traces.stop()
             self.store.close()
             self._threads.shutdown(wait=False)
+        return 0

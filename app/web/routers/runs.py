@@ -147,7 +147,9 @@ def uploads(request: Request) -> dict:
 @router.post("/api/runs", response_model=Trace)
 async def create_run(request: Request, wait: bool = True) -> Response:
     """Run a script; with `wait=false`, answer at once (202) with the run's id and status link."""
-    check_uploader(request)
+    # in a thread: in the shared mode a class's membership is asked of PostgreSQL, which
+    # must not hold up the event loop (every class's followers wait on it)
+    await run_in_threadpool(check_uploader, request)
     cap = request.app.state.settings.max_upload_bytes
     upload = await _submission(request, await _read_capped(request, cap), cap)
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
