@@ -230,6 +230,7 @@ class ClassSession:
         self.removed, self.turned_away = set(state["removed"]), set(state["turned_away"])
         self.at_address, self.places = dict(state["at_address"]), dict(state["places"])
         self.ended = state["ended"]
+        self._texts = {}  # the same version may come back with other contents (a rollback)
 
     @classmethod
     def from_state(cls, state: dict) -> ClassSession:
@@ -409,9 +410,11 @@ class ClassSession:
         woken.set()
 
     def mark(self, client: str) -> int:
-        """The event id of what `client` sees: students see `version`; the teacher also sees
-        the count of followers, so their mark moves with it (both only grow)."""
-        return self.version + (self.audience + self.followed if client == self.teacher else 0)
+        """The event id of what `client` sees, the same on every web process: students see
+        `version`; the teacher also sees the tally and who joined (`audience`). Both only
+        grow. The followers' count (`followed`) is each process's own: a teacher's stream
+        watches it apart (`changed`), and sends it with the same id."""
+        return self.version + (self.audience if client == self.teacher else 0)
 
     def show(self, path: str, query: str) -> None:
         view = check_view(path, query)
@@ -647,11 +650,14 @@ class ClassSession:
                 "people": self.people, "turned_away": len(self.turned_away),
                 "removed": len(self.removed), "addresses": groups, "members": members}
 
-    async def changed(self, client: str, after: int, timeout: float) -> bool:
-        """Wait until `client`'s mark is past `after` (True) or `timeout` passes (False);
-        at once if the class ended or the teacher removed `client`."""
+    async def changed(self, client: str, after: int, timeout: float,
+                      followed: int = -1) -> bool:
+        """Wait until `client`'s mark is past `after`, or for the teacher the followers'
+        count has moved from `followed` (True), or `timeout` passes (False); at once if the
+        class ended or the teacher removed `client`."""
         teacher = client == self.teacher
-        while self.mark(client) <= after and not self.ended and not self.barred(client):
+        while self.mark(client) <= after and not (teacher and self.followed != followed) and \
+                not self.ended and not self.barred(client):
             event = self._teacher_changed if teacher else self._changed
             try:
                 # asyncio.timeout, not wait_for: a change wakes every follower at once, and

@@ -95,10 +95,18 @@ class SharedClassroom(Classroom):
                 return act(session)
             finally:
                 if json.dumps(session.to_state(), sort_keys=True) != before:
-                    self._write(db, session)
-                    # committed now: a refusal may have counted too (a browser turned away
-                    # is shown to the teacher), and an exception would roll it back
-                    db.commit()
+                    try:
+                        self._write(db, session)
+                        # committed now: a refusal may have counted too (a browser turned
+                        # away is shown to the teacher), and an exception would roll it back
+                        db.commit()
+                    except BaseException:
+                        # not written: this process's streams must not keep a state no other
+                        # process has (nor take the real next version for one seen)
+                        session.load_state(row[0])
+                        session._wake_students()
+                        session._wake_teacher()
+                        raise
 
     def _write(self, db, session: ClassSession) -> None:
         from psycopg.types.json import Jsonb
@@ -117,8 +125,9 @@ class SharedClassroom(Classroom):
         with self.store._connect() as db:
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_START_LOCK,))
             # a class idle for longer than the idle time ends, as one machine's would
-            db.execute("UPDATE classes SET ended = true WHERE NOT ended AND updated < now() - "
-                       "make_interval(secs => %s)", (self.idle_seconds,))
+            db.execute("UPDATE classes SET ended = true, state = jsonb_set(state, '{ended}', "
+                       "'true') WHERE NOT ended AND updated < now() - make_interval(secs => %s)",
+                       (self.idle_seconds,))
             mine = db.execute("SELECT state FROM classes WHERE teacher = %s AND NOT ended "
                               "LIMIT 1", (teacher,)).fetchone()
             if mine is not None:  # one class per teacher's browser: starting again returns it
@@ -207,11 +216,9 @@ class SharedClassroom(Classroom):
 
     def started_by(self, run_id: str) -> str | None:
         with self.store._connect() as db:
-            try:
-                row = db.execute("SELECT client FROM uploads WHERE id = %s",
-                                 (run_id,)).fetchone()
-            except Exception:  # noqa: BLE001 - no line yet (no run sent): nobody's run
-                return None
+            if not db.execute("SELECT to_regclass('uploads') IS NOT NULL").fetchone()[0]:
+                return None  # no line yet (no run sent): nobody's run
+            row = db.execute("SELECT client FROM uploads WHERE id = %s", (run_id,)).fetchone()
         return None if row is None else row[0]
 
     # ---- hearing of other processes' changes -----------------------------------------------------

@@ -7,7 +7,9 @@ What lives where:
   stopped, failed), whose it is, and what the page decides by once it is stored (events,
   error type); a web process answers status, owner and place in line from it;
 - Procrastinate's job carries only the run's id, on the `uploads` queue, with the person as its
-  lock (one running run per person, in the order they were sent);
+  lock (one running run per person, in the order they were sent, whatever
+  `per_client_running` says: in this mode it bounds a person's runs running and waiting
+  together, with `per_client_queued`);
 - the Trace goes to the shared run store (pg_store.py), keyed by the run;
 - `upload_hosts`: each worker process's slots and last heartbeat, so the line's capacity is the
   live workers' slots plus `queue_size`.
@@ -25,6 +27,7 @@ import asyncio
 import json
 import logging
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from app.format import Trace, error_record, new_document
@@ -35,6 +38,7 @@ from .jobs import TooMany
 from .pg_store import PostgresRunStore
 from .run_queue import RunEnded, Submission, UnknownRun
 from .settings import default_of
+from .store import StoreUnavailable
 
 __all__ = ["SharedQueue", "TASK", "QUEUE", "procrastinate_app", "prepare_schema"]
 
@@ -130,6 +134,18 @@ class SharedQueue:
             self._jobs = procrastinate_app().open(self.store._pool)
         return self._jobs
 
+    @contextmanager
+    def _line(self):
+        """Procrastinate's calls: its connection errors are the store's (503, Retry-After)."""
+        from procrastinate.exceptions import ConnectorException
+
+        try:
+            yield self._procrastinate()
+        except ConnectorException as exc:
+            log.warning("the line (Procrastinate) cannot be reached: %s", exc.__cause__)
+            raise StoreUnavailable("the line of runs (the server's database) cannot be "
+                                   "reached just now: try again in a minute") from exc
+
     def close(self) -> None:
         if self._jobs is not None:
             self._jobs.close()
@@ -137,7 +153,8 @@ class SharedQueue:
     # ---- sending --------------------------------------------------------------------------
 
     def submit(self, run: Submission) -> str:
-        jobs = self._procrastinate()
+        with self._line():
+            pass  # the line's tables made, once
         run_id = self.store.new_id()
         people = self._people(run.address) if run.address else self.people_per_address
         running, queued = self.per_client
@@ -169,8 +186,9 @@ class SharedQueue:
                 (run_id, run.client, run.address, run.name, run.source, run.device, run.limit,
                  json.dumps(run.notebook) if run.notebook is not None else None))
         try:
-            job_id = jobs.configure_task(TASK, queue=QUEUE, lock=f"person:{run.client}") \
-                .defer(run_id=run_id)
+            with self._line() as line:
+                job_id = line.configure_task(TASK, queue=QUEUE, lock=f"person:{run.client}") \
+                    .defer(run_id=run_id)
         except Exception:
             self._end_unstarted(run_id, "failed", "ServerError",
                                 "The server could not queue this run: run it again in a minute.")
@@ -251,16 +269,17 @@ class SharedQueue:
             raise UnknownRun(run_id)
         if row["state"] not in ("queued", "running"):
             raise RunEnded(run_id, row["state"])
-        jobs = self._procrastinate()
         if self._end_unstarted(run_id, "stopped", "Stopped",
                                "The run was stopped on request before it started."):
             if row["job_id"] is not None:
-                jobs.job_manager.cancel_job_by_id(row["job_id"], abort=False)
+                with self._line() as line:
+                    line.job_manager.cancel_job_by_id(row["job_id"], abort=False)
             return self.status(run_id)
         # running on some worker: Procrastinate tells it to abort; it kills the run and
         # stores what the run recorded
         if row["job_id"] is not None:
-            jobs.job_manager.cancel_job_by_id(row["job_id"], abort=True)
+            with self._line() as line:
+                line.job_manager.cancel_job_by_id(row["job_id"], abort=True)
         ends = time.monotonic() + wait
         while time.monotonic() < ends:
             status = self.status(run_id)

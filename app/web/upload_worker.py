@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import time
 from dataclasses import replace
@@ -45,7 +46,11 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0  # Procrastinate's heartbeat and ours (upload_hosts)
 STALLED_S = 10.0  # a worker not heard from for this long is dead: its runs are retried
 ATTEMPTS = 2  # a run whose worker dies twice is failed, not run a third time
+STOPPED = ("The run was stopped on request; its worker stopped too before it could say what "
+           "the run had recorded.")
+_LOOK_LOCK = 0x6167_6C61_6207  # one worker at a time looks for dead workers' runs
 STORE_PATIENCE_S = 300.0  # how long a finished run's Trace waits for the database to return
+RECONNECT_S = 5.0  # after the database went away, how soon the worker takes runs again
 LOST = ("This run's worker stopped twice while running it (its machine was lost or its process "
         "killed), so it was not run a third time. The script is kept: run it again, and if "
         "this keeps happening, tell whoever runs the server.")
@@ -66,7 +71,7 @@ class UploadWorker:
         self.slots = self.traces.upload_workers()
         self.store = PostgresRunStore(settings.database_url, settings.store_max_runs,
                                       settings.store_max_bytes, settings.store_max_run_bytes,
-                                      pool_size=self.slots + 2)
+                                      pool_size=self.slots + 4)
         # the runs' threads: a run holds one for its whole life, so never the loop's default
         self._threads = concurrent.futures.ThreadPoolExecutor(
             self.slots + 2, thread_name_prefix="autograd-lab-upload")
@@ -174,35 +179,50 @@ class UploadWorker:
 
     # ---- a worker that died -------------------------------------------------------------------
 
-    def after_death(self, run_id: str) -> str:
-        """What becomes of a run whose worker died: "retry" (back in line, once), "failed"
-        (its Trace says why), or "skip" (not running, or its worker is alive after all: another
-        worker saw to it first)."""
+    def after_death(self, run_id: str, job_id: int) -> str:
+        """What becomes of a run whose worker died (its job `job_id` stalled):
+        - "retry": back in line, once (the job is put back by the caller);
+        - "fetch again": its worker died between taking the job and claiming the run;
+        - "failed": its worker died a second time, or a stop was asked (then "stopped"):
+          its Trace says so, and the caller ends the job;
+        - "finish": the run had ended (its row says so) before its worker died: only the job
+          is left, and it holds its person's lock until it is ended;
+        - "skip": the job is no longer stalled (another worker saw to it first)."""
         with self.store._connect() as db:
+            job = db.execute("SELECT j.status, j.abort_requested FROM procrastinate_jobs j "
+                             "LEFT JOIN procrastinate_workers w ON w.id = j.worker_id "
+                             "WHERE j.id = %s AND j.status = 'doing' AND (j.worker_id IS NULL "
+                             "OR w.last_heartbeat < now() - make_interval(secs => %s)) "
+                             "FOR UPDATE OF j", (job_id, STALLED_S)).fetchone()
+            if job is None:
+                return "skip"
+            abort = bool(job[1])
             row = db.execute(
-                "SELECT u.attempts, u.name, u.source, u.device, u.notebook FROM uploads u "
-                "WHERE u.id = %s AND u.state = 'running' AND NOT EXISTS (SELECT 1 FROM "
-                "upload_hosts h WHERE h.name = u.host AND h.seen > now() - "
-                "make_interval(secs => %s)) FOR UPDATE OF u", (run_id, STALLED_S)).fetchone()
+                "SELECT u.state, u.attempts, u.name, u.source, u.device, u.notebook FROM "
+                "uploads u WHERE u.id = %s AND NOT EXISTS (SELECT 1 FROM upload_hosts h "
+                "WHERE h.name = u.host AND h.seen > now() - make_interval(secs => %s)) "
+                "FOR UPDATE OF u", (run_id, STALLED_S)).fetchone()
             if row is None:
-                # its worker died after taking the job and before claiming the run: the run
-                # never started, and its job must be taken again (or the person's lock stays)
-                queued = db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'queued'",
-                                    (run_id,)).fetchone()
-                return "fetch again" if queued else "skip"
-            attempts, name, source, device, notebook = row
-            if attempts < ATTEMPTS:
-                db.execute("UPDATE uploads SET state = 'queued', host = NULL, started = NULL "
-                           "WHERE id = %s", (run_id,))
-                return "retry"
-            doc = new_document(name, source, device, None)
-            doc["error"] = error_record("WorkerLost", LOST)
-            annotate(doc, json.loads(notebook) if notebook else None)
-            kept = self.store.keep(doc, run_id)
-            db.execute("UPDATE uploads SET state = 'failed', ended = now(), kept_whole = %s, "
-                       "events = 0, error_type = 'WorkerLost', detail = %s WHERE id = %s",
-                       (kept, LOST, run_id))
-            return "failed"
+                return "skip"  # its worker is alive after all
+            state, attempts, name, source, device, notebook = row
+            if state not in ("queued", "running"):
+                return "finish"
+            if abort or attempts >= ATTEMPTS:
+                kind, message, ended = ("Stopped", STOPPED, "stopped") if abort else \
+                    ("WorkerLost", LOST, "failed")
+                doc = new_document(name, source, device, None)
+                doc["error"] = error_record(kind, message)
+                annotate(doc, json.loads(notebook) if notebook else None)
+                kept = self.store.keep(doc, run_id)
+                db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
+                           "events = 0, error_type = %s, detail = %s WHERE id = %s",
+                           (ended, kept, kind, message if ended == "failed" else None, run_id))
+                return "failed"
+            if state == "queued":
+                return "fetch again"
+            db.execute("UPDATE uploads SET state = 'queued', host = NULL, started = NULL "
+                       "WHERE id = %s", (run_id,))
+            return "retry"
 
     def _fail_unqueued(self) -> None:
         """Runs booked by a web process that stopped before handing them to the line (no job
@@ -223,37 +243,48 @@ class UploadWorker:
                 db.execute("UPDATE uploads SET kept_whole = %s WHERE id = %s", (kept, run_id))
 
     async def _see_to_stalled(self, jobs) -> None:
-        from procrastinate.jobs import Status
-
-        from app.runner.sandbox import cgroups, identity
-
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             if not self._may_judge_others():
                 continue
             try:
-                await loop.run_in_executor(self._threads, self._fail_unqueued)
-                stalled = await jobs.job_manager.get_stalled_jobs(
-                    queue=QUEUE, seconds_since_heartbeat=STALLED_S)
-                if not stalled:
-                    continue
-                # a dead worker on this machine left its runs going: end them first
-                await loop.run_in_executor(self._threads, cgroups.sweep)
-                await loop.run_in_executor(self._threads, identity.sweep_orphans)
-                for job in stalled:
-                    run_id = job.task_kwargs.get("run_id")
-                    decision = await loop.run_in_executor(self._threads, self.after_death,
-                                                          run_id)
-                    log.warning("run %s: its worker stopped heartbeating: %s", run_id, decision)
-                    if decision in ("retry", "fetch again"):
-                        await jobs.job_manager.retry_job(job)
-                    elif decision == "failed":
-                        await jobs.job_manager.finish_job(job, Status.FAILED, delete_job=False)
+                await self._one_look(jobs, loop)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the database is away: look again later
                 log.warning("could not look for runs of dead workers", exc_info=True)
+
+    async def _one_look(self, jobs, loop) -> None:
+        """One pass over the stalled jobs, by one worker at a time (an advisory lock held for
+        the pass: two workers must not both put one run back in line)."""
+        from procrastinate.jobs import Status
+
+        from app.runner.sandbox import cgroups, identity
+
+        with self.store._connect() as db:
+            if not db.execute("SELECT pg_try_advisory_xact_lock(%s)",
+                              (_LOOK_LOCK,)).fetchone()[0]:
+                return  # another worker is looking now
+            await loop.run_in_executor(self._threads, self._fail_unqueued)
+            stalled = await jobs.job_manager.get_stalled_jobs(
+                queue=QUEUE, seconds_since_heartbeat=STALLED_S)
+            if not stalled:
+                return
+            # a dead worker on this machine left its runs going: end them first
+            await loop.run_in_executor(self._threads, cgroups.sweep)
+            await loop.run_in_executor(self._threads, identity.sweep_orphans)
+            for job in stalled:
+                run_id = job.task_kwargs.get("run_id")
+                decision = await loop.run_in_executor(self._threads, self.after_death,
+                                                      run_id, job.id)
+                log.warning("run %s: its worker stopped heartbeating: %s", run_id, decision)
+                if decision in ("retry", "fetch again"):
+                    await jobs.job_manager.retry_job(job)
+                elif decision in ("failed", "finish"):
+                    await jobs.job_manager.finish_job(
+                        job, Status.FAILED if decision == "failed" else Status.SUCCEEDED,
+                        delete_job=True)
 
     # ---- the process --------------------------------------------------------------------------
 
@@ -328,25 +359,29 @@ class UploadWorker:
             return 2
         jobs = procrastinate_app(self.settings.database_url, sync=False)
         jobs.task(name=TASK, queue=QUEUE)(self.task)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()  # SIGINT or SIGTERM: the runs going on finish, then it ends
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         heartbeat = asyncio.create_task(self._heartbeat())
-        stalled = None
         try:
-            async with jobs.open_async():
-                stalled = asyncio.create_task(self._see_to_stalled(jobs))
-                log.warning("autograd-lab worker %s: %d slot(s), taking runs", self.name,
-                            self.slots)
-                # delete_jobs: a run's job is done with once it ends (its state is the
-                # `uploads` row's): the jobs table does not grow with every run ever sent
-                await jobs.run_worker_async(queues=[QUEUE], concurrency=self.slots,
-                                            name=self.name, abort_job_polling_interval=1.0,
-                                            delete_jobs="always",
-                                            install_signal_handlers=True,
-                                            update_heartbeat_interval=HEARTBEAT_S,
-                                            stalled_worker_timeout=STALLED_S)
+            log.warning("autograd-lab worker %s: %d slot(s), taking runs", self.name,
+                        self.slots)
+            while not stop.is_set():
+                try:
+                    await self._take_runs(jobs, stop)
+                except Exception:  # noqa: BLE001 - the database went away: taken up below
+                    log.warning("the line could not be reached", exc_info=True)
+                if not stop.is_set():
+                    # Procrastinate's worker ends when the database is away too long; this
+                    # one stays, and takes runs again once it is back
+                    log.warning("taking runs again in %.0f s", RECONNECT_S)
+                    try:
+                        await asyncio.wait_for(stop.wait(), RECONNECT_S)
+                    except TimeoutError:
+                        pass
         finally:
             heartbeat.cancel()
-            if stalled is not None:
-                stalled.cancel()
             try:
                 self._beat(alive=False)
             except Exception:  # noqa: BLE001 - its heartbeat ages out instead
@@ -355,3 +390,25 @@ class UploadWorker:
             self.store.close()
             self._threads.shutdown(wait=False)
         return 0
+
+    async def _take_runs(self, jobs, stop: asyncio.Event) -> None:
+        """Procrastinate's worker until `stop` (then it lets the runs going on finish) or
+        until it ends by itself (its database connection lost)."""
+        async with jobs.open_async():
+            stalled = asyncio.create_task(self._see_to_stalled(jobs))
+            # delete_jobs: a run's job is done with once it ends (its state is the `uploads`
+            # row's): the jobs table does not grow with every run ever sent
+            worker = asyncio.create_task(jobs.run_worker_async(
+                queues=[QUEUE], concurrency=self.slots, name=self.name,
+                abort_job_polling_interval=1.0, delete_jobs="always",
+                install_signal_handlers=False, update_heartbeat_interval=HEARTBEAT_S,
+                stalled_worker_timeout=STALLED_S))
+            stopping = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({worker, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if stop.is_set():
+                    worker.cancel()  # Procrastinate stops taking runs; those going on finish
+                await asyncio.gather(worker, return_exceptions=True)
+            finally:
+                stopping.cancel()
+                stalled.cancel()

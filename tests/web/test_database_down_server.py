@@ -57,9 +57,12 @@ def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
         assert "password" not in page.text.lower()
         lesson = httpx.get(web + LESSON, timeout=60)  # the lessons are still served
         assert lesson.status_code == 200 and lesson.json()["error"] is None
+        # away for longer than Procrastinate's worker waits for a connection (30 s), after
+        # which it ends: the worker process must outlive it and take runs again
+        time.sleep(36)
 
         db.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while True:  # the pool reconnects; the worker's heartbeat resumes
             again = httpx.post(f"{web}/api/runs", json={"source": SMALL}, timeout=120)
             if again.status_code == 200 or time.monotonic() > deadline:

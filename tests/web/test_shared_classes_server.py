@@ -38,6 +38,7 @@ class Stream:
 
     def __init__(self, client: httpx.Client, base: str, code: str, last: str | None = None):
         self.events: queue.Queue = queue.Queue()
+        self.opened = threading.Event()  # the server answered 200 and the stream is read
         headers = {"Last-Event-ID": last} if last else {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True,
@@ -47,7 +48,9 @@ class Stream:
 
     def _read(self, client, url, headers) -> None:
         with client.stream("GET", url, headers=headers, timeout=60) as response:
-            assert response.status_code == 200, response.read()
+            if response.status_code != 200:
+                return  # never opened: `opened` says so
+            self.opened.set()
             event_id = None
             for line in response.iter_lines():
                 if self._stop.is_set():
@@ -108,9 +111,26 @@ def test_a_student_on_one_web_process_follows_a_teacher_on_another(tmp_path_fact
             assert newer["view"] == {"path": "/", "query": ""} and int(newer_id) > int(seen_id)
             back.close()
             quiet = Stream(student, a, code, last=newer_id)  # has seen the newest: nothing
+            assert quiet.opened.wait(10)
             with pytest.raises(queue.Empty):
                 quiet.next(timeout=1.5)
             quiet.close()
+
+            # the teacher too resumes on the other process, though each counts its own
+            # followers in the teacher's event ids
+            # (A, where the student's streams came and went, counts more followers' changes
+            # than B: its ids run ahead of B's for the same state)
+            watching = Stream(teacher, a, code)
+            watched_id, _ = watching.next()
+            watching.close()
+            teacher.put(f"/api/classes/{code}/view", json={"path": "/", "query": "x=1"})
+            resumed = Stream(teacher, b, code, last=watched_id)
+            assert resumed.opened.wait(10), "the teacher's stream on B did not open"
+            _, seen_there = resumed.next(timeout=5)
+            assert seen_there["role"] == "teacher"
+            assert seen_there["view"] == {"path": "/", "query": "x=1"}
+            resumed.close()
+            teacher.put(f"/api/classes/{code}/view", json={"path": "/", "query": ""})
 
             # a member through A runs code on B without the token, and sends it through A
             teacher_stream = Stream(teacher, b, code)

@@ -101,13 +101,19 @@ async def class_events(request: Request, code: str, following: bool = True):
 
     async def events():
         nonlocal seen
+        teacher = client == session.teacher
+        shown_followed = -1  # the teacher's count of this process's followers, as last sent
         try:
             while not session.ended and not session.barred(client):
-                if session.mark(client) > seen:
-                    seen = session.mark(client)
+                # the id is the class's, the same on every web process (Last-Event-ID resumes
+                # on any); the teacher's follower count is this process's, sent as it moves
+                if session.mark(client) > seen or (teacher and
+                                                   session.followed != shown_followed):
+                    seen = max(seen, session.mark(client))
+                    shown_followed = session.followed
                     yield ServerSentEvent(data=session.snapshot_text(client), id=str(seen),
                                           retry=RETRY_MS)
-                await session.changed(client, seen, PING_SECONDS)
+                await session.changed(client, seen, PING_SECONDS, shown_followed)
             if session.barred(client):  # the teacher removed this browser: no state, a reason
                 yield ServerSentEvent(data=json.dumps({"detail": REMOVED}), event="removed")
             else:
