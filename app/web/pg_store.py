@@ -28,9 +28,7 @@ from .store import (
     RunStore,
     StoredBlob,
     StoreUnavailable,
-    _figures,
     _head,
-    _linked,
     _pack,
     _size,
 )
@@ -191,13 +189,7 @@ class PostgresRunStore(RunStore):
     # ---- writing ------------------------------------------------------------------------------
 
     def keep(self, doc: dict, run_id: str) -> bool:
-        stored = _linked(doc, run_id)
-        blob = _pack(stored)
-        whole = len(blob) <= self.max_run_bytes
-        if not whole:
-            stored = _linked(self._too_large(doc, len(blob)), run_id)
-            blob = _pack(stored)
-        figures = _figures(stored)
+        stored, blob, whole, figures = self._packed(doc, run_id)
         with self._connect() as db:
             # an upsert: a run stored twice (retried on another worker) is replaced whole, and
             # given a new seq, so a reader of the old bytes is told RunGone

@@ -40,7 +40,8 @@ from .run_queue import RunEnded, Submission, UnknownRun
 from .settings import default_of
 from .store import StoreUnavailable
 
-__all__ = ["SharedQueue", "TASK", "QUEUE", "procrastinate_app", "prepare_schema"]
+__all__ = ["SharedQueue", "TASK", "QUEUE", "end_without_trace", "procrastinate_app",
+           "prepare_schema"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,21 @@ def prepare_schema(store: PostgresRunStore) -> None:
             from procrastinate import schema
 
             db.execute(schema.SchemaManager.get_schema())
+
+
+def end_without_trace(store: PostgresRunStore, db, run_id: str, submission: tuple,
+                      state: str, kind: str, message: str) -> None:
+    """End a run that left no Trace of its own (stopped before it started, its worker lost):
+    its script (`submission`: name, source, device, notebook) stored with an error record
+    that says why, and its row closed in `db`'s transaction."""
+    name, source, device, notebook = submission
+    doc = new_document(name, source, device, None)
+    doc["error"] = error_record(kind, message)
+    annotate(doc, json.loads(notebook) if notebook else None)
+    kept = store.keep(doc, run_id)
+    db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, events = 0, "
+               "error_type = %s, detail = %s WHERE id = %s",
+               (state, kept, kind, message if state == "failed" else None, run_id))
 
 
 def _now() -> datetime:
@@ -297,12 +313,5 @@ class SharedQueue:
                              (run_id,)).fetchone()
             if row is None:
                 return False
-            name, source, device, notebook = row
-            doc = new_document(name, source, device, None)
-            doc["error"] = error_record(kind, message)
-            annotate(doc, json.loads(notebook) if notebook else None)
-            kept = self.store.keep(doc, run_id)
-            db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
-                       "events = 0, error_type = %s, detail = %s WHERE id = %s",
-                       (state, kept, kind, message if state == "failed" else None, run_id))
+            end_without_trace(self.store, db, run_id, row, state, kind, message)
         return True

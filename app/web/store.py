@@ -149,16 +149,21 @@ class RunStore:
         self.keep(doc, run_id)
         return run_id
 
-    def keep(self, doc: dict, run_id: str) -> bool:
-        """Keep `doc` under `run_id`: True if kept as it is, False if it was too large and
-        only its script was kept."""
+    def _packed(self, doc: dict, run_id: str) -> tuple[dict, bytes, bool, list[bytes]]:
+        """(what is stored, its gzip JSON, whether it is the whole Trace, its figures): a
+        Trace past `max_run_bytes` is stored as its script and an error that says why."""
         stored = _linked(doc, run_id)
         blob = _pack(stored)
         whole = len(blob) <= self.max_run_bytes
         if not whole:
             stored = _linked(self._too_large(doc, len(blob)), run_id)
             blob = _pack(stored)
-        figures = _figures(stored)
+        return stored, blob, whole, _figures(stored)
+
+    def keep(self, doc: dict, run_id: str) -> bool:
+        """Keep `doc` under `run_id`: True if kept as it is, False if it was too large and
+        only its script was kept."""
+        stored, blob, whole, figures = self._packed(doc, run_id)
         with self._lock, self._connect() as db:
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                        (run_id, time.time(), doc["script"]["name"], _size(blob, figures),

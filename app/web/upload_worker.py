@@ -36,7 +36,7 @@ from app.format.notebook import annotate
 from .jobs import Job
 from .pg_store import PostgresRunStore
 from .settings import Settings
-from .shared_queue import QUEUE, TASK, prepare_schema, procrastinate_app
+from .shared_queue import QUEUE, TASK, end_without_trace, prepare_schema, procrastinate_app
 from .traces import DeviceError, TraceService
 
 __all__ = ["UploadWorker"]
@@ -210,13 +210,8 @@ class UploadWorker:
             if abort or attempts >= ATTEMPTS:
                 kind, message, ended = ("Stopped", STOPPED, "stopped") if abort else \
                     ("WorkerLost", LOST, "failed")
-                doc = new_document(name, source, device, None)
-                doc["error"] = error_record(kind, message)
-                annotate(doc, json.loads(notebook) if notebook else None)
-                kept = self.store.keep(doc, run_id)
-                db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
-                           "events = 0, error_type = %s, detail = %s WHERE id = %s",
-                           (ended, kept, kind, message if ended == "failed" else None, run_id))
+                end_without_trace(self.store, db, run_id, (name, source, device, notebook),
+                                  ended, kind, message)
                 return "failed"
             if state == "queued":
                 return "fetch again"
@@ -231,16 +226,12 @@ class UploadWorker:
                    "it stopped). The script is kept: run it again.")
         with self.store._connect() as db:
             rows = db.execute(
-                "UPDATE uploads SET state = 'failed', ended = now(), detail = %s, "
-                "error_type = 'ServerError', events = 0 WHERE state = 'queued' AND job_id IS "
-                "NULL AND created < now() - interval '1 minute' RETURNING id, name, source, "
-                "device", (message,)).fetchall()
-        for run_id, name, source, device in rows:
-            doc = new_document(name, source, device, None)
-            doc["error"] = error_record("ServerError", message)
-            kept = self.store.keep(doc, run_id)
-            with self.store._connect() as db:
-                db.execute("UPDATE uploads SET kept_whole = %s WHERE id = %s", (kept, run_id))
+                "SELECT id, name, source, device, notebook FROM uploads WHERE state = 'queued' "
+                "AND job_id IS NULL AND created < now() - interval '1 minute' "
+                "FOR UPDATE SKIP LOCKED").fetchall()
+            for run_id, *submission in rows:
+                end_without_trace(self.store, db, run_id, tuple(submission), "failed",
+                                  "ServerError", message)
 
     async def _see_to_stalled(self, jobs) -> None:
         loop = asyncio.get_running_loop()
