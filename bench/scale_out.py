@@ -20,7 +20,6 @@ Prints tables; not a timed test. Everything runs on loopback: a PostgreSQL clust
 from __future__ import annotations
 
 import argparse
-import asyncio
 import concurrent.futures
 import os
 import statistics
@@ -34,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.web.run_queue import InProcessQueue, Submission  # noqa: E402
 from tests.postgres import cluster, fresh_database  # noqa: E402
-from tests.worker_process import upload_worker  # noqa: E402
+from tests.worker_process import queue_result, upload_worker  # noqa: E402
 
 SMALL = ("import torch\ntorch.manual_seed(0)\nlayer = torch.nn.Linear(3, 2)\n"
          "loss = layer(torch.randn(4, 3)).pow(2).sum()\nloss.backward()\n")
@@ -49,11 +48,6 @@ TRAINING = ("import torch\ntorch.manual_seed(0)\n"
 SCRIPTS = {"small": SMALL, "training": TRAINING}
 LIMIT = 60.0
 SENDERS = 8  # threads sending at once, as a web process's request threads would
-
-
-def _result(queue, run_id: str) -> dict:
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, asyncio.wait_for(queue.result(run_id), 300)).result()
 
 
 def _shared(database: str, queue_size: int):
@@ -135,7 +129,7 @@ def _warm(queue, count: int) -> None:
     ids = [queue.submit(Submission(f"warm-{i}", "warm.py", SMALL, "cpu", LIMIT))
            for i in range(count)]
     for run_id in ids:
-        _result(queue, run_id)
+        queue_result(queue, run_id, 300)
 
 
 def latency_shared(url: str, n: int, folder: Path) -> list[float]:
@@ -172,7 +166,7 @@ def _one_after_another(queue, n: int) -> list[float]:
     for i in range(n):
         started = time.perf_counter()
         run_id = queue.submit(Submission(f"person-{i}", "small.py", SMALL, "cpu", LIMIT))
-        doc = _result(queue, run_id)
+        doc = queue_result(queue, run_id, 300)
         times.append(time.perf_counter() - started)
         if doc.get("error"):
             raise SystemExit(f"a run failed: {doc['error']}")

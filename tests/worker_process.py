@@ -15,7 +15,19 @@ from pathlib import Path
 
 from tests.server import ARTIFACTS, ROOT
 
-__all__ = ["upload_worker", "alive_workers"]
+__all__ = ["upload_worker", "alive_workers", "queue_result"]
+
+
+def queue_result(queue, run_id: str, timeout: float = 120) -> dict:
+    """A `RunQueue`'s `result`, awaited on an event loop of its own thread: the caller's
+    thread may already have a running loop (Playwright's sync API leaves one behind after the
+    browser tests), and asyncio.run refuses to start inside it."""
+    import asyncio
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run,
+                           asyncio.wait_for(queue.result(run_id), timeout)).result()
 
 
 def alive_workers(database: str) -> list[str]:

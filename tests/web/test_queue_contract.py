@@ -26,6 +26,7 @@ from app.web.run_queue import InProcessQueue, RunEnded, RunQueue, Submission, Un
 from app.web.settings import Settings
 from app.web.store import RunStore
 from app.web.traces import TraceService
+from tests.worker_process import queue_result
 
 SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
 # runs until stopped (or its limit): "running" for as long as a test needs
@@ -94,12 +95,7 @@ def submit(queue: RunQueue, client: str, source: str) -> str:
 
 
 def result(queue: RunQueue, run_id: str, timeout: float = 120) -> dict:
-    """Await `result` on an event loop of its own thread: the test's thread may already have a
-    running loop (Playwright's sync API leaves one behind after the browser tests), and
-    asyncio.run refuses to start inside it."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run,
-                           asyncio.wait_for(queue.result(run_id), timeout)).result()
+    return queue_result(queue, run_id, timeout)
 
 
 def wait_for(predicate, timeout: float = 90) -> None:

@@ -18,7 +18,7 @@ from app.web.shared_queue import SharedQueue, prepare_schema
 from tests.postgres import fresh_database
 from tests.server import ROOT
 from tests.unprivileged import as_unprivileged, can_run_unprivileged
-from tests.worker_process import alive_workers, upload_worker
+from tests.worker_process import alive_workers, queue_result, upload_worker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow,
               pytest.mark.skipif(not can_run_unprivileged(), reason="needs root to become "
@@ -53,9 +53,7 @@ def test_a_worker_whose_sandbox_holds_takes_runs(postgres_url, tmp_path):
         with upload_worker(database, tmp_path, "shared/checked-worker", start_timeout=180,
                            SELFTEST="true", UPLOAD_WORKERS="1"):
             run_id = queue.submit(Submission("ann", "s.py", SMALL, "cpu", 60.0))
-            import asyncio
-
-            doc = asyncio.run(asyncio.wait_for(queue.result(run_id), 120))
+            doc = queue_result(queue, run_id)
             assert doc["error"] is None and doc["sandbox"]["uid"] >= 1  # a uid of its own
     finally:
         queue.close()
