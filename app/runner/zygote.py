@@ -96,6 +96,7 @@ class Zygote:
         self._started: float | None = None
         self.failed = ""  # why it is not running, when it is not
         self.served = 0
+        self.status: dict = {}  # what it said when ready (its pid, huge pages: forkserver.py)
         self._tail = bytearray()
         self._send_lock = threading.Lock()  # one request at a time on the control socket
 
@@ -153,10 +154,15 @@ class Zygote:
     def _read(self) -> None:
         """Its output: the READY line, then anything it says (kept, the tail only)."""
         for line in iter(self.proc.stdout.readline, b""):
-            if not self.ready.is_set() and parse_ready(line) is not None:
+            status = None if self.ready.is_set() else parse_ready(line)
+            if status is not None:
+                self.status = status
                 self.ready.set()
                 self.settled.set()
-                log.info("fork server ready (pid %d)", self.proc.pid)
+                log.info("fork server ready (pid %d); %s", self.proc.pid,
+                         f"{status.get('huge_pages_mb')} MB of it in huge pages"
+                         if status.get("huge_pages_mb") else
+                         f"no huge pages: {status.get('huge_pages_not')}")
                 continue
             self._tail += line
             del self._tail[:-8192]
