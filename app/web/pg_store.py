@@ -189,40 +189,63 @@ class PostgresRunStore(RunStore):
     # ---- writing ------------------------------------------------------------------------------
 
     def keep(self, doc: dict, run_id: str) -> bool:
-        stored, blob, whole, figures = self._packed(doc, run_id)
+        packed = self._packed(doc, run_id)
         with self._connect() as db:
-            # an upsert: a run stored twice (retried on another worker) is replaced whole, and
-            # given a new seq, so a reader of the old bytes is told RunGone
-            db.execute(
-                "INSERT INTO runs (id, created, name, size, doc) VALUES (%s, %s, %s, %s, %s) "
-                "ON CONFLICT (id) DO UPDATE SET created = EXCLUDED.created, "
-                "name = EXCLUDED.name, size = EXCLUDED.size, doc = EXCLUDED.doc, "
-                "seq = nextval(pg_get_serial_sequence('runs', 'seq'))",
-                (run_id, time.time(), doc["script"]["name"], _size(blob, figures), blob))
-            db.execute("INSERT INTO run_heads (id, head) VALUES (%s, %s) ON CONFLICT (id) "
-                       "DO UPDATE SET head = EXCLUDED.head",
-                       (run_id, json.dumps(_head(stored, figures))))
-            db.execute("DELETE FROM run_figures WHERE id = %s", (run_id,))
+            self.write(db, run_id, packed)
+        self.prune(keep=run_id)
+        return packed[2]
+
+    def write(self, db, run_id: str, packed: tuple) -> None:
+        """Write a Trace packed by `_packed` (outside any transaction: gzip takes a while) in
+        `db`'s transaction: the shared line closes the run's row in the same one
+        (upload_worker.py). The caller prunes after it commits."""
+        stored, blob, _, figures = packed
+        # an upsert: a run stored twice (retried on another worker) is replaced whole, and
+        # given a new seq, so a reader of the old bytes is told RunGone
+        db.execute(
+            "INSERT INTO runs (id, created, name, size, doc) VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT (id) DO UPDATE SET created = EXCLUDED.created, "
+            "name = EXCLUDED.name, size = EXCLUDED.size, doc = EXCLUDED.doc, "
+            "seq = nextval(pg_get_serial_sequence('runs', 'seq'))",
+            (run_id, time.time(), stored["script"]["name"], _size(blob, figures), blob))
+        db.execute("INSERT INTO run_heads (id, head) VALUES (%s, %s) ON CONFLICT (id) "
+                   "DO UPDATE SET head = EXCLUDED.head",
+                   (run_id, json.dumps(_head(stored, figures))))
+        db.execute("DELETE FROM run_figures WHERE id = %s", (run_id,))
+        if figures:
             with db.cursor() as cur:
                 cur.executemany("INSERT INTO run_figures (id, number, png) VALUES (%s, %s, %s)",
                                 [(run_id, n, png) for n, png in enumerate(figures)])
-        with self._connect() as db:  # apart: a bound's sweep never holds the new run's lock
-            self._prune(db, keep=run_id)
-        return whole
+
+    def prune(self, keep: str) -> None:
+        """The oldest runs past the bounds go, in a transaction of its own: a bound's sweep
+        never holds a new run's lock. Asked without a lock first: under the bounds (nearly
+        always) nothing waits for anyone; over them, one process at a time sweeps."""
+        with self._connect() as db:
+            if self._within_bounds(*self._totals(db)):
+                return
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
+            self._prune(db, keep)
+
+    @staticmethod
+    def _totals(db) -> tuple[int, int]:
+        return db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs").fetchone()
+
+    def _within_bounds(self, count: int, total: int) -> bool:
+        return count <= self.max_runs and total <= self.max_bytes
 
     def _prune(self, db, keep: str) -> None:
-        db.execute("SELECT pg_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
-        count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs").fetchone()
-        if count <= self.max_runs and total <= self.max_bytes:
-            return
+        count, total = self._totals(db)  # again: another process may have swept meanwhile
         gone = []
         for run_id, size in db.execute("SELECT id, size FROM runs ORDER BY seq").fetchall():
-            if count <= self.max_runs and total <= self.max_bytes:
+            if self._within_bounds(count, total):
                 break
             if run_id == keep:
                 continue  # a run larger than the whole bound still answers its own link once
             gone.append(run_id)
             count, total = count - 1, total - size
+        if not gone:
+            return
         db.execute("DELETE FROM runs WHERE id = ANY(%s)", (gone,))  # heads, figures: cascade
         # the shared line's rows of those runs (their scripts) go with them, ended ones only
         if db.execute("SELECT to_regclass('uploads') IS NOT NULL").fetchone()[0]:

@@ -121,27 +121,24 @@ class UploadWorker:
         self._until_stored(run_id, lambda: self._close(run_id, doc, state))
 
     def _close(self, run_id: str, doc: dict, state: str) -> None:
-        if not self._still_mine(run_id):
-            # taken from this worker while it ran (it was thought dead: the database was away
-            # too long): the run's other attempt stores its Trace, not this one
-            log.warning("run %s was given to another worker meanwhile: its Trace is not "
-                        "stored from here", run_id)
-            return
-        kept = self.store.keep(doc, run_id)
+        """Store the Trace and close the run's row in one transaction, if the run is still
+        this worker's: one that was taken from it while it ran (it was thought dead: the
+        database was away too long) is stored by its other attempt, not from here."""
+        packed = self.store._packed(doc, run_id)  # gzip, before the row is locked
         error = doc.get("error")
         with self.store._connect() as db:
+            if db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'running' "
+                          "AND host = %s FOR UPDATE", (run_id, self.name)).fetchone() is None:
+                log.warning("run %s was given to another worker meanwhile: its Trace is not "
+                            "stored from here", run_id)
+                return
+            self.store.write(db, run_id, packed)
             db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
-                       "events = %s, error_type = %s, detail = %s WHERE id = %s "
-                       "AND state = 'running' AND host = %s",
-                       (state, kept, len(doc.get("events") or ()),
+                       "events = %s, error_type = %s, detail = %s WHERE id = %s",
+                       (state, packed[2], len(doc.get("events") or ()),
                         error.get("type") if isinstance(error, dict) else None,
-                        error.get("message") if state == "failed" else None, run_id,
-                        self.name))
-
-    def _still_mine(self, run_id: str) -> bool:
-        with self.store._connect() as db:
-            return db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'running' "
-                              "AND host = %s", (run_id, self.name)).fetchone() is not None
+                        error.get("message") if state == "failed" else None, run_id))
+        self.store.prune(keep=run_id)
 
     def _until_stored(self, run_id: str, store) -> None:
         """`store()`, tried again while the database cannot be reached, for up to
