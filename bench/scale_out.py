@@ -4,13 +4,15 @@ and the line's added latency per run against the embedded default (the in-proces
 Prints tables; not a timed test. Everything runs on loopback: a PostgreSQL cluster of its own
 (Debian's, as the tests start it), the workers, and the runs' senders in this process.
 
-    .venv/bin/python bench/scale_out.py [--runs 60] [--latency-runs 10] [--slots 3]
+    .venv/bin/python bench/scale_out.py [--runs 60] [--rounds 5] [--latency-runs 10] [--slots 3]
 
 1. throughput: --runs scripts, each from a person of its own, all sent at once (from 8
    threads): a small one (a linear layer's forward and backward), then a short training
    script (30 steps of a small MLP); the time from the first send to the last Trace stored,
    with one worker (pinned to core 0) and with two (cores 0 and 1), each with --slots runs at
-   once. The ratio is two workers' runs per second over one's.
+   once; --rounds batches each, one after another to the same warm workers, and their
+   median shown (a batch of 60 small runs lasts a second or two: one batch alone varies by a
+   tenth). The ratio is two workers' runs per second over one's.
 2. latency: --latency-runs of the small script one after the other (nothing else running),
    from the send to the stored Trace in hand: the in-process queue (the upload lane of a
    TraceService in this process, with its fork server, as `autograd-lab serve` runs it) and
@@ -88,40 +90,53 @@ def _open_runs(store) -> int:
 FACTS: dict[str, float] = {}  # per run, from the one-worker throughput run
 
 
-def throughput(url: str, workers: int, runs: int, slots: int, folder: Path,
-               script: str = SMALL) -> float:
-    """Seconds from the first send to the last stored Trace, with `workers` pinned workers."""
+def throughput(url: str, workers: int, runs: int, slots: int, folder: Path, rounds: int,
+               script: str = SMALL) -> list[float]:
+    """Seconds from the first send to the last stored Trace, with `workers` pinned workers,
+    for each of `rounds` batches sent one after another to the same warm workers."""
     database = fresh_database(url)
     store, queue = _shared(database, queue_size=runs)
     from contextlib import ExitStack
 
+    times = []
     with ExitStack() as stack:
         for n in range(workers):
             stack.enter_context(upload_worker(database, folder, f"bench/scale-worker-{n}",
                                               cpus=str(n), UPLOAD_WORKERS=str(slots),
                                               UPLOAD_TIMEOUT=str(LIMIT)))
         _warm(queue, slots * workers)
-        commits, rows = _database_writes(database)
-        cpu = _machine_cpu_s()
-        started = time.perf_counter()
-        # sent as a room sends them: many at once (a web process books each in a thread)
-        with concurrent.futures.ThreadPoolExecutor(SENDERS) as senders:
-            ids = list(senders.map(lambda i: queue.submit(
-                Submission(f"person-{i}", "script.py", script, "cpu", LIMIT)), range(runs)))
-        while _open_runs(store):  # one small question, not a status per run: the sender's
-            time.sleep(0.05)       # load on PostgreSQL is not the line's
-        took = time.perf_counter() - started
-        cpu = _machine_cpu_s() - cpu
-        commits_after, rows_after = _database_writes(database)
-        if workers == 1 and script == SMALL:
-            FACTS.update(cpu_s=cpu / runs, commits=(commits_after - commits) / runs,
-                         rows=(rows_after - rows) / runs)
-        failed = [i for i in ids if (store.get(i) or {}).get("error")]
-        if failed:
-            raise SystemExit(f"{len(failed)} runs failed, e.g. {store.get(failed[0])['error']}")
+        for batch in range(rounds):
+            commits, rows = _database_writes(database)
+            cpu = _machine_cpu_s()
+            times.append(_batch(queue, store, f"round{batch}", runs, script))
+            cpu = _machine_cpu_s() - cpu
+            if workers == 1 and script == SMALL and batch == 0:
+                commits_after, rows_after = _database_writes(database)
+                FACTS.update(cpu_s=cpu / runs, commits=(commits_after - commits) / runs,
+                             rows=(rows_after - rows) / runs)
     queue.close()
     store.close()
-    return took
+    return times
+
+
+def _batch(queue, store, name: str, runs: int, script: str) -> float:
+    """One batch: `runs` scripts sent at once, each from a person of its own; the seconds from
+    the first send to the end of the last run, as the database's clock says (this machine's:
+    no polling interval in the figure)."""
+    started = time.time()
+    # sent as a room sends them: many at once (a web process books each in a thread)
+    with concurrent.futures.ThreadPoolExecutor(SENDERS) as senders:
+        ids = list(senders.map(lambda i: queue.submit(
+            Submission(f"{name}-person-{i}", "script.py", script, "cpu", LIMIT)), range(runs)))
+    while _open_runs(store):  # one small question, not a status per run: the sender's
+        time.sleep(0.05)       # load on PostgreSQL is not the line's
+    failed = [i for i in ids if (store.get(i) or {}).get("error")]
+    if failed:
+        raise SystemExit(f"{len(failed)} runs failed, e.g. {store.get(failed[0])['error']}")
+    with store._connect() as db:
+        ended = db.execute("SELECT extract(epoch FROM max(ended)) FROM uploads "
+                           "WHERE id = ANY(%s)", (ids,)).fetchone()[0]
+    return float(ended) - started
 
 
 def _warm(queue, count: int) -> None:
@@ -178,25 +193,31 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--latency-runs", type=int, default=10)
     parser.add_argument("--slots", type=int, default=3, help="runs at once per worker")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="batches per measurement; the median is shown")
     args = parser.parse_args()
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("two workers pinned to two cores need a machine with two")
     with tempfile.TemporaryDirectory() as tmp, cluster() as db:
         folder = Path(tmp)
-        measured = {name: (throughput(db.url, 1, args.runs, args.slots, folder, script),
-                           throughput(db.url, 2, args.runs, args.slots, folder, script))
+        measured = {name: (throughput(db.url, 1, args.runs, args.slots, folder, args.rounds,
+                                      script),
+                           throughput(db.url, 2, args.runs, args.slots, folder, args.rounds,
+                                      script))
                     for name, script in SCRIPTS.items()}
         embedded = latency_in_process(args.latency_runs, folder)
         shared = latency_shared(db.url, args.latency_runs, folder)
 
     print(f"\n{args.runs} runs sent at once, {args.slots} slots per worker, each worker "
-          "pinned to a core of its own:\n")
-    print("| script | workers | seconds | runs per second | ratio to one worker |")
-    print("|---|---|---|---|---|")
+          f"pinned to a core of its own; the median of {args.rounds} batches:\n")
+    print("| script | workers | seconds (median) | fastest – slowest | runs per second | "
+          "ratio to one worker |")
+    print("|---|---|---|---|---|---|")
     for name, (one, two) in measured.items():
-        for workers, took in ((1, one), (2, two)):
-            print(f"| {name} | {workers} | {took:.2f} | {args.runs / took:.1f} | "
-                  f"{one / took:.2f}× |")
+        for workers, times in ((1, one), (2, two)):
+            took = statistics.median(times)
+            print(f"| {name} | {workers} | {took:.2f} | {min(times):.2f} – {max(times):.2f} | "
+                  f"{args.runs / took:.1f} | {statistics.median(one) / took:.2f}× |")
     print(f"\nper run, one worker: {FACTS['cpu_s']:.3f} s of the machine's CPU (every process: "
           f"worker, run, PostgreSQL, sender); PostgreSQL: {FACTS['commits']:.1f} transactions "
           f"committed, {FACTS['rows']:.1f} rows written (the sender's question every 50 ms, "
