@@ -191,14 +191,17 @@ class PostgresRunStore(RunStore):
     def keep(self, doc: dict, run_id: str) -> bool:
         packed = self._packed(doc, run_id)
         with self._connect() as db:
-            self.write(db, run_id, packed)
-        self.prune(keep=run_id)
+            over = self.write(db, run_id, packed)
+        if over:
+            self.prune(keep=run_id)
         return packed[2]
 
-    def write(self, db, run_id: str, packed: tuple) -> None:
+    def write(self, db, run_id: str, packed: tuple) -> bool:
         """Write a Trace packed by `_packed` (outside any transaction: gzip takes a while) in
         `db`'s transaction: the shared line closes the run's row in the same one
-        (upload_worker.py). The caller prunes after it commits."""
+        (upload_worker.py). True if the store is now past its bounds (asked without a lock:
+        nearly always it is not, and nothing waits for anyone): then the caller prunes once
+        this transaction is committed."""
         stored, blob, _, figures = packed
         # an upsert: a run stored twice (retried on another worker) is replaced whole, and
         # given a new seq, so a reader of the old bytes is told RunGone
@@ -216,14 +219,12 @@ class PostgresRunStore(RunStore):
             with db.cursor() as cur:
                 cur.executemany("INSERT INTO run_figures (id, number, png) VALUES (%s, %s, %s)",
                                 [(run_id, n, png) for n, png in enumerate(figures)])
+        return not self._within_bounds(*self._totals(db))
 
     def prune(self, keep: str) -> None:
-        """The oldest runs past the bounds go, in a transaction of its own: a bound's sweep
-        never holds a new run's lock. Asked without a lock first: under the bounds (nearly
-        always) nothing waits for anyone; over them, one process at a time sweeps."""
+        """The oldest runs past the bounds go, in a transaction of its own (a bound's sweep
+        never holds a new run's lock), by one process at a time."""
         with self._connect() as db:
-            if self._within_bounds(*self._totals(db)):
-                return
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
             self._prune(db, keep)
 
@@ -235,7 +236,7 @@ class PostgresRunStore(RunStore):
         return count <= self.max_runs and total <= self.max_bytes
 
     def _prune(self, db, keep: str) -> None:
-        count, total = self._totals(db)  # again: another process may have swept meanwhile
+        count, total = self._totals(db)  # asked again: another process may have swept
         gone = []
         for run_id, size in db.execute("SELECT id, size FROM runs ORDER BY seq").fetchall():
             if self._within_bounds(count, total):

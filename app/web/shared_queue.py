@@ -126,6 +126,11 @@ def end_without_trace(store: PostgresRunStore, db, run_id: str, submission: tupl
                (state, kept, kind, message if state == "failed" else None, run_id))
 
 
+def _lock(client: str) -> str:
+    """A person's Procrastinate lock: one of their runs running at a time."""
+    return f"person:{client}"
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -203,14 +208,14 @@ class SharedQueue:
                  json.dumps(run.notebook) if run.notebook is not None else None))
         try:
             with self._line() as line:
-                job_id = line.configure_task(TASK, queue=QUEUE, lock=f"person:{run.client}") \
+                # its job's id is written by the worker that claims it (upload_worker.py):
+                # one transaction less for every run sent
+                line.configure_task(TASK, queue=QUEUE, lock=_lock(run.client)) \
                     .defer(run_id=run_id)
         except Exception:
             self._end_unstarted(run_id, "failed", "ServerError",
                                 "The server could not queue this run: run it again in a minute.")
             raise
-        with self.store._connect() as db:
-            db.execute("UPDATE uploads SET job_id = %s WHERE id = %s", (job_id, run_id))
         return run_id
 
     def _people(self, address: str) -> int:
@@ -287,9 +292,11 @@ class SharedQueue:
             raise RunEnded(run_id, row["state"])
         if self._end_unstarted(run_id, "stopped", "Stopped",
                                "The run was stopped on request before it started."):
-            if row["job_id"] is not None:
-                with self._line() as line:
-                    line.job_manager.cancel_job_by_id(row["job_id"], abort=False)
+            with self._line() as line:  # its job, not claimed: found among its person's
+                for job in line.job_manager.list_jobs(lock=_lock(row["client"]),
+                                                      status="todo"):
+                    if job.task_kwargs.get("run_id") == run_id:
+                        line.job_manager.cancel_job_by_id(job.id, abort=False)
             return self.status(run_id)
         # running on some worker: Procrastinate tells it to abort; it kills the run and
         # stores what the run recorded

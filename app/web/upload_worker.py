@@ -78,15 +78,17 @@ class UploadWorker:
 
     # ---- one run ------------------------------------------------------------------------------
 
-    def claim(self, run_id: str) -> dict | None:
-        """The run's submission, now marked running on this worker; None if it is no longer
-        waiting (stopped before it started, or run already)."""
+    def claim(self, run_id: str, job_id: int) -> dict | None:
+        """The run's submission, now marked running on this worker (with its job's id, by
+        which a stop reaches it); None if it is no longer waiting (stopped before it
+        started, or run already)."""
         with self.store._connect() as db:
             cur = db.execute(
                 "UPDATE uploads SET state = 'running', started = now(), "
-                "attempts = attempts + 1, host = %s WHERE id = %s AND state = 'queued' "
+                "attempts = attempts + 1, host = %s, job_id = %s "
+                "WHERE id = %s AND state = 'queued' "
                 "RETURNING client, address, name, source, device, time_limit, notebook",
-                (self.name, run_id))
+                (self.name, job_id, run_id))
             row = cur.fetchone()
             return None if row is None else dict(zip([c.name for c in cur.description], row,
                                                      strict=True))
@@ -132,13 +134,14 @@ class UploadWorker:
                 log.warning("run %s was given to another worker meanwhile: its Trace is not "
                             "stored from here", run_id)
                 return
-            self.store.write(db, run_id, packed)
+            over = self.store.write(db, run_id, packed)
             db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
                        "events = %s, error_type = %s, detail = %s WHERE id = %s",
                        (state, packed[2], len(doc.get("events") or ()),
                         error.get("type") if isinstance(error, dict) else None,
                         error.get("message") if state == "failed" else None, run_id))
-        self.store.prune(keep=run_id)
+        if over:
+            self.store.prune(keep=run_id)
 
     def _until_stored(self, run_id: str, store) -> None:
         """`store()`, tried again while the database cannot be reached, for up to
@@ -158,11 +161,12 @@ class UploadWorker:
                 time.sleep(pause)
                 pause = min(10.0, pause * 2)
 
-    async def task(self, run_id: str) -> None:
+    async def task(self, context, run_id: str) -> None:
         """The Procrastinate task: claim, run in a thread, and on an abort kill the run and
         wait for what it recorded to be stored before the job is marked aborted."""
         loop = asyncio.get_running_loop()
-        submission = await loop.run_in_executor(self._threads, self.claim, run_id)
+        submission = await loop.run_in_executor(self._threads, self.claim, run_id,
+                                                context.job.id)
         if submission is None:
             return
         job = Job(run_id, submission["client"], submission["name"], submission["time_limit"])
@@ -223,9 +227,11 @@ class UploadWorker:
                    "it stopped). The script is kept: run it again.")
         with self.store._connect() as db:
             rows = db.execute(
-                "SELECT id, name, source, device, notebook FROM uploads WHERE state = 'queued' "
-                "AND job_id IS NULL AND created < now() - interval '1 minute' "
-                "FOR UPDATE SKIP LOCKED").fetchall()
+                "SELECT u.id, u.name, u.source, u.device, u.notebook FROM uploads u "
+                "WHERE u.state = 'queued' AND u.created < now() - interval '1 minute' "
+                "AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs j WHERE j.queue_name = %s "
+                "AND j.args->>'run_id' = u.id) FOR UPDATE OF u SKIP LOCKED",
+                (QUEUE,)).fetchall()
             for run_id, *submission in rows:
                 end_without_trace(self.store, db, run_id, tuple(submission), "failed",
                                   "ServerError", message)
@@ -346,7 +352,7 @@ class UploadWorker:
             self._threads.shutdown(wait=False)
             return 2
         jobs = procrastinate_app(self.settings.database_url, sync=False)
-        jobs.task(name=TASK, queue=QUEUE)(self.task)
+        jobs.task(name=TASK, queue=QUEUE, pass_context=True)(self.task)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()  # SIGINT or SIGTERM: the runs going on finish, then it ends
         for sig in (signal.SIGINT, signal.SIGTERM):
