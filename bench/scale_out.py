@@ -9,10 +9,11 @@ Prints tables; not a timed test. Everything runs on loopback: a PostgreSQL clust
 1. throughput: --runs scripts, each from a person of its own, all sent at once (from 8
    threads): a small one (a linear layer's forward and backward), then a short training
    script (30 steps of a small MLP); the time from the first send to the last Trace stored,
-   with one worker (pinned to core 0) and with two (cores 0 and 1), each with --slots runs at
-   once; --rounds batches each, one after another to the same warm workers, and their
-   median shown (a batch of 60 small runs lasts a second or two: one batch alone varies by a
-   tenth). The ratio is two workers' runs per second over one's.
+   with one worker (pinned to core 0; the second paused) and with two (cores 0 and 1), each
+   with --slots runs at once; --rounds batches each, one worker's and two's in turn to the
+   same warm workers, and their medians shown (a batch of 60 small runs lasts a second or
+   two, and this machine's speed drifts). The ratio is two workers' runs per second over
+   one's.
 2. latency: --latency-runs of the small script one after the other (nothing else running),
    from the send to the stored Trace in hand: the in-process queue (the upload lane of a
    TraceService in this process, with its fork server, as `autograd-lab serve` runs it) and
@@ -24,10 +25,13 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.web.run_queue import InProcessQueue, Submission  # noqa: E402
 from tests.postgres import cluster, fresh_database  # noqa: E402
+from tests.server import ARTIFACTS  # noqa: E402
 from tests.worker_process import queue_result, upload_worker  # noqa: E402
 
 SMALL = ("import torch\ntorch.manual_seed(0)\nlayer = torch.nn.Linear(3, 2)\n"
@@ -87,36 +92,67 @@ def _open_runs(store) -> int:
                           ).fetchone()[0]
 
 
-FACTS: dict[str, float] = {}  # per run, from the one-worker throughput run
+FACTS: dict[str, float] = {}  # per small run, from the first one-worker batch
+CPU_PER_RUN: dict[str, float] = {}  # the machine's CPU seconds per run, each script, the same
 
 
-def throughput(url: str, workers: int, runs: int, slots: int, folder: Path, rounds: int,
-               script: str = SMALL) -> list[float]:
-    """Seconds from the first send to the last stored Trace, with `workers` pinned workers,
-    for each of `rounds` batches sent one after another to the same warm workers."""
+def throughput(url: str, runs: int, slots: int, folder: Path, rounds: int,
+               script: str = SMALL) -> tuple[list[float], list[float]]:
+    """Seconds from the first send to the last stored Trace, with one worker and with two,
+    for each of `rounds` pairs of batches. Two workers are started (pinned to cores 0 and 1)
+    and warmed once; for a one-worker batch the second is paused (SIGSTOP: it takes no job
+    and spends no CPU), and the two kinds of batch alternate: this machine's speed drifts by
+    a fifth over minutes (its host's other guests), which batches measured minutes apart
+    would take for a difference between one worker and two."""
     database = fresh_database(url)
     store, queue = _shared(database, queue_size=runs)
     from contextlib import ExitStack
 
-    times = []
+    one, two = [], []
     with ExitStack() as stack:
-        for n in range(workers):
-            stack.enter_context(upload_worker(database, folder, f"bench/scale-worker-{n}",
-                                              cpus=str(n), UPLOAD_WORKERS=str(slots),
-                                              UPLOAD_TIMEOUT=str(LIMIT)))
-        _warm(queue, slots * workers)
+        first, second = (stack.enter_context(upload_worker(
+            database, folder, f"bench/scale-worker-{n}", cpus=str(n),
+            UPLOAD_WORKERS=str(slots), UPLOAD_TIMEOUT=str(LIMIT))) for n in range(2))
+        for other in (second, first):
+            with _paused(other, store):  # each one's fork server has served runs, once
+                _warm(queue, slots)
         for batch in range(rounds):
-            commits, rows = _database_writes(database)
-            cpu = _machine_cpu_s()
-            times.append(_batch(queue, store, f"round{batch}", runs, script))
-            cpu = _machine_cpu_s() - cpu
-            if workers == 1 and script == SMALL and batch == 0:
-                commits_after, rows_after = _database_writes(database)
-                FACTS.update(cpu_s=cpu / runs, commits=(commits_after - commits) / runs,
-                             rows=(rows_after - rows) / runs)
+            # which goes first alternates too
+            for alone in ((True, False) if batch % 2 == 0 else (False, True)):
+                if not alone:
+                    two.append(_batch(queue, store, f"round{batch}-two", runs, script))
+                    continue
+                with _paused(second, store):
+                    if batch == 0:
+                        commits, rows = _database_writes(database)
+                        cpu = _machine_cpu_s()
+                    one.append(_batch(queue, store, f"round{batch}-one", runs, script))
+                    if batch == 0:
+                        CPU_PER_RUN[script] = (_machine_cpu_s() - cpu) / runs
+                        commits_after, rows_after = _database_writes(database)
+                        if script == SMALL:
+                            FACTS.update(commits=(commits_after - commits) / runs,
+                                         rows=(rows_after - rows) / runs)
     queue.close()
     store.close()
-    return times
+    return one, two
+
+
+@contextmanager
+def _paused(worker, store):
+    """`worker` stopped (SIGSTOP to its process group) once the line has no job left (its
+    last job's end recorded: a job held while stopped would be seen as a dead worker's), and
+    continued afterwards. Its fork server, idle, is left as it is."""
+    while True:
+        with store._connect() as db:
+            if not db.execute("SELECT COUNT(*) FROM procrastinate_jobs").fetchone()[0]:
+                break
+        time.sleep(0.02)
+    os.killpg(worker.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(worker.pid, signal.SIGCONT)
 
 
 def _batch(queue, store, name: str, runs: int, script: str) -> float:
@@ -145,6 +181,88 @@ def _warm(queue, count: int) -> None:
            for i in range(count)]
     for run_id in ids:
         queue_result(queue, run_id, 300)
+
+
+def runs_alone(runs: int, slots: int, rounds: int, script: str) -> tuple[list[float], list[float]]:
+    """The machine's own ceiling, with no line at all: the same runs through the same sandbox
+    (an upload lane with its fork server, `slots` at once) in a process pinned to core 0, and
+    in two pinned to cores 0 and 1 with half the runs each; the second paused for the first
+    kind, the two kinds taken in turn, as the line's are. What two cores give these runs
+    without PostgreSQL, Procrastinate or a sender beside them."""
+    logs = [ARTIFACTS / f"bench/alone-{n}.log" for n in range(2)]
+    logs[0].parent.mkdir(parents=True, exist_ok=True)
+    lanes = []
+    for n, log in enumerate(logs):
+        with log.open("w") as err:
+            lanes.append(subprocess.Popen(
+                ["taskset", "-c", str(n), sys.executable, __file__, "--alone", str(slots)],
+                cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                text=True, start_new_session=True))
+
+    def answer(lane) -> None:
+        said = lane.stdout.readline().strip()
+        if said not in ("ready", "done"):
+            raise SystemExit(f"a lane of the runs-alone measurement stopped; see {logs}")
+
+    try:
+        for lane in lanes:
+            answer(lane)
+
+        def batch(used: list, each: int) -> float:
+            started = time.perf_counter()
+            for lane in used:
+                lane.stdin.write(f"{each} {script == SMALL}\n")
+                lane.stdin.flush()
+            for lane in used:
+                answer(lane)
+            return time.perf_counter() - started
+
+        one, two = [], []
+        for n in range(rounds):
+            for alone in ((True, False) if n % 2 == 0 else (False, True)):
+                if alone:
+                    os.killpg(lanes[1].pid, signal.SIGSTOP)
+                    try:
+                        one.append(batch(lanes[:1], runs))
+                    finally:
+                        os.killpg(lanes[1].pid, signal.SIGCONT)
+                else:
+                    two.append(batch(lanes, runs // 2))
+        return one, two
+    finally:
+        for lane in lanes:
+            lane.stdin.close()
+            try:
+                lane.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(lane.pid, signal.SIGKILL)
+
+
+def _alone(slots: int) -> None:
+    """`--alone SLOTS`: a lane of runs with no line (runs_alone): warm, say ready, then for
+    each line "COUNT SMALL?" on stdin run that many at once `slots` at a time and answer."""
+    from app.web.settings import Settings
+    from app.web.traces import TraceService
+
+    traces = TraceService(Settings(upload_workers=slots, queue_size=1000, pool_size=0,
+                                   warm_lessons=False, selftest=False, upload_timeout=LIMIT))
+    traces.start(lessons=False)
+    lane = traces.uploads
+
+    def one(script: str) -> None:
+        with lane.gate.enter():
+            doc = lane.run(script, "script.py", [], "cpu")
+        if doc.get("error"):
+            raise SystemExit(f"a run failed: {doc['error']}")
+
+    with concurrent.futures.ThreadPoolExecutor(slots) as pool:
+        list(pool.map(one, [SMALL] * slots * 2))
+        print("ready", flush=True)
+        for line in sys.stdin:
+            count, small = line.split()
+            list(pool.map(one, [SMALL if small == "True" else TRAINING] * int(count)))
+            print("done", flush=True)
+    traces.stop()
 
 
 def latency_shared(url: str, n: int, folder: Path) -> list[float]:
@@ -195,33 +313,49 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=3, help="runs at once per worker")
     parser.add_argument("--rounds", type=int, default=5,
                         help="batches per measurement; the median is shown")
+    parser.add_argument("--alone", type=int, help=argparse.SUPPRESS)  # runs_alone's lanes
     args = parser.parse_args()
+    if args.alone:
+        _alone(args.alone)
+        return 0
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("two workers pinned to two cores need a machine with two")
     with tempfile.TemporaryDirectory() as tmp, cluster() as db:
         folder = Path(tmp)
-        measured = {name: (throughput(db.url, 1, args.runs, args.slots, folder, args.rounds,
-                                      script),
-                           throughput(db.url, 2, args.runs, args.slots, folder, args.rounds,
-                                      script))
+        measured = {name: throughput(db.url, args.runs, args.slots, folder, args.rounds, script)
                     for name, script in SCRIPTS.items()}
+        ceiling = {name: runs_alone(args.runs, args.slots, args.rounds, script)
+                   for name, script in SCRIPTS.items()}
         embedded = latency_in_process(args.latency_runs, folder)
         shared = latency_shared(db.url, args.latency_runs, folder)
 
     print(f"\n{args.runs} runs sent at once, {args.slots} slots per worker, each worker "
-          f"pinned to a core of its own; the median of {args.rounds} batches:\n")
-    print("| script | workers | seconds (median) | fastest – slowest | runs per second | "
-          "ratio to one worker |")
-    print("|---|---|---|---|---|---|")
+          f"pinned to a core of its own; the median of {args.rounds} batches each, one worker's "
+          "and two's taken in turn:\n")
+    print("| script | CPU per run (s) | workers | seconds (median) | fastest – slowest | "
+          "runs per second | ratio to one worker |")
+    print("|---|---|---|---|---|---|---|")
     for name, (one, two) in measured.items():
         for workers, times in ((1, one), (2, two)):
             took = statistics.median(times)
-            print(f"| {name} | {workers} | {took:.2f} | {min(times):.2f} – {max(times):.2f} | "
-                  f"{args.runs / took:.1f} | {statistics.median(one) / took:.2f}× |")
-    print(f"\nper run, one worker: {FACTS['cpu_s']:.3f} s of the machine's CPU (every process: "
-          f"worker, run, PostgreSQL, sender); PostgreSQL: {FACTS['commits']:.1f} transactions "
-          f"committed, {FACTS['rows']:.1f} rows written (the sender's question every 50 ms, "
-          "how many runs are open, included in the transactions)")
+            print(f"| {name} | {CPU_PER_RUN[SCRIPTS[name]]:.3f} | {workers} | {took:.2f} | "
+                  f"{min(times):.2f} – {max(times):.2f} | {args.runs / took:.1f} | "
+                  f"{statistics.median(one) / took:.2f}× |")
+    print("\nCPU per run: the whole machine's (worker, runs, PostgreSQL, sender), one worker. "
+          f"A small run: PostgreSQL {FACTS['commits']:.1f} transactions committed, "
+          f"{FACTS['rows']:.1f} rows written (the sender's question every 50 ms, how many "
+          "runs are open, included)")
+    print("\nThe machine's own ceiling: the same runs with no line (an upload lane with its "
+          "fork server in a process pinned to core 0, and in two pinned to 0 and 1 with half "
+          "the runs each; in turn, medians):\n")
+    print("| script | one process (s) | two (s) | ratio, runs alone | ratio, the shared line | "
+          "the line's of the ceiling |")
+    print("|---|---|---|---|---|---|")
+    for name, (one, two) in ceiling.items():
+        alone = statistics.median(one) / statistics.median(two)
+        line = statistics.median(measured[name][0]) / statistics.median(measured[name][1])
+        print(f"| {name} | {statistics.median(one):.2f} | {statistics.median(two):.2f} | "
+              f"{alone:.2f}× | {line:.2f}× | {line / alone:.0%} |")
     e, s = statistics.median(embedded), statistics.median(shared)
     print(f"\n{args.latency_runs} runs one after the other, send to stored Trace in hand "
           "(median, and p90):\n")
