@@ -11,10 +11,13 @@ for the exec'd path):
     ------------------------------------------------  -----------------------------------------
     stdin/stdout from the supervisor (SCM_RIGHTS);    Popen pipes
     every other descriptor closed; own session        start_new_session
-    unshare(net, pid, ipc, mount); mounts private;    `unshare --net --pid --ipc --mount
-    forks again: the worker is PID 1 of its PID          --mount-proc --fork --kill-child`
-    namespace, with its own /proc; the parent
-    (outside the run's cgroup) passes its status on
+    PID 1 of a PID namespace of its own, with its     `unshare --net --pid --ipc --mount
+    own /proc: as root the fork server makes the         --mount-proc --fork --kill-child`
+    namespace before it forks; as another user the
+    child makes it (in its user namespace) and forks
+    again, the parent (outside the run's cgroup)
+    passing its status on; unshare(net, ipc,
+    mount); mounts private
     the worker joins the run's cgroups, lowers its    launcher: join_cgroups, nice
     priority
     expose, private /dev/shm and folder, rlimits,     launcher: enter.confine
@@ -92,8 +95,9 @@ def _exit_code(status: int) -> int:
 
 # ---- the child: from a fork of this process to a confined worker ------------------------------
 
-def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
-    """Runs in the forked child and never returns."""
+def _child(request: dict, stdin_fd: int, out_fd: int, pid_ns_made: bool = False) -> None:
+    """Runs in the forked child and never returns. `pid_ns_made`: the fork server made the
+    run's PID namespace before forking (as root), so this child is PID 1 of it already."""
     try:
         os.dup2(stdin_fd, 0)
         os.dup2(out_fd, 1)
@@ -105,13 +109,14 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
         os.setsid()
         plan = LaunchPlan.from_dict(request["plan"])
         if request.get("namespaces"):
-            _unshare(user=os.geteuid() != 0)
+            _unshare(user=os.geteuid() != 0, pid=not pid_ns_made)
             # nothing mounted from here on may reach the server's mount namespace
             _check(_libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None),
                    "making the mounts private")
-            worker = os.fork()
-            if worker:
-                _pass_status_on(worker)
+            if not pid_ns_made:  # the worker must be PID 1 of the namespace just made
+                worker = os.fork()
+                if worker:
+                    _pass_status_on(worker)
             _check(_libc.mount(b"proc", b"/proc", b"proc",
                                ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None),
                    "mounting /proc")
@@ -141,13 +146,13 @@ def _child(request: dict, stdin_fd: int, out_fd: int) -> None:
             os._exit(70)
 
 
-def _unshare(user: bool) -> None:
-    """New net, PID, IPC and mount namespaces. A server that is not root gets them as
-    `unshare --user --map-root-user` does: a user namespace of the run's own is created first
-    and owns the others; in it the server's uid (and only it) is mapped to root, which may
-    mount the run's private folders and nothing outside. The fork server is one thread, as
-    CLONE_NEWUSER requires."""
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID
+def _unshare(user: bool, pid: bool = True) -> None:
+    """New net, PID (unless made already), IPC and mount namespaces. A server that is not
+    root gets them as `unshare --user --map-root-user` does: a user namespace of the run's
+    own is created first and owns the others; in it the server's uid (and only it) is mapped
+    to root, which may mount the run's private folders and nothing outside. The fork server
+    is one thread, as CLONE_NEWUSER requires."""
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | (CLONE_NEWPID if pid else 0)
     if not user:
         _check(_libc.unshare(flags), "unshare")
         return
@@ -204,6 +209,10 @@ class ForkServer:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "children")
         self.runs: dict[int, socket.socket] = {}  # child pid -> the run's socket
         self.running = True
+        self.pid = os.getpid()
+        # as root, each run's PID namespace is made here (_fork); this is the way back
+        self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) \
+            if os.geteuid() == 0 else None
 
     def serve_forever(self) -> None:
         while self.running:
@@ -240,15 +249,31 @@ class ForkServer:
             for fd in fds[1:]:
                 os.close(fd)
             return
-        pid = os.fork()
+        made = bool(request.get("namespaces")) and self._new_pid_namespace()
+        try:
+            pid = os.fork()
+        finally:
+            if made and os.getpid() == self.pid:
+                # back to its own, for the next run (and for a fork that failed)
+                _check(_libc.setns(self.own_pid_ns, CLONE_NEWPID), "setns (PID)")
         if pid == 0:
             self.runs.clear()  # the child keeps nothing of the other runs
-            _child(request, fds[1], fds[2])
+            _child(request, fds[1], fds[2], pid_ns_made=made)
         os.close(fds[1])
         os.close(fds[2])
         self.runs[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ, pid)
         self._reply(conn, {"pid": pid})
+
+    def _new_pid_namespace(self) -> bool:
+        """As root: the next child is made PID 1 of a PID namespace of its own by the fork
+        itself, so the run needs no second fork (a waiting parent that passes its status on:
+        a fork and an exit of the whole fork server, 2 ms of every small run). As another
+        user the child makes it inside its user namespace, and forks once more. False where
+        it cannot be made here: the child then tries, and says what refused it."""
+        if self.own_pid_ns is None:
+            return False
+        return _libc.unshare(CLONE_NEWPID) == 0
 
     def _reap(self) -> None:
         try:
