@@ -52,7 +52,7 @@ TRAINING = ("import torch\ntorch.manual_seed(0)\n"
             "x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))\n"
             "for _ in range(30):\n    opt.zero_grad()\n"
             "    torch.nn.functional.cross_entropy(model(x), y).backward()\n    opt.step()\n")
-SCRIPTS = {"small": SMALL, "training": TRAINING}
+SCRIPTS = {"linear layer": SMALL, "MLP training": TRAINING}
 LIMIT = 60.0
 SENDERS = 8  # threads sending at once, as a web process's request threads would
 
@@ -333,14 +333,18 @@ def main() -> int:
           f"pinned to a core of its own; the median of {args.rounds} batches each, one worker's "
           "and two's taken in turn:\n")
     print("| script | CPU per run (s) | workers | seconds (median) | fastest – slowest | "
-          "runs per second | ratio to one worker |")
-    print("|---|---|---|---|---|---|---|")
+          "runs per second | ratio to one worker | ratio, each round's pair |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, (one, two) in measured.items():
+        # each round's two batches ran back to back: their ratio is least moved by the drift
+        pairs = sorted(a / b for a, b in zip(one, two, strict=True))
         for workers, times in ((1, one), (2, two)):
             took = statistics.median(times)
+            paired = "" if workers == 1 else \
+                f"{statistics.median(pairs):.2f}× ({pairs[0]:.2f} – {pairs[-1]:.2f})"
             print(f"| {name} | {CPU_PER_RUN[SCRIPTS[name]]:.3f} | {workers} | {took:.2f} | "
                   f"{min(times):.2f} – {max(times):.2f} | {args.runs / took:.1f} | "
-                  f"{statistics.median(one) / took:.2f}× |")
+                  f"{statistics.median(one) / took:.2f}× | {paired} |")
     print("\nCPU per run: the whole machine's (worker, runs, PostgreSQL, sender), one worker. "
           f"A small run: PostgreSQL {FACTS['commits']:.1f} transactions committed, "
           f"{FACTS['rows']:.1f} rows written (the sender's question every 50 ms, how many "
