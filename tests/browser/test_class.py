@@ -243,7 +243,8 @@ def test_the_teacher_sees_a_member_join_and_removes_it(room):
     student = new_student()
     join(student, code, "reused_layer")
     # the member appears by itself (the teacher's stream says the class changed)
-    member = teacher.page.wait_for_selector(".class-member")
+    member = teacher.page.locator(".class-member").first  # drawn anew on every class event
+    member.wait_for()
     alias = member.get_attribute("data-alias")
     assert re.fullmatch(r"student-[0-9a-f]{6,}", alias)
     # listed by the name it chose (the alias beside it, the handle the teacher removes by)
@@ -409,7 +410,10 @@ def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(tok
     ana.page.wait_for_url(re.compile(r".*/runs/[A-Za-z0-9_-]+$"))
     run_path = urlparse(ana.page.url).path
     ana.page.wait_for_selector("#graph svg g.node")
-    send = ana.page.wait_for_selector("#class-send-run")
+    # a locator, not an element: the class bar is drawn anew on every class event, and a
+    # handle taken before one points at a button no longer on the page
+    send = ana.page.locator("#class-send-run")
+    send.wait_for()
     assert send.text_content() == "Send this run to the teacher"
     ana.shot("own-run", full_page=False)
     send.click()
