@@ -255,11 +255,12 @@ make_dot(loss, params={"weights": w}).render("loss_graph", format="png")
 def test_a_pasted_script_that_plots_and_calls_make_dot_shows_both(watched):
     page = watched.page
     paste_and_run(watched, PLOTTING)
-    page.wait_for_selector("#figures .run-figure img")
-    # the image really loaded (a PNG the browser could decode), at the size the run says
-    size = page.eval_on_selector(
-        "#figures .run-figure img",
-        "img => img.complete ? [img.naturalWidth, img.naturalHeight] : null")
+    # the image really loaded (a PNG the browser could decode: a broken one never has a
+    # width), at the size the run says; waited for, as it is fetched after the page is drawn
+    page.wait_for_function("() => { const img = document.querySelector('#figures .run-figure img');"
+                           " return img && img.complete && img.naturalWidth > 0; }")
+    size = page.eval_on_selector("#figures .run-figure img",
+                                 "img => [img.naturalWidth, img.naturalHeight]")
     run_id = page.url.split("/runs/")[1].split("?")[0]
     figure = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=10).json()["figures"][0]
     assert size == [figure["width"], figure["height"]]
