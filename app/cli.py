@@ -127,7 +127,7 @@ def cmd_scenarios(args) -> int:
 def serve_settings(args):
     """The server's settings: a flag given wins over AUTOGRAD_LAB_HOST/PORT/TOKEN; neither
     given, the default declared in `Settings`."""
-    from .web.settings import Settings
+    from app.web.settings import Settings
 
     return Settings.from_env(host=args.host, port=args.port, token=args.token)
 
@@ -135,8 +135,8 @@ def serve_settings(args):
 def cmd_serve(args) -> int:
     import uvicorn
 
-    from .web.app import create_app
-    from .web.slow_clients import BoundedH11Protocol
+    from app.web.app import create_app
+    from app.web.http.slow_clients import BoundedH11Protocol
 
     settings = serve_settings(args)
     # the peer address is the one that connected: a proxy's X-Forwarded-For must not make a
@@ -150,8 +150,8 @@ def cmd_worker(args) -> int:
     import asyncio
     import logging
 
-    from .web.settings import Settings, SettingsError
-    from .web.upload_worker import UploadWorker
+    from app.web.runs.upload_worker import UploadWorker
+    from app.web.settings import Settings, SettingsError
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     try:
@@ -163,7 +163,7 @@ def cmd_worker(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .web.settings import default_of
+    from app.web.settings import default_of
 
     parser = argparse.ArgumentParser(prog="autograd-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.web.run_queue import InProcessQueue, Submission  # noqa: E402
+from app.web.runs.in_process_queue import InProcessQueue  # noqa: E402
+from app.web.runs.queue import Submission  # noqa: E402
 from tests.postgres import cluster, fresh_database  # noqa: E402
 from tests.server import ARTIFACTS  # noqa: E402
 from tests.worker_process import queue_result, upload_worker  # noqa: E402
@@ -58,8 +59,8 @@ SENDERS = 8  # threads sending at once, as a web process's request threads would
 
 
 def _shared(database: str, queue_size: int):
-    from app.web.pg_store import PostgresRunStore
-    from app.web.shared_queue import SharedQueue
+    from app.web.runs.shared_queue import SharedQueue
+    from app.web.store.postgres import PostgresRunStore
 
     store = PostgresRunStore(database, pool_size=8).open()
     return store, SharedQueue(store, running=1, queued=1, queue_size=queue_size,
@@ -241,8 +242,8 @@ def runs_alone(runs: int, slots: int, rounds: int, script: str) -> tuple[list[fl
 def _alone(slots: int) -> None:
     """`--alone SLOTS`: a lane of runs with no line (runs_alone): warm, say ready, then for
     each line "COUNT SMALL?" on stdin run that many at once `slots` at a time and answer."""
+    from app.web.runs.trace_service import TraceService
     from app.web.settings import Settings
-    from app.web.traces import TraceService
 
     traces = TraceService(Settings(upload_workers=slots, queue_size=1000, pool_size=0,
                                    warm_lessons=False, selftest=False, upload_timeout=LIMIT))
@@ -278,9 +279,9 @@ def latency_shared(url: str, n: int, folder: Path) -> list[float]:
 
 
 def latency_in_process(n: int, folder: Path) -> list[float]:
+    from app.web.runs.trace_service import TraceService
     from app.web.settings import Settings
-    from app.web.store import RunStore
-    from app.web.traces import TraceService
+    from app.web.store.sqlite import RunStore
 
     settings = Settings(upload_workers=1, queue_size=4, pool_size=1, warm_lessons=False,
                         selftest=False, upload_timeout=LIMIT)

@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.web.store import RunStore  # noqa: E402
+from app.web.store.sqlite import RunStore  # noqa: E402
 from bench.classroom import _archive  # noqa: E402
 from tests.server import serve  # noqa: E402
-from tests.web.test_stored_runs_served import (  # noqa: E402
+from tests.web.store.test_stored_runs_served import (  # noqa: E402
     QUIET,
     PeakRss,
     big_trace,

@@ -51,7 +51,7 @@ def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
            "--no-proxy-headers",
            # the connection bounds `autograd-lab serve` has (a tree from before them has none)
-           *(["--http", "app.web.slow_clients:BoundedH11Protocol"]
+           *(["--http", "app.web.http.slow_clients:BoundedH11Protocol"]
              if (Path(cwd) / "app" / "web" / "slow_clients.py").exists() else [])]
     with log.open("wb") as out:
         proc = subprocess.Popen(wrap(cmd) if wrap else cmd, cwd=cwd, env=env, stdout=out,

@@ -16,26 +16,26 @@ from app.render import KINDS
 from app.render.legend import UNIT_KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
+from app.web.classes.classroom import Classroom
+from app.web.classes.shared import SharedClassroom
+from app.web.http.clients import ClientCookie, use_signing_key
+from app.web.http.error_handler import install_error_handlers
+from app.web.http.guards import CrossSiteGuard, HostGuard, SecurityHeaders
+from app.web.http.static_assets import ForeverStaticFiles, content_version
+from app.web.pages.highlight import source_lines
+from app.web.pages.narration import inline_html, narration_html
+from app.web.runs.drawings import Drawings
+from app.web.runs.first_look import FirstLook
+from app.web.runs.in_process_queue import InProcessQueue
+from app.web.runs.sandbox_status import announce
+from app.web.runs.shared_queue import SharedQueue
+from app.web.runs.trace_service import TraceService
+from app.web.runs.uploads import UploadService
+from app.web.store.postgres import SIGNING_KEY, PostgresRunStore
+from app.web.store.sqlite import RunStore
 
-from .classroom import Classroom
-from .clients import ClientCookie, use_signing_key
-from .drawings import Drawings
-from .errors import install_error_handlers
-from .first_look import FirstLook
-from .guards import CrossSiteGuard, HostGuard, SecurityHeaders
-from .highlight import source_lines
-from .narration import inline_html, narration_html
-from .pg_store import SIGNING_KEY, PostgresRunStore
 from .routers import api, classes, docs, pages, runs
-from .run_queue import InProcessQueue
-from .sandbox_status import announce
 from .settings import Settings
-from .shared_classroom import SharedClassroom
-from .shared_queue import SharedQueue
-from .static_assets import ForeverStaticFiles, content_version
-from .store import RunStore
-from .traces import TraceService
-from .uploads import UploadService
 
 __all__ = ["create_app"]
 

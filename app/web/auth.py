@@ -25,10 +25,11 @@ import secrets
 
 from fastapi import Request
 
-from .clients import client_key
+from app.web.http.clients import client_key
+from app.web.http.guards import forwarded
+from app.web.runs.sandbox_status import sandbox_status
+
 from .errors import AppError
-from .guards import forwarded
-from .sandbox_status import sandbox_status
 
 __all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_teacher", "check_uploader", "class_grant",
            "has_token", "upload_policy"]

@@ -9,10 +9,10 @@ from fastapi import Depends, Path, Query, Request
 
 from app.catalog import Scenario, load_catalog
 from app.render import font_scale
+from app.web.runs.drawings import Layout
+from app.web.runs.trace_service import TraceService
 
-from .drawings import Layout
 from .errors import AppError
-from .traces import TraceService
 
 __all__ = ["ScenarioDep", "TracesDep", "CatalogDep", "LayoutDep"]
 

@@ -36,8 +36,8 @@ def test_plain_threads_is_what_torch_gives_a_plain_run_here():
 
 @pytest.mark.skipif(plain_threads() < 2, reason="one core: alone or not, one thread")
 def test_the_server_gives_the_cores_to_a_run_alone_and_one_to_each_under_load(tmp_path):
+    from app.web.runs.trace_service import TraceService
     from app.web.settings import Settings
-    from app.web.traces import TraceService
 
     service = TraceService(Settings(max_workers=2, pool_size=0, warm_lessons=False,
                                     forkserver=False, store_path=str(tmp_path / "r.sqlite3")))

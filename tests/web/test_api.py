@@ -257,7 +257,7 @@ def test_a_browser_gets_a_session_cookie_once_for_its_fair_share(tiny_dir, setti
     from fastapi.testclient import TestClient
 
     from app.web.app import create_app
-    from app.web.clients import COOKIE
+    from app.web.http.clients import COOKIE
 
     with TestClient(create_app(settings(), scenarios_dir=tiny_dir)) as c:
         assert "set-cookie" not in c.get("/api/scenarios").headers  # programs get none
@@ -275,7 +275,7 @@ def test_a_made_up_cookie_is_nobody_and_is_replaced(tiny_dir, settings):
     from starlette.requests import Request
 
     from app.web.app import create_app
-    from app.web.clients import COOKIE, client_key, new_cookie_value
+    from app.web.http.clients import COOKIE, client_key, new_cookie_value
 
     def key(cookie: str) -> str:
         scope = {"type": "http", "headers": [(b"cookie", f"{COOKIE}={cookie}".encode())],

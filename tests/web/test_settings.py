@@ -69,8 +69,8 @@ def test_uploads_run_three_per_core_with_a_fork_server_one_without(monkeypatch):
     """Forked workers are cheap to start: with a fork server, a few endless scripts cannot hold
     every upload worker (bench/classroom.py measures the room); exec'd ones stay one per core;
     an explicit setting wins either way."""
-    from app.web import traces
-    from app.web.traces import TraceService
+    from app.web.runs import trace_service as traces
+    from app.web.runs.trace_service import TraceService
 
     monkeypatch.setattr(traces, "zygote_supported", lambda: (True, "root"))
     assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 6
@@ -90,8 +90,8 @@ def test_the_store_and_the_classroom_take_their_defaults_from_the_declarations()
     """They once restated 500, 256 MiB, 16 MiB and 50 beside the settings."""
     import inspect
 
-    from app.web.classroom import Classroom
-    from app.web.store import RunStore
+    from app.web.classes.classroom import Classroom
+    from app.web.store.sqlite import RunStore
 
     store = inspect.signature(RunStore).parameters
     s = Settings()
@@ -102,7 +102,7 @@ def test_the_store_and_the_classroom_take_their_defaults_from_the_declarations()
 
 
 def test_all_runs_share_three_quarters_of_the_machine_unless_told_otherwise():
-    from app.web.traces import TraceService
+    from app.web.runs.trace_service import TraceService
 
     meminfo = Path("/proc/meminfo").read_text()
     total = int(next(line for line in meminfo.splitlines()

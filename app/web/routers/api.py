@@ -9,12 +9,11 @@ from app.catalog import RESERVED_QUERY_NAMES, ScenarioSummary
 from app.devices import parse_device
 from app.format import Trace, load_schema
 from app.format.flow import gradient_flow
-
-from ..deps import CatalogDep, LayoutDep, ScenarioDep, TracesDep
-from ..errors import AppError
-from ..responses import MEDIA, document, drawing
-from ..sandbox_status import sandbox_status
-from ..slow_clients import connection_report
+from app.web.deps import CatalogDep, LayoutDep, ScenarioDep, TracesDep
+from app.web.errors import AppError
+from app.web.http.responses import MEDIA, document, drawing
+from app.web.http.slow_clients import connection_report
+from app.web.runs.sandbox_status import sandbox_status
 
 router = APIRouter(tags=["autograd-lab"])
 

@@ -31,10 +31,11 @@ import re
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from ..auth import check_teacher
-from ..clients import client_address, client_key, is_browser
-from ..deps import get_catalog
-from ..errors import AppError
+from app.web.auth import check_teacher
+from app.web.client_keys import is_browser
+from app.web.deps import get_catalog
+from app.web.errors import AppError
+from app.web.http.clients import client_address, client_key
 
 router = APIRouter(tags=["classes"])
 

@@ -11,11 +11,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from app.format.notebook import listing_rows
+from app.web.auth import upload_policy
+from app.web.deps import CatalogDep, ScenarioDep
+from app.web.http.clients import client_address, client_key
+from app.web.store.common import run_link
 
-from ..auth import upload_policy
-from ..clients import client_address, client_key
-from ..deps import CatalogDep, ScenarioDep
-from ..store import run_link
 from .runs import stored_head
 
 # HTML for people, kept out of the OpenAPI page; their JSON twins are in api.py

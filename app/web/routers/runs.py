@@ -28,14 +28,14 @@ from fastapi.responses import JSONResponse, Response
 from app.devices import parse_device
 from app.format import Trace
 from app.format.notebook import NotANotebook, looks_like_notebook, script_from_notebook
-
-from ..auth import check_uploader, has_token, upload_policy
-from ..clients import client_address, client_key
-from ..deps import LayoutDep
-from ..errors import AppError
-from ..responses import MEDIA, accepts_gzip, document, drawing, gzip_json, matches_etag
-from ..store import RunGone, RunStore, run_link
-from ..uploads import UploadService
+from app.web.auth import check_uploader, has_token, upload_policy
+from app.web.deps import LayoutDep
+from app.web.errors import AppError
+from app.web.http.clients import client_address, client_key
+from app.web.http.responses import MEDIA, accepts_gzip, document, drawing, gzip_json, matches_etag
+from app.web.runs.uploads import UploadService
+from app.web.store.common import RunGone, run_link
+from app.web.store.sqlite import RunStore
 
 __all__ = ["router", "stored_head"]
 

@@ -1,0 +1,30 @@
+"""What a client key is, without HTTP: a browser's signed session cookie (`cookie:…`) or an
+address standing in for a person (`address:…`), and the address key every per-address limit
+counts by. The request side (reading the cookie, signing it) is app/web/http/clients.py; the
+classes and the run book only read keys."""
+
+from __future__ import annotations
+
+import ipaddress
+
+__all__ = ["address_key", "is_browser"]
+
+
+def is_browser(client: str) -> bool:
+    """Is this client key a browser's session cookie, not an address standing in for one (a
+    program, or a browser's very first page load: its cookie comes with the answer)?"""
+    return client.startswith("cookie:")
+
+
+def address_key(host: str) -> str:
+    """One key per place a person can be: an IPv4 address (also when written as IPv6,
+    ::ffff:a.b.c.d), or an IPv6 /64, since one machine commonly holds a whole /64."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)

@@ -1,0 +1,1 @@
+"""Helpers the page templates call: source highlighting and the narration's markup."""

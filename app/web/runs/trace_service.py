@@ -1,0 +1,325 @@
+"""Traces for the web app, computed by the runner in two lanes, and the lessons' cache (their
+drawings are drawings.py's).
+
+- Lessons (the built-in scenarios) have a lane of their own: workers, a pool and a queue that
+  uploads never take, their runs at normal CPU priority, and a cache, warmed at start-up with
+  every variant at default options. A teacher's lesson opens at once whatever the room's code
+  is doing.
+- Uploads have the upload lane: its own workers and pool, a shorter wall-clock limit, a lower
+  CPU priority. The in-process queue (run_queue.py) runs them in it, behind each person's
+  share; the upload service (uploads.py) owns their life.
+
+The web process is stateless apart from the caches (and the run store), so several can run side
+by side. Two requests for the same lesson wait for one run instead of starting two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.catalog import Scenario, scenario_args
+from app.format import Trace
+from app.lru import LRU
+from app.runner import (
+    Policy,
+    Pool,
+    ResourceLimits,
+    Zygote,
+    bound_all_runs,
+    machine_memory,
+    plain_threads,
+    probe_devices,
+    trace_in_sandbox,
+    zygote_supported,
+)
+from app.web.settings import Settings
+
+from .gate import Gate
+
+__all__ = ["TraceService", "DeviceError"]
+
+log = logging.getLogger("autograd_lab.web")
+
+# errors of the machine rather than of the script: worth another try
+_PASSING = {"Timeout", "WorkerCrashed", "WorkerFailed", "SandboxFailed", "MemoryLimit",
+            "TraceTooLarge", "Stopped"}
+UPLOAD_NICE = 10  # uploads yield the CPU to lessons
+UPLOADS_PER_CORE_FORKED = 3
+
+
+def _torch_version() -> str:
+    """The installed torch's version, read from its metadata: the web process never imports it."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+
+class DeviceError(ValueError):
+    """The requested device is not on this machine (422, errors.py)."""
+
+
+@dataclass
+class Lane:
+    """Workers for one kind of run: how many at once, a pool of ready ones, their sandbox."""
+    gate: Gate
+    policy: Policy
+    pool_size: int
+    timeout: float
+    pool: Pool | None = None
+    zygote: Zygote | None = None
+    # is this run alone on the machine (nothing else running or waiting, in any lane)? Then
+    # it gets torch's threads as a plain run would; under load, one each, as before
+    alone: Callable[[], bool] = lambda: False
+
+    def start(self) -> None:
+        if self.pool_size and self.pool is None:
+            self.pool = Pool(self.pool_size, policy=self.policy, zygote=self.zygote).start()
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool = None
+
+    def run(self, source: str, name: str, args: list[str], device: str,
+            started: Callable | None = None) -> Trace:
+        doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
+                               timeout=self.timeout, pool=self.pool,
+                               policy=None if self.pool else self.policy, started=started,
+                               zygote=self.zygote,
+                               threads=plain_threads() if self.alone() else 1)
+        if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
+            raise DeviceError(doc["error"]["message"])
+        return doc
+
+
+class TraceService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._cache: LRU[dict] = LRU(settings.cache_size)
+        # the shared mode's store (pg_store.py: lesson, keep_lesson): a lesson traced once
+        # for every web process; None on one machine
+        self.shared_lessons = None
+        self._lock = threading.Lock()  # guards _key_locks
+        self._key_locks: dict[tuple, threading.Lock] = {}
+        limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
+        # one fork server for every lane: workers start in a tenth of a second (zygote.py)
+        self.zygote: Zygote | None = None
+        self.no_fork_server = "turned off (AUTOGRAD_LAB_FORKSERVER=0)"
+        if settings.forkserver:
+            supported, why = zygote_supported()
+            if supported:
+                self.zygote = Zygote()
+            else:
+                self.no_fork_server = why
+                log.warning("no fork server: %s", why)
+        # one ready worker more than may run at once: the warm-up below uses only that spare,
+        # so a teacher's request finds a worker with torch loaded
+        self.lessons = Lane(Gate(settings.lesson_workers, settings.queue_size),
+                            Policy(limits=limits),
+                            settings.lesson_workers + 1 if settings.pool_size else 0,
+                            settings.trace_timeout)
+        self.uploads = Lane(Gate(self.upload_workers(), settings.queue_size),
+                            Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
+                            settings.upload_timeout)
+        self.lessons.zygote = self.uploads.zygote = self.zygote
+        self.lessons.alone = self.uploads.alone = self._one_run_on_the_machine
+        self._probe: dict | None = None
+        self.torch_version = _torch_version()
+        self.warmed = threading.Event()
+        self.started_at = time.monotonic()
+        self.warmed_in: float | None = None  # seconds from start until every lesson was traced
+        self.warm_count = self.warm_total = 0
+        self.all_runs_memory = (False, "not bounded yet: the server is starting")
+
+    def _one_run_on_the_machine(self) -> bool:
+        """Asked by a lane as its run starts (already counted as running there)."""
+        (lessons, lessons_waiting), (uploads, uploads_waiting) = (
+            self.lessons.gate.load(), self.uploads.gate.load())
+        return lessons + uploads <= 1 and not lessons_waiting and not uploads_waiting
+
+    def upload_workers(self, forked: bool | None = None) -> int:
+        """Uploads that may run at once. Forked workers cost little to start and a small run
+        little CPU, so with a fork server three per core: a few endless scripts then cannot hold
+        every worker while the rest of the room waits (bench/classroom.py). Exec'd workers each
+        spend seconds of CPU starting torch: one per core."""
+        if self.settings.upload_workers:
+            return self.settings.upload_workers
+        if forked is None:
+            forked = self.zygote is not None
+        return self.settings.max_workers * (UPLOADS_PER_CORE_FORKED if forked else 1)
+
+    def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None, *,
+              lessons: bool = True, uploads: bool = True) -> None:
+        """Start the pools of ready workers (pool_size 0: each run starts a fresh worker) and,
+        with `catalog`, trace every lesson in the background. A lane this process does not
+        run keeps no pool: a web process of the shared mode runs no uploads (its workers do),
+        and a worker process no lessons."""
+        self.started_at = time.monotonic()
+        if self.zygote is not None:
+            # first: the pools and the warm-up fork their workers from it once it is ready
+            # (or exec them, once it is known to have failed), never both at once
+            self.zygote.start()
+            threading.Thread(target=self._size_after_fork_server, daemon=True,
+                             name="autograd-lab-fork-server-settle").start()
+        self.all_runs_memory = bound_all_runs(self.all_runs_memory_bytes())
+        if not self.all_runs_memory[0]:
+            log.warning("%s", self.all_runs_memory[1])
+        if lessons:
+            self.lessons.start()
+        if uploads:
+            self.uploads.start()
+        if catalog is not None and self.settings.warm_lessons:
+            threading.Thread(target=self._warm, args=(catalog,), daemon=True,
+                             name="autograd-lab-warm-lessons").start()
+        else:
+            self._warm_done()
+
+    def all_runs_memory_bytes(self) -> int:
+        """The bound on all runs' memory together: the setting, or three quarters of what the
+        server's processes may use (never less than one run's own limit)."""
+        if self.settings.all_runs_memory_mb:
+            return self.settings.all_runs_memory_mb << 20
+        return max(machine_memory() * 3 // 4, self.settings.run_memory_mb << 20)
+
+    def _size_after_fork_server(self) -> None:
+        """A fork server that failed, at start or later, leaves exec'd workers, each seconds
+        of CPU to start: the upload lane is sized for those."""
+        if self.zygote.settle():
+            self.zygote.ended.wait()  # it may still die (killed, out of memory) while serving
+        if self.zygote.failed == "stopped":
+            return  # the server is stopping: nothing to size
+        workers = self.upload_workers(forked=False)
+        log.warning("no fork server (%s): %d uploads at once", self.zygote.failed, workers)
+        self.uploads.gate.resize(workers)
+
+    def _warm_done(self) -> None:
+        self.warmed_in = round(time.monotonic() - self.started_at, 2)
+        self.warmed.set()
+
+    def workers(self) -> dict:
+        """For /healthz: how runs' workers start, and how many uploads go at once."""
+        forked = self.zygote is not None and self.zygote.usable()
+        if self.zygote is not None:
+            detail = self.zygote.describe()
+        else:
+            detail = f"runs start fresh workers: no fork server ({self.no_fork_server})"
+        bounded, memory = self.all_runs_memory
+        return {"forked": forked, "detail": detail, "uploads_at_once": self.uploads.gate.workers,
+                "lessons_at_once": self.lessons.gate.workers,
+                "all_runs_memory": {"bounded": bounded, "detail": memory}}
+
+    def warmth(self) -> dict:
+        """For /healthz: whether every lesson is traced, and how long that took from start."""
+        return {"warm": self.warmed.is_set(), "warmed_in_s": self.warmed_in,
+                "traced": self.warm_count, "of": self.warm_total}
+
+    def stop(self) -> None:
+        self.lessons.stop()
+        self.uploads.stop()
+        if self.zygote is not None:
+            self.zygote.stop()
+
+    def _warm(self, catalog: Callable[[], dict[str, Scenario]]) -> None:
+        """Every lesson's every variant at its default options, on the CPU, into the cache."""
+        try:
+            todo = []
+            for scenario in catalog().values():
+                defaults = {k: str(spec["default"]) for k, spec in scenario.options.items()
+                            if "default" in spec}
+                todo += [(scenario, variant, defaults) for variant in scenario.variants or [None]]
+            self.warm_total = len(todo)
+            for scenario, variant, defaults in todo:
+                self._wait_until_idle()
+                self.scenario_trace(scenario, variant, defaults, "cpu")
+                self.warm_count += 1
+        except Exception:  # noqa: BLE001 - a lesson that cannot be warmed is traced when asked
+            log.exception("warming the lessons' traces failed")
+        finally:
+            self._warm_done()
+
+    def _wait_until_idle(self, patience: float = 120.0) -> None:
+        """The warm-up gives way: it traces only while no lesson runs or waits and every lesson
+        worker is ready (within `patience` s, then it goes on: a pool that cannot fill must
+        not stop the lessons from being traced at all)."""
+        deadline = time.monotonic() + patience
+        pool = self.lessons.pool
+        while time.monotonic() < deadline:
+            busy = self.lessons.gate.load() != (0, 0)
+            if not busy and (pool is None or not pool.running or pool.idle() >= pool.size):
+                return
+            time.sleep(0.2)
+
+    def devices(self) -> dict:
+        if self._probe is None:
+            self._probe = probe_devices()
+        return self._probe
+
+    def scenario_trace(self, scenario: Scenario, variant: str | None, options: dict[str, str],
+                       device: str) -> tuple[tuple, dict]:
+        args = scenario_args(scenario, variant, options)  # OptionError for the caller
+        source = scenario.path.read_bytes()
+        key = (scenario.name, hashlib.sha256(source).hexdigest(), tuple(args), device,
+               self.torch_version)
+        kept = self._cache.get(key)
+        if kept is not None:
+            return key, kept
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            kept = self._cache.get(key)  # traced while this request waited for the key
+            if kept is None:
+                kept = self._shared_lesson(key)
+                if kept is not None:
+                    self._cache.put(key, kept)
+            if kept is not None:
+                with self._lock:
+                    self._key_locks.pop(key, None)
+                return key, kept
+            try:
+                with self.lessons.gate.enter():
+                    doc = self.lessons.run(source.decode("utf-8", errors="replace"),
+                                           scenario.path.name, args, device)
+            except BaseException:
+                with self._lock:
+                    self._key_locks.pop(key, None)
+                raise
+            with self._lock:
+                self._key_locks.pop(key, None)
+                # a run that failed for a passing reason (a slow moment, a lost worker) is
+                # not kept: the next visitor gets a fresh try instead of the same error
+                if not (doc.get("error") and doc["error"]["type"] in _PASSING):
+                    self._cache.put(key, doc)
+                    keep = True
+                else:
+                    keep = False
+            if keep:
+                self._keep_shared_lesson(key, doc)
+        return key, doc
+
+    def _shared_lesson(self, key: tuple) -> dict | None:
+        """The lesson as another web process traced it, where they share a store (the
+        shared mode); None if not there, or the store cannot be reached: then it is traced
+        here, as on one machine."""
+        if self.shared_lessons is None:
+            return None
+        try:
+            return self.shared_lessons.lesson(key)
+        except Exception:  # noqa: BLE001 - the database is away: lessons go on without it
+            log.warning("the shared store could not be asked for a lesson", exc_info=True)
+            return None
+
+    def _keep_shared_lesson(self, key: tuple, doc: dict) -> None:
+        if self.shared_lessons is None:
+            return
+        try:
+            self.shared_lessons.keep_lesson(key, doc)
+        except Exception:  # noqa: BLE001 - kept here at least: the next process traces it
+            log.warning("a lesson's Trace could not be kept in the shared store", exc_info=True)

@@ -1,0 +1,29 @@
+"""What every run store shares with its callers: a run's link, where its bytes lie, and the
+two ways a read can fail. Routes and services import these, never a store's implementation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RunGone", "StoreUnavailable", "StoredBlob", "run_link"]
+
+
+def run_link(run_id: str) -> dict:
+    return {"id": run_id, "link": f"/runs/{run_id}"}
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    """Where a run's gzip JSON lies: its row and its length in bytes."""
+    run_id: str
+    rowid: int
+    size: int
+
+
+class RunGone(Exception):
+    """The run was dropped (or replaced) while its blob was being read."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot be reached (a shared store's database is down): what was asked cannot
+    be answered now; the error handler answers 503 with Retry-After."""

@@ -1,0 +1,121 @@
+"""The run store keeps runs across restarts and drops the oldest first: the SQLite file of one
+machine and PostgreSQL (AUTOGRAD_LAB_DATABASE_URL, every web process's), the same tests."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.web.runs.gate import Busy, Gate
+from app.web.store.sqlite import RunStore
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def make_store(request, tmp_path):
+    """make_store(**bounds) -> a store; called again, the same store as a new process opens
+    it (the same file, the same database)."""
+    if request.param == "sqlite":
+        return lambda **bounds: RunStore(tmp_path / "r.sqlite3", **bounds)
+    from app.web.store.postgres import PostgresRunStore
+    from tests.postgres import fresh_database
+
+    url = fresh_database(request.getfixturevalue("postgres_url"))
+    opened: list[PostgresRunStore] = []
+    request.addfinalizer(lambda: [s.close() for s in opened])
+
+    def make(**bounds):
+        opened.append(PostgresRunStore(url, pool_size=2, **bounds))
+        return opened[-1]
+
+    return make
+
+
+def doc(name: str, filler: int = 0) -> dict:
+    return {"script": {"name": name}, "events": [], "pad": "x" * filler}
+
+
+def test_runs_survive_a_restart(make_store):
+    run_id = make_store().put(doc("a.py"))
+    again = make_store()  # a new process opening the same file (the same database)
+    assert again.get(run_id)["script"]["name"] == "a.py"
+    assert again.get("nope") is None
+
+
+def test_oldest_runs_go_first_by_count(make_store):
+    store = make_store(max_runs=3)
+    ids = [store.put(doc(f"{i}.py")) for i in range(5)]
+    assert len(store) == 3
+    assert [store.get(i) is None for i in ids] == [True, True, False, False, False]
+
+
+def test_oldest_runs_go_first_by_size(make_store):
+    import os
+
+    store = make_store(max_bytes=20_000)
+    # random hex compresses only to about half: each run takes about 8.5 kB on disk
+    ids = [store.put({**doc(f"{i}.py"), "pad": os.urandom(8000).hex()}) for i in range(4)]
+    kept = [store.get(i) is not None for i in ids]
+    assert kept[-1] and not kept[0]
+    assert sum(kept) == 2
+
+
+def test_gate_turns_away_past_workers_plus_queue():
+    gate = Gate(workers=1, queue=1)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        with gate.enter():
+            inside.set()
+            release.wait(5)
+
+    running = threading.Thread(target=hold)
+    running.start()
+    inside.wait(5)
+    waiting = threading.Thread(target=lambda: gate.enter().__enter__())  # takes the queue place
+    waiting.start()
+    for _ in range(100):  # until the waiter is counted
+        if sum(gate.load()) == 2:
+            break
+        threading.Event().wait(0.01)
+    with pytest.raises(Busy):
+        with gate.enter():
+            pass
+    release.set()
+    running.join(5)
+    waiting.join(5)
+
+
+def test_a_run_larger_than_the_whole_bound_still_answers_its_link(make_store):
+    import os
+
+    store = make_store(max_bytes=1000)
+    old = store.put(doc("old.py"))
+    big = store.put({**doc("big.py"), "pad": os.urandom(4000).hex()})
+    assert store.get(big)["script"]["name"] == "big.py"
+    assert store.get(old) is None
+
+
+def test_making_a_store_writes_nothing_until_it_is_used(tmp_path):
+    path = tmp_path / "deep" / "runs.sqlite3"
+    store = RunStore(path)
+    assert not path.parent.exists()  # an app object alone leaves no file behind
+    store.put(doc("a.py"))
+    assert path.exists()
+
+
+def test_a_run_over_the_per_run_bound_keeps_its_script_and_pushes_nobody_out(make_store):
+    import os
+
+    store = make_store(max_runs=100, max_bytes=4 << 20, max_run_bytes=256 << 10)
+    others = [store.put(doc(f"{i}.py", filler=10_000)) for i in range(5)]
+    # a report a script filled with what gzip cannot shrink: bigger than the per-run bound
+    big = {"script": {"name": "big.py", "source": "print(1)\n", "args": []}, "torch": "2",
+           "device": "cpu", "events": [], "pad": os.urandom(1 << 20).hex()}
+    big_id = store.put(big)
+    # keep() says so: the queue hands out its parsed Trace for drawings only when kept whole
+    assert store.keep(big, "big-again") is False and store.keep(doc("c.py"), "c") is True
+    kept = store.get(big_id)
+    assert kept["script"]["source"] == "print(1)\n" and "pad" not in kept
+    assert kept["error"]["type"] == "TraceTooLarge" and "KiB" in kept["error"]["message"]
+    assert all(store.get(i) is not None for i in others)  # nobody else was dropped
