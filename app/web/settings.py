@@ -4,7 +4,8 @@ Each field of `Settings` is one setting: its environment variable is `AUTOGRAD_L
 name in capitals; its type says how the variable is parsed (booleans are written 1/true/yes/on
 or 0/false/no/off); its `help` and the default a person is shown are in the field's metadata.
 `settings_table()` makes the table in docs/settings.md from these declarations (a test holds
-that page to it), so the defaults are written nowhere else: `autograd-lab serve`'s flags read them from here.
+that page to it), so the defaults are written nowhere else: `autograd-lab serve`'s flags read
+them from here.
 Bad values are refused at start with a message naming the setting.
 """
 
