@@ -46,9 +46,10 @@ def as_unprivileged(cmd: list[str], uid: int = NOBODY,
 @contextmanager
 def delegated_v1_cgroups(uid: int = NOBODY) -> Iterator[list[Path] | None]:
     """A cgroup v1 `memory` and `pids` subtree handed to `uid` the way an administrator
-    delegates one (README, *As an ordinary user*): a folder in each hierarchy, below this
-    process's own cgroup, whose folder, cgroup.procs and tasks that user owns (its limits stay
-    root's). Yields the two folders, or None where this machine has no such hierarchies."""
+    delegates one (docs/how-a-script-is-run.md, *As an ordinary user*): a folder in each
+    hierarchy, below this process's own cgroup, whose folder, cgroup.procs and tasks that user
+    owns (its limits stay root's). Yields the two folders, or None where this machine has no
+    such hierarchies."""
     from app.runner.sandbox.cgroups import _inside, _mounts, _own_paths
 
     own = _own_paths()

@@ -3,8 +3,9 @@
 Each field of `Settings` is one setting: its environment variable is `AUTOGRAD_LAB_` and the
 name in capitals; its type says how the variable is parsed (booleans are written 1/true/yes/on
 or 0/false/no/off); its `help` and the default a person is shown are in the field's metadata.
-`settings_table()` makes the README's table from these declarations (a test holds the README to
-it), so the defaults are written nowhere else: `autograd-lab serve`'s flags read them from here.
+`settings_table()` makes the table in docs/settings.md from these declarations (a test holds
+that page to it), so the defaults are written nowhere else: `autograd-lab serve`'s flags read
+them from here.
 Bad values are refused at start with a message naming the setting.
 """
 
@@ -221,7 +222,7 @@ def default_of(name: str):
 
 
 def settings_table() -> str:
-    """Every setting as a Markdown table, from the declarations: the README carries it."""
+    """Every setting as a Markdown table, from the declarations: docs/settings.md carries it."""
     rows = ["| setting | environment variable | default | meaning |", "|---|---|---|---|"]
     for f in fields(Settings):
         shown = f.metadata["shown"]

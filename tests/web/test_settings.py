@@ -11,16 +11,17 @@ from app.web import settings as settings_module
 from app.web.settings import Settings, SettingsError
 
 
-def test_every_setting_is_declared_with_its_meaning_and_the_readme_carries_the_table():
-    """The README's table is the declarations' own (regenerate it with settings_table())."""
+def test_every_setting_is_declared_with_its_meaning_and_the_docs_carry_the_table():
+    """docs/settings.md's table is the declarations' own (regenerate it with settings_table())."""
     for f in fields(Settings):
         assert len(f.metadata.get("help", "")) > 10, f"{f.name} has no help"
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
     begin, end = "<!-- settings-table: begin -->\n", "<!-- settings-table: end -->"
-    assert begin in readme and end in readme
-    copy = readme[readme.index(begin) + len(begin):readme.index(end)]
+    assert begin in page and end in page
+    copy = page[page.index(begin) + len(begin):page.index(end)]
     assert copy == settings_module.settings_table(), (
-        "README's settings table differs from app/web/settings.py: paste settings_table()")
+        "docs/settings.md's settings table differs from app/web/settings.py: paste "
+        "settings_table() between its markers")
     for f in fields(Settings):
         assert f"`AUTOGRAD_LAB_{f.name.upper()}`" in copy
 

@@ -148,7 +148,7 @@ def _user_name() -> str:
 def _how_to_delegate(mounts: list[tuple[str, str, set[str], str]]) -> str:
     """The commands that give this user a subtree, for the hierarchies this machine has: v1
     folders an administrator makes and hands over (the limits in them stay root's), or a v2
-    subtree from systemd (README, *As an ordinary user*)."""
+    subtree from systemd (docs/how-a-script-is-run.md, *As an ordinary user*)."""
     user = _user_name()
     v1 = {c: point for point, fs, options, _ in mounts if fs == "cgroup"
           for c in ("memory", "pids") if c in options}

@@ -335,7 +335,7 @@ class UploadWorker:
             return None
         return (f"this machine's sandbox is not complete ({status['summary']}), so this worker "
                 "takes no runs (they are other people's code); give it the missing layers "
-                "(README, \"How a script is run\"), or, on a machine you trust, start it with "
+                "(docs/how-a-script-is-run.md), or, on a machine you trust, start it with "
                 "AUTOGRAD_LAB_SELFTEST=0")
 
     async def serve(self) -> int:
