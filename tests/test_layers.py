@@ -39,7 +39,8 @@ def test_every_contract_is_kept():
     ("app/web/store/sqlite.py", "from app.web.runs import gate", "Inside app/web, downwards only"),
     ("app/web/runs/gate.py", "from app.web.http import clients", "Inside app/web, downwards only"),
     ("app/web/classes/classroom.py", "import fastapi", "import no web framework"),
-    ("app/web/runs/uploads.py", "from starlette.responses import Response", "import no web framework"),
+    ("app/web/runs/uploads.py", "from starlette.responses import Response",
+     "import no web framework"),
     ("app/web/store/postgres.py", "from fastapi import Request", "import no web framework"),
     ("app/web/routers/runs.py", "from app.web.store import postgres",
      "through their typed dependencies"),
@@ -57,3 +58,12 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     assert done.returncode != 0
     broken = done.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, done.stdout[-3000:]
+
+
+def test_no_router_reaches_into_app_state():
+    """Routes name what they need as typed dependencies (app/web/deps.py); `request.app.state`
+    is read there and in the factory, never in a router."""
+    found = [f"{path.name}:{number}" for path in (ROOT / "app/web/routers").glob("*.py")
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if "app.state" in line]
+    assert not found, f"routers reading app.state directly: {found}"

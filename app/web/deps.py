@@ -1,4 +1,10 @@
-"""Dependencies shared by the routers, as `Annotated` aliases: a lookup that 404s does it here."""
+"""Every dependency a route takes, as an `Annotated` alias (as FastAPI's full-stack template
+does): the services kept in `app.state`, who the request is from, the class a request acts in,
+the scenario a path names. A route names what it needs in its signature and never reaches into
+`request.app.state` itself; a lookup that fails (404, 403) fails here, before the route runs.
+
+The class sessions are `async` dependencies on purpose: a class lives on the event loop (one
+process's classroom holds no lock), and FastAPI runs plain functions in its thread pool."""
 
 from __future__ import annotations
 
@@ -6,15 +12,95 @@ import threading
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
+from fastapi.templating import Jinja2Templates
 
 from app.catalog import Scenario, load_catalog
 from app.render import font_scale
-from app.web.runs.drawings import Layout
+from app.runner import SelfTest
+from app.web.auth import check_teacher, check_uploader
+from app.web.classes.classroom import Classroom, ClassSession
+from app.web.http.clients import client_address, client_key
+from app.web.runs.drawings import Drawings, Layout
 from app.web.runs.trace_service import TraceService
+from app.web.runs.uploads import UploadService
+from app.web.settings import Settings
+from app.web.store.sqlite import RunStore
 
 from .errors import AppError
 
-__all__ = ["ScenarioDep", "TracesDep", "CatalogDep", "LayoutDep"]
+__all__ = ["AddressDep", "CatalogDep", "ClassroomDep", "ClientDep", "DrawingsDep", "LayoutDep",
+           "MemberSessionDep", "ScenarioDep", "SelfTestDep", "SettingsDep", "StoreDep",
+           "TeacherOnly", "TeacherSessionDep", "TemplatesDep", "TracesDep", "UploaderOnly",
+           "UploadsDep"]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_traces(request: Request) -> TraceService:
+    return request.app.state.traces
+
+
+def get_drawings(request: Request) -> Drawings:
+    return request.app.state.drawings
+
+
+def get_store(request: Request) -> RunStore:
+    """The run store: SQLite, or PostgreSQL in the shared mode; routes see one interface."""
+    return request.app.state.store
+
+
+def get_uploads(request: Request) -> UploadService:
+    return request.app.state.uploads
+
+
+def get_classroom(request: Request) -> Classroom:
+    """The classes: this process's, or the shared mode's kept in PostgreSQL."""
+    return request.app.state.classroom
+
+
+def get_selftest(request: Request) -> SelfTest:
+    return request.app.state.selftest
+
+
+def get_templates(request: Request) -> Jinja2Templates:
+    return request.app.state.templates
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+TracesDep = Annotated[TraceService, Depends(get_traces)]
+DrawingsDep = Annotated[Drawings, Depends(get_drawings)]
+StoreDep = Annotated[RunStore, Depends(get_store)]
+UploadsDep = Annotated[UploadService, Depends(get_uploads)]
+ClassroomDep = Annotated[Classroom, Depends(get_classroom)]
+SelfTestDep = Annotated[SelfTest, Depends(get_selftest)]
+TemplatesDep = Annotated[Jinja2Templates, Depends(get_templates)]
+
+# who the request is from: a signed session cookie, else the address (http/clients.py)
+ClientDep = Annotated[str, Depends(client_key)]
+AddressDep = Annotated[str, Depends(client_address)]
+
+# guards, as dependencies that return nothing: `_: TeacherOnly` in a route's signature
+TeacherOnly = Annotated[None, Depends(check_teacher)]
+UploaderOnly = Annotated[None, Depends(check_uploader)]
+
+
+async def teacher_session(code: Annotated[str, Path()], classroom: ClassroomDep,
+                          client: ClientDep, address: AddressDep) -> ClassSession:
+    """The class `code` as its teacher acts in it (403 for anyone else, 404 for no class)."""
+    return classroom.teaching(code, client, address)
+
+
+async def member_session(code: Annotated[str, Path()], classroom: ClassroomDep,
+                         client: ClientDep, address: AddressDep) -> ClassSession:
+    """The class `code` as a member (or its teacher) sees it; a browser new to it joins (403
+    if it was removed, 429 past its address's share, 404 for no class)."""
+    return classroom.get(code, address, client)
+
+
+TeacherSessionDep = Annotated[ClassSession, Depends(teacher_session)]
+MemberSessionDep = Annotated[ClassSession, Depends(member_session)]
 
 
 _CATALOG_LOCK = threading.Lock()
@@ -47,12 +133,7 @@ def get_scenario(catalog: CatalogDep, name: Annotated[str, Path()]) -> Scenario:
     return scenario
 
 
-def get_traces(request: Request) -> TraceService:
-    return request.app.state.traces
-
-
 ScenarioDep = Annotated[Scenario, Depends(get_scenario)]
-TracesDep = Annotated[TraceService, Depends(get_traces)]
 
 
 def get_layout(

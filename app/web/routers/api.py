@@ -9,7 +9,16 @@ from app.catalog import RESERVED_QUERY_NAMES, ScenarioSummary
 from app.devices import parse_device
 from app.format import Trace, load_schema
 from app.format.flow import gradient_flow
-from app.web.deps import CatalogDep, LayoutDep, ScenarioDep, TracesDep
+from app.web.deps import (
+    CatalogDep,
+    DrawingsDep,
+    LayoutDep,
+    ScenarioDep,
+    SelfTestDep,
+    SettingsDep,
+    StoreDep,
+    TracesDep,
+)
 from app.web.errors import AppError
 from app.web.http.responses import MEDIA, document, drawing
 from app.web.http.slow_clients import connection_report
@@ -19,7 +28,7 @@ router = APIRouter(tags=["autograd-lab"])
 
 
 def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[tuple, Trace]:
-    """Trace one scenario variant (errors.py turns what goes wrong into HTTP answers)."""
+    """Trace one scenario variant (http/error_handler.py answers what goes wrong)."""
     device = parse_device(device)
     # every query parameter that is not the page's own is one of the scenario's options (k=2)
     given = {k: v for k, v in request.query_params.items() if k not in RESERVED_QUERY_NAMES}
@@ -31,18 +40,18 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
 
 
 @router.get("/healthz")
-def healthz(request: Request) -> dict:
+def healthz(settings: SettingsDep, selftest: SelfTestDep, traces: TracesDep,
+            store: StoreDep) -> dict:
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
     until it is done); `workers` says whether runs are forked from the fork server; `lessons`
     whether every lesson is traced yet, and how many seconds after start that was done;
     `connections` whether slow clients and connection counts are bounded (slow_clients.py);
     `store` where runs are kept and whether it answers (a shared store's database may be down:
     the status is then "degraded", and lessons are still served)."""
-    state = request.app.state
-    reachable, where = state.store.reachable()
+    reachable, where = store.reachable()
     return {"status": "ok" if reachable else "degraded",
-            "sandbox": sandbox_status(state.settings, state.selftest),
-            "workers": state.traces.workers(), "lessons": state.traces.warmth(),
+            "sandbox": sandbox_status(settings, selftest),
+            "workers": traces.workers(), "lessons": traces.warmth(),
             "connections": connection_report(),
             "store": {"reachable": reachable, "detail": where}}
 
@@ -68,14 +77,14 @@ def scenario_trace(request: Request, scenario: ScenarioDep, traces: TracesDep,
 
 
 @router.get("/api/scenarios/{name}/graph.{fmt}")
-def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep, fmt: str,
-                   layout: LayoutDep, variant: str | None = None, device: str = "cpu",
+def scenario_graph(request: Request, scenario: ScenarioDep, traces: TracesDep,
+                   drawings: DrawingsDep, fmt: str, layout: LayoutDep,
+                   variant: str | None = None, device: str = "cpu",
                    event: int | None = None, view: int | None = None) -> Response:
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before any run
     key, doc = scenario_run(request, scenario, traces, variant, device)
-    return drawing(fmt, lambda: request.app.state.drawings.drawing(
-        key, lambda: doc, event, fmt, view, layout))
+    return drawing(fmt, lambda: drawings.drawing(key, lambda: doc, event, fmt, view, layout))
 
 
 @router.get("/api/scenarios/{name}/gradient-flow")

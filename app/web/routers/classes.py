@@ -31,11 +31,18 @@ import re
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.web.auth import check_teacher
 from app.web.client_keys import is_browser
-from app.web.deps import get_catalog
+from app.web.deps import (
+    AddressDep,
+    CatalogDep,
+    ClassroomDep,
+    ClientDep,
+    MemberSessionDep,
+    StoreDep,
+    TeacherOnly,
+    TeacherSessionDep,
+)
 from app.web.errors import AppError
-from app.web.http.clients import client_address, client_key
 
 router = APIRouter(tags=["classes"])
 
@@ -44,10 +51,6 @@ RETRY_MS = 1000  # how soon a browser reconnects after losing the stream
 MAX_BODY = 16 * 1024  # a view, a question or an answer is a few hundred bytes
 _EVENT_ID = re.compile(r"[0-9]{1,18}")
 REMOVED = "the teacher removed this browser from the class"
-
-
-def _classroom(request: Request):
-    return request.app.state.classroom
 
 
 async def _body(request: Request) -> dict:
@@ -70,30 +73,25 @@ async def _body(request: Request) -> dict:
 
 
 @router.post("/api/classes", status_code=201)
-async def start_class(request: Request) -> dict:
+async def start_class(_: TeacherOnly, classroom: ClassroomDep, client: ClientDep) -> dict:
     """Start a class (or get the one this browser already teaches): its code and link."""
-    check_teacher(request)
-    client = client_key(request)
     if not is_browser(client):
         raise AppError(400, "open a page of this server first: the class is tied to your "
                             "browser's session cookie", "no_cookie")
-    session = _classroom(request).start(client)
+    session = classroom.start(client)
     return session.snapshot(client)
 
 
 @router.get("/api/classes/{code}")
-async def class_state(request: Request, code: str) -> dict:
-    client = client_key(request)
-    return _classroom(request).get(code, client_address(request), client).snapshot(client)
+async def class_state(session: MemberSessionDep, client: ClientDep) -> dict:
+    return session.snapshot(client)
 
 
 @router.get("/api/classes/{code}/events")
-async def class_events(request: Request, code: str, following: bool = True):
+async def class_events(request: Request, session: MemberSessionDep, classroom: ClassroomDep,
+                       client: ClientDep, address: AddressDep, following: bool = True):
     """The state whenever it changes. The event id is the state's version: a reconnecting
     browser sends the last one it saw (Last-Event-ID) and gets the state at once if newer."""
-    classroom = _classroom(request)
-    client, address = client_key(request), client_address(request)
-    session = classroom.get(code, address, client)  # joins (403 if removed, 429 if full)
     last = request.headers.get("last-event-id", "")
     seen = int(last) if _EVENT_ID.fullmatch(last) else -1
     following = following and client != session.teacher
@@ -129,59 +127,51 @@ async def class_events(request: Request, code: str, following: bool = True):
 
 
 @router.patch("/api/classes/{code}")
-async def change_class(request: Request, code: str) -> dict:
+async def change_class(request: Request, session: TeacherSessionDep, classroom: ClassroomDep,
+                       address: AddressDep) -> dict:
     """The teacher's switches: `shared_address` (the room shares one network address, one
     NAT: every browser from it may join, and its limits count its members)."""
-    classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request), client_address(request))
     body = await _body(request)
     unknown = sorted(set(body) - {"shared_address"})
     if unknown or not body:
         raise AppError(422, "a class's switch is shared_address (true, false or \"address N\")"
                        + (f"; not {unknown[0][:40]!r}" if unknown else ""))
-    classroom.change(session, lambda s: s.share_address(body["shared_address"],
-                                                        client_address(request)))
+    classroom.change(session, lambda s: s.share_address(body["shared_address"], address))
     return {"shared_address": session.shared_address, "members": len(session.members)}
 
 
 @router.get("/api/classes/{code}/members")
-async def members(request: Request, code: str) -> dict:
+async def members(session: TeacherSessionDep, address: AddressDep) -> dict:
     """Who joined, for the teacher: each member's name (None until it chose one) and alias
     (the handle to remove it by), seconds since it joined, whether it
     answered the question asked now, its open pages, its runs sent, and which members share a
     network address ("address 1", "address 2": never the address itself)."""
-    address = client_address(request)
-    session = _classroom(request).teaching(code, client_key(request), address)
     return session.roster(address)
 
 
 @router.delete("/api/classes/{code}/members/{alias}")
-async def remove_member(request: Request, code: str, alias: str) -> dict:
+async def remove_member(session: TeacherSessionDep, classroom: ClassroomDep, alias: str) -> dict:
     """The teacher removes a member: its answer and runs leave the class, its pages stop
     following within a moment, and its browser cannot join again."""
-    classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request), client_address(request))
     classroom.change(session, lambda s: s.remove(alias))
     return {"removed": alias, "members": len(session.members)}
 
 
 @router.put("/api/classes/{code}/view")
-async def show_view(request: Request, code: str) -> dict:
-    classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request), client_address(request))
+async def show_view(request: Request, session: TeacherSessionDep,
+                    classroom: ClassroomDep) -> dict:
     body = await _body(request)
     classroom.change(session, lambda s: s.show(body.get("path"), body.get("query", "")))
     return {"version": session.version}
 
 
 @router.post("/api/classes/{code}/question")
-async def ask(request: Request, code: str) -> dict:
-    classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request), client_address(request))
+async def ask(request: Request, session: TeacherSessionDep, classroom: ClassroomDep,
+              catalog: CatalogDep) -> dict:
     body = await _body(request)
     if "lesson" in body:
         # a scenario's own CLASS_QUESTION: its answer stays on the server until the reveal
-        scenario = get_catalog(request).get(str(body["lesson"]))
+        scenario = catalog.get(str(body["lesson"]))
         asked = scenario.class_question if scenario else None
         if asked is None:
             raise AppError(404, f"no lesson {str(body['lesson'])[:64]!r} with a question",
@@ -193,77 +183,63 @@ async def ask(request: Request, code: str) -> dict:
 
 
 @router.post("/api/classes/{code}/reveal")
-async def reveal(request: Request, code: str) -> dict:
-    classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request), client_address(request))
+async def reveal(session: TeacherSessionDep, classroom: ClassroomDep) -> dict:
     classroom.change(session, lambda s: s.reveal())
     return {"version": session.version}
 
 
 @router.delete("/api/classes/{code}/question")
-async def put_question_away(request: Request, code: str) -> dict:
-    classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request), client_address(request))
+async def put_question_away(session: TeacherSessionDep, classroom: ClassroomDep) -> dict:
     classroom.change(session, lambda s: s.clear_question())
     return {"version": session.version}
 
 
 @router.post("/api/classes/{code}/answer")
-async def answer(request: Request, code: str) -> dict:
-    classroom = _classroom(request)
-    session = classroom.get(code, client_address(request), client_key(request))
+async def answer(request: Request, session: MemberSessionDep, classroom: ClassroomDep,
+                 client: ClientDep, address: AddressDep) -> dict:
     body = await _body(request)
-    classroom.change(session, lambda s: s.answer(client_key(request), body.get("question"),
-                                                 body.get("choice"), client_address(request)))
+    classroom.change(session, lambda s: s.answer(client, body.get("question"),
+                                                 body.get("choice"), address))
     return {"version": session.version}
 
 
 @router.put("/api/classes/{code}/name")
-async def choose_name(request: Request, code: str) -> dict:
+async def choose_name(request: Request, session: MemberSessionDep, classroom: ClassroomDep,
+                      client: ClientDep) -> dict:
     """A student chooses the name the teacher sees (cleaned and capped; one another member has
     is made distinguishable: classroom.py `display_name`): the name it got."""
-    classroom = _classroom(request)
-    session = classroom.get(code, client_address(request), client_key(request))
     body = await _body(request)
-    return {"name": classroom.change(session, lambda s: s.rename(client_key(request),
-                                                                 body.get("name")))}
+    return {"name": classroom.change(session, lambda s: s.rename(client, body.get("name")))}
 
 
 @router.get("/api/classes/{code}/runs/{run_id}")
-async def run_of_mine(request: Request, code: str, run_id: str) -> dict:
+async def run_of_mine(session: MemberSessionDep, classroom: ClassroomDep, client: ClientDep,
+                      run_id: str) -> dict:
     """Whether this browser started the run (so may send it to the teacher), and whether it
     is on the teacher's list already: a student's page offers "Send" on their own runs only."""
-    classroom = _classroom(request)
-    client = client_key(request)
-    session = classroom.get(code, client_address(request), client)
     return {"run": run_id[:64], "yours": classroom.started_by(run_id) == client,
             "sent": session.sent(run_id)}
 
 
 @router.post("/api/classes/{code}/runs")
-async def send_run(request: Request, code: str) -> dict:
+async def send_run(request: Request, session: MemberSessionDep, classroom: ClassroomDep,
+                   store: StoreDep, client: ClientDep, address: AddressDep) -> dict:
     """A student sends one of their own stored runs to the teacher's list (403 for another's
     run: `Classroom.started_by`)."""
-    classroom = _classroom(request)
-    session = classroom.get(code, client_address(request), client_key(request))
     body = await _body(request)
     run_id = body.get("run")
-    store = request.app.state.store
     # the run's head only: its Trace can take hundreds of MB parsed (store.py)
     head = await asyncio.to_thread(store.head, run_id) if isinstance(run_id, str) and \
         len(run_id) <= 64 else None
     if head is None:
         raise AppError(404, "no such run here: run your code first, then send it", "no_run")
     owner = classroom.started_by(run_id)
-    classroom.change(session, lambda s: s.submit(client_key(request), run_id,
-                                                 str(head["name"] or ""),
-                                                 client_address(request), owner))
+    classroom.change(session, lambda s: s.submit(client, run_id, str(head["name"] or ""),
+                                                 address, owner))
     return {"version": session.version}
 
 
 @router.delete("/api/classes/{code}")
-async def end_class(request: Request, code: str) -> dict:
-    classroom = _classroom(request)
-    session = classroom.teaching(code, client_key(request), client_address(request))
+async def end_class(session: TeacherSessionDep, classroom: ClassroomDep) -> dict:
     classroom.end(session)
     return {"ended": True}

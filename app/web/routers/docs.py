@@ -11,12 +11,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from app.web.deps import TemplatesDep
+
 router = APIRouter()
 
 SWAGGER = "vendor/swagger-ui-dist-5.35.0"
 
 
 @router.get("/docs", include_in_schema=False, response_class=HTMLResponse)
-def docs(request: Request) -> HTMLResponse:
-    return request.app.state.templates.TemplateResponse(
+def docs(request: Request, templates: TemplatesDep) -> HTMLResponse:
+    return templates.TemplateResponse(
         request, "docs.html", {"swagger": SWAGGER, "openapi_url": request.app.openapi_url})

@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
 
 from app.format.notebook import listing_rows
 from app.web.auth import upload_policy
-from app.web.deps import CatalogDep, ScenarioDep
-from app.web.http.clients import client_address, client_key
+from app.web.deps import (
+    CatalogDep,
+    MemberSessionDep,
+    ScenarioDep,
+    SettingsDep,
+    StoreDep,
+    TemplatesDep,
+    UploadsDep,
+)
 from app.web.store.common import run_link
 
 from .runs import stored_head
@@ -22,23 +30,26 @@ from .runs import stored_head
 router = APIRouter(include_in_schema=False)
 
 
-def _page(request: Request, template: str, **context) -> HTMLResponse:
-    return request.app.state.templates.TemplateResponse(request, template, context)
+def _page(request: Request, templates: Jinja2Templates, template: str,
+          **context) -> HTMLResponse:
+    return templates.TemplateResponse(request, template, context)
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(request: Request, catalog: CatalogDep):
-    return _page(request, "index.html", scenarios=[s.summary() for s in catalog.values()],
+def index(request: Request, templates: TemplatesDep, catalog: CatalogDep):
+    return _page(request, templates, "index.html",
+                 scenarios=[s.summary() for s in catalog.values()],
                  policy=upload_policy(request))
 
 
 @router.get("/scenarios/{name}", response_class=HTMLResponse)
-def scenario_page(request: Request, scenario: ScenarioDep, catalog: CatalogDep):
+def scenario_page(request: Request, templates: TemplatesDep, scenario: ScenarioDep,
+                  catalog: CatalogDep):
     names = list(catalog)
     at = names.index(scenario.name)
     neighbours = {"previous": catalog[names[at - 1]].summary() if at > 0 else None,
                   "next": catalog[names[at + 1]].summary() if at + 1 < len(names) else None}
-    return _page(request, "scenario.html", scenario=scenario.summary(),
+    return _page(request, templates, "scenario.html", scenario=scenario.summary(),
                  narration=scenario.narration, steps=scenario.steps,
                  # the page names the lesson's question; its answer stays on the server
                  class_question={"prompt": scenario.class_question["prompt"],
@@ -48,34 +59,34 @@ def scenario_page(request: Request, scenario: ScenarioDep, catalog: CatalogDep):
 
 
 @router.get("/scenarios/{name}/compare", response_class=HTMLResponse)
-def compare_page(request: Request, scenario: ScenarioDep):
+def compare_page(request: Request, templates: TemplatesDep, scenario: ScenarioDep):
     """Every variant of one lesson side by side (its runs are fetched by the browser)."""
-    return _page(request, "compare.html", scenario=scenario.summary())
+    return _page(request, templates, "compare.html", scenario=scenario.summary())
 
 
 @router.get("/own-code", response_class=HTMLResponse)
-def own_code(request: Request):
+def own_code(request: Request, templates: TemplatesDep, settings: SettingsDep):
     """Paste or upload a script and run it; says plainly when this server refuses uploads."""
-    return _page(request, "own_code.html", policy=upload_policy(request),
-                 upload_timeout=request.app.state.settings.upload_timeout)
+    return _page(request, templates, "own_code.html", policy=upload_policy(request),
+                 upload_timeout=settings.upload_timeout)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: str):
+def run_page(request: Request, templates: TemplatesDep, store: StoreDep,
+             uploads: UploadsDep, run_id: str):
     """A stored run, shown as a scenario is; the browser reads it from /api/runs/{id}. The
     page needs only the run's head (store.py), not its Trace."""
-    head = stored_head(request, run_id)
+    head = stored_head(store, uploads, run_id)
     notebook = head.get("notebook")  # an uploaded notebook: its cells in the listing
     run = {"id": run_id, "name": notebook["name"] if notebook else head["name"],
            "device": head["device"], "link": run_link(run_id)["link"]}
-    return _page(request, "run.html", run=run, source=head["source"], torch=head["torch"],
+    return _page(request, templates, "run.html", run=run, source=head["source"],
+                 torch=head["torch"],
                  rows=listing_rows(notebook, head["source"]) if notebook else None)
 
 
 @router.get("/c/{code}", response_class=HTMLResponse)
-def join_class(request: Request, code: str):
-    """A student's way in: the page joins the class and then opens what the teacher shows."""
-    # no such class: errors.py's page (and wrong codes are counted per address)
-    session = request.app.state.classroom.get(code, client_address(request),
-                                                client_key(request))
-    return _page(request, "class.html", code=session.code)
+def join_class(request: Request, templates: TemplatesDep, session: MemberSessionDep):
+    """A student's way in: the page joins the class and then opens what the teacher shows.
+    No such class: the error page (and wrong codes are counted per address)."""
+    return _page(request, templates, "class.html", code=session.code)

@@ -28,14 +28,22 @@ from fastapi.responses import JSONResponse, Response
 from app.devices import parse_device
 from app.format import Trace
 from app.format.notebook import NotANotebook, looks_like_notebook, script_from_notebook
-from app.web.auth import check_uploader, has_token, upload_policy
-from app.web.deps import LayoutDep
+from app.web.auth import has_token, upload_policy
+from app.web.deps import (
+    AddressDep,
+    ClassroomDep,
+    ClientDep,
+    DrawingsDep,
+    LayoutDep,
+    SettingsDep,
+    StoreDep,
+    UploaderOnly,
+    UploadsDep,
+)
 from app.web.errors import AppError
-from app.web.http.clients import client_address, client_key
 from app.web.http.responses import MEDIA, accepts_gzip, document, drawing, gzip_json, matches_etag
 from app.web.runs.uploads import UploadService
-from app.web.store.common import RunGone, run_link
-from app.web.store.sqlite import RunStore
+from app.web.store.common import RunGone, RunReader, run_link
 
 __all__ = ["router", "stored_head"]
 
@@ -145,29 +153,24 @@ def uploads(request: Request) -> dict:
 
 
 @router.post("/api/runs", response_model=Trace)
-async def create_run(request: Request, wait: bool = True) -> Response:
+async def create_run(request: Request, _: UploaderOnly, settings: SettingsDep,
+                     uploads: UploadsDep, classroom: ClassroomDep, client: ClientDep,
+                     address: AddressDep, wait: bool = True) -> Response:
     """Run a script; with `wait=false`, answer at once (202) with the run's id and status link."""
-    # in a thread: in the shared mode a class's membership is asked of PostgreSQL, which
-    # must not hold up the event loop (every class's followers wait on it)
-    await run_in_threadpool(check_uploader, request)
-    cap = request.app.state.settings.max_upload_bytes
+    # UploaderOnly is a plain function, so FastAPI runs it in its thread pool: in the shared
+    # mode a class's membership is asked of PostgreSQL, which must not hold up the event loop
+    cap = settings.max_upload_bytes
     upload = await _submission(request, await _read_capped(request, cap), cap)
     # (nothing here parses the script: the worker does, so ast's thread-unsafety on 3.11 stays
     # out of the server's thread pool)
-    uploads = _uploads(request)
     # in a thread: a shared queue books the run in PostgreSQL (the event loop serves others)
-    run_id = await run_in_threadpool(uploads.submit, client_key(request), upload.name,
-                                     upload.source, upload.device, client_address(request),
-                                     notebook=upload.notebook)
+    run_id = await run_in_threadpool(uploads.submit, client, upload.name, upload.source,
+                                     upload.device, address, notebook=upload.notebook)
     # whose run it is: only its starter may send it to a class's teacher (classroom.py)
-    request.app.state.classroom.note_run(client_key(request), run_id)
+    classroom.note_run(client, run_id)
     if not wait:
         return JSONResponse(await run_in_threadpool(uploads.status, run_id), status_code=202)
     return await run_in_threadpool(document, await uploads.result(run_id))
-
-
-def _uploads(request: Request) -> UploadService:
-    return request.app.state.uploads
 
 
 # the longest a status request waits for its run to end: a client's connection is held that
@@ -176,53 +179,47 @@ MAX_STATUS_WAIT = 10.0
 
 
 @router.get("/api/runs/{run_id}/status")
-async def run_status(request: Request, run_id: str, wait: float = 0.0) -> dict:
+async def run_status(uploads: UploadsDep, run_id: str, wait: float = 0.0) -> dict:
     """Where a run is: its state (queued, running, done, stopped, failed), its place in line,
     how long it has waited and run, and its wall-clock limit; once done, how many events it
     recorded and its error's type. With `wait` (seconds, at most 10), the answer comes when the
     run ends or that time has passed, whichever is first."""
-    uploads = _uploads(request)
     if wait > 0:  # (NaN is not)
         await uploads.settled(run_id, min(wait, MAX_STATUS_WAIT))
     return await run_in_threadpool(uploads.status, run_id)
 
 
 @router.delete("/api/runs/{run_id}")
-def stop_run(request: Request, run_id: str) -> dict:
+def stop_run(request: Request, uploads: UploadsDep, client: ClientDep, run_id: str) -> dict:
     """Stop a waiting or running run and everything it started: for the person who started it
     (their session) or whoever has the server's token."""
-    return _uploads(request).cancel(run_id, client_key(request), has_token(request))
+    return uploads.cancel(run_id, client, has_token(request))
 
 
-def _store(request: Request) -> RunStore:
-    return request.app.state.store
-
-
-def _not_kept(request: Request, run_id: str) -> AppError:
-    if _uploads(request).pending(run_id):
+def _not_kept(uploads: UploadService, run_id: str) -> AppError:
+    if uploads.pending(run_id):
         return AppError(404, f"run {run_id!r} is still waiting or running; its page is "
                              f"there once it is done (GET /api/runs/{run_id}/status)")
     return AppError(404, f"no run {run_id!r}: it never existed or was dropped to make "
                          "room for newer runs; run the script again")
 
 
-def stored_run(request: Request, run_id: str) -> Trace:
+def stored_run(store: RunReader, uploads: UploadService, run_id: str) -> Trace:
     """The run's Trace, parsed (only for what must work on it: see store.get); a run that
     just ended is still held parsed by the queue."""
-    store = _store(request)
-    recent = _uploads(request).recent(run_id)
+    recent = uploads.recent(run_id)
     doc = recent if recent is not None and store.exists(run_id) else store.get(run_id)
     if doc is None:
-        raise _not_kept(request, run_id)
+        raise _not_kept(uploads, run_id)
     return {**doc, "run": run_link(run_id)}
 
 
-def stored_head(request: Request, run_id: str) -> dict:
+def stored_head(store: RunReader, uploads: UploadService, run_id: str) -> dict:
     """What the run's page shows of it: {"name", "source", "device", "torch", "figures",
     "notebook" (a notebook's `script.notebook`, else None)}."""
-    head = _store(request).head(run_id)
+    head = store.head(run_id)
     if head is None:
-        raise _not_kept(request, run_id)
+        raise _not_kept(uploads, run_id)
     return head
 
 
@@ -231,13 +228,12 @@ _CACHING = {"Cache-Control": "private, max-age=86400", "Vary": "Accept-Encoding"
 
 
 @router.get("/api/runs/{run_id}", response_model=Trace)
-def get_run(request: Request, run_id: str) -> Response:
+def get_run(request: Request, store: StoreDep, uploads: UploadsDep, run_id: str) -> Response:
     """A stored run's Trace, with its id and link (the JSON twin of /runs/{id}); gzipped for a
     client whose Accept-Encoding takes gzip."""
-    store = _store(request)
     blob = store.blob(run_id)
     if blob is None:
-        raise _not_kept(request, run_id)
+        raise _not_kept(uploads, run_id)
     compressed = accepts_gzip(request.headers.get("accept-encoding"))
     # one tag per encoding: the two answers' bytes differ
     headers = {**_CACHING, "ETag": f'"{run_id}.{"json.gz" if compressed else "json"}"'}
@@ -247,7 +243,7 @@ def get_run(request: Request, run_id: str) -> Response:
     try:  # read before answering: a run dropped since `blob` is a 404, not a cut-off 200
         first = next(pieces, b"")
     except RunGone:
-        raise _not_kept(request, run_id) from None
+        raise _not_kept(uploads, run_id) from None
     return gzip_json(_then(first, pieces), blob.size, compressed, headers)
 
 
@@ -262,17 +258,18 @@ def _then(first: bytes, rest):
 
 
 @router.get("/api/runs/{run_id}/gradient-flow")
-def run_gradient_flow(request: Request, run_id: str) -> dict:
+def run_gradient_flow(store: StoreDep, uploads: UploadsDep, run_id: str) -> dict:
     """Each module's gradient norm and mean |grad| in depth order, after each backward pass,
     and each parameter's norm across the passes (app/format/flow.py)."""
-    flow = _store(request).gradient_flow(run_id)
+    flow = store.gradient_flow(run_id)
     if flow is None:
-        raise _not_kept(request, run_id)
+        raise _not_kept(uploads, run_id)
     return flow
 
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
-def run_graph(request: Request, run_id: str, fmt: str, layout: LayoutDep,
+def run_graph(store: StoreDep, uploads: UploadsDep, drawings: DrawingsDep, run_id: str,
+              fmt: str, layout: LayoutDep,
               event: int | None = None, view: int | None = None) -> Response:
     """A backward event's graph; with `view`, a graph the script asked for (make_dot). A big
     graph is drawn by module unless `layout=flat`; graph.json says how it was drawn."""
@@ -280,10 +277,10 @@ def run_graph(request: Request, run_id: str, fmt: str, layout: LayoutDep,
         return drawing(fmt, bytes)  # the 404, before reading the store
     # a stored run never changes: its drawing, once made, is served without reading the
     # Trace (only whether the run is still kept); drawn, the Trace is parsed once
-    if not request.app.state.store.exists(run_id):
-        stored_run(request, run_id)  # its 404, still waiting or never existed
-    return drawing(fmt, lambda: request.app.state.drawings.drawing(
-        ("run", run_id), lambda: stored_run(request, run_id), event, fmt, view, layout))
+    if not store.exists(run_id):
+        stored_run(store, uploads, run_id)  # its 404, still waiting or never existed
+    return drawing(fmt, lambda: drawings.drawing(
+        ("run", run_id), lambda: stored_run(store, uploads, run_id), event, fmt, view, layout))
 
 
 
@@ -291,16 +288,16 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @router.get("/api/runs/{run_id}/figures/{index}.png")
-def run_figure(request: Request, run_id: str, index: int) -> Response:
+def run_figure(store: StoreDep, uploads: UploadsDep, run_id: str, index: int) -> Response:
     """One matplotlib figure the script made, as the PNG it is. The worker wrote it: only a
     real PNG is served, as an image that can run nothing."""
-    count = stored_head(request, run_id)["figures"]
+    count = stored_head(store, uploads, run_id)["figures"]
     if not 0 <= index < count:
         raise AppError(404, f"run {run_id!r} has {count} figure(s); figures are "
                                  "numbered from 0")
-    data = _store(request).figure(run_id, index)
+    data = store.figure(run_id, index)
     if data is None:  # dropped since its head was read
-        raise _not_kept(request, run_id)
+        raise _not_kept(uploads, run_id)
     if not data.startswith(PNG_SIGNATURE):
         raise AppError(422, f"figure {index} of run {run_id!r} is not a PNG image, so it "
                                  "is not served")

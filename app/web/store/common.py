@@ -3,9 +3,11 @@ two ways a read can fail. Routes and services import these, never a store's impl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["RunGone", "StoreUnavailable", "StoredBlob", "run_link"]
+__all__ = ["RunGone", "RunReader", "StoreUnavailable", "StoredBlob", "run_link"]
 
 
 def run_link(run_id: str) -> dict:
@@ -27,3 +29,25 @@ class RunGone(Exception):
 class StoreUnavailable(RuntimeError):
     """The store cannot be reached (a shared store's database is down): what was asked cannot
     be answered now; the error handler answers 503 with Retry-After."""
+
+
+class RunReader(Protocol):
+    """What routes read of a run store, whichever it is (sqlite.py's `RunStore`, postgres.py's
+    `PostgresRunStore`): a route types its store by this, and is handed the store by
+    `deps.StoreDep`."""
+
+    def reachable(self) -> tuple[bool, str]: ...
+
+    def exists(self, run_id: str) -> bool: ...
+
+    def get(self, run_id: str) -> dict | None: ...
+
+    def blob(self, run_id: str) -> StoredBlob | None: ...
+
+    def chunks(self, blob: StoredBlob) -> Iterator[bytes]: ...
+
+    def head(self, run_id: str) -> dict | None: ...
+
+    def figure(self, run_id: str, number: int) -> bytes | None: ...
+
+    def gradient_flow(self, run_id: str) -> dict | None: ...

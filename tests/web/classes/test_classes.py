@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 
 from app.web.app import create_app
 from tests.server import serve
-
 from tests.web.conftest import LOCAL
 
 QUESTION = {"prompt": "How many uses?", "choices": ["1", "2", "3"], "answer": 2}

@@ -8,7 +8,6 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from app.web.app import create_app
-
 from tests.web.conftest import LOCAL
 
 ROUTERS = Path(__file__).resolve().parents[3] / "app" / "web" / "routers"

@@ -9,7 +9,6 @@ from fastapi.testclient import TestClient
 
 from app.web.app import create_app
 from app.web.store.sqlite import RunStore
-
 from tests.web.conftest import LOCAL
 
 SCRIPT = """\

@@ -17,7 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.web.app import create_app
-
 from tests.web.conftest import LOCAL
 
 FORUM_LOOP = """\

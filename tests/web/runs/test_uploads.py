@@ -1,5 +1,5 @@
-"""The upload routes answer through the upload service (app/web/runs/uploads.py), in process with the
-real runner: `?wait=false` (202 and a status to follow to `done`), a status and a stop for runs
+"""The upload routes answer through the upload service (app/web/runs/uploads.py), in process with
+the real runner: `?wait=false` (202 and a status to follow to `done`), a status and a stop for runs
 that never were or have ended, and a stop by the owner's session or by the token's holder."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient
 
 from app.web.app import create_app
 from app.web.http.clients import COOKIE
-
 from tests.web.conftest import LOCAL
 
 TOKEN = "upload-token"
