@@ -126,7 +126,7 @@ class UploadWorker:
         """Store the Trace and close the run's row in one transaction, if the run is still
         this worker's: one that was taken from it while it ran (it was thought dead: the
         database was away too long) is stored by its other attempt, not from here."""
-        packed = self.store._packed(doc, run_id)  # gzip, before the row is locked
+        packed = self.store.pack(doc, run_id)  # gzip, before the row is locked
         error = doc.get("error")
         with self.store._connect() as db:
             if db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'running' "

@@ -182,7 +182,7 @@ class PostgresRunStore(RunStore):
     # ---- writing ------------------------------------------------------------------------------
 
     def keep(self, doc: dict, run_id: str) -> bool:
-        packed = self._packed(doc, run_id)
+        packed = self.pack(doc, run_id)
         with self._connect() as db:
             over = self.write(db, run_id, packed)
         if over:
@@ -190,7 +190,7 @@ class PostgresRunStore(RunStore):
         return packed[2]
 
     def write(self, db, run_id: str, packed: tuple) -> bool:
-        """Write a Trace packed by `_packed` (outside any transaction: gzip takes a while) in
+        """Write a Trace packed by `pack` (outside any transaction: gzip takes a while) in
         `db`'s transaction: the shared line closes the run's row in the same one
         (upload_worker.py). True if the store is now past its bounds (asked without a lock:
         nearly always it is not, and nothing waits for anyone): then the caller prunes once
