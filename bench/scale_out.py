@@ -88,7 +88,7 @@ def _database_writes(database: str) -> tuple[int, int]:
 
 
 def _open_runs(store) -> int:
-    with store._connect() as db:
+    with store.database.transaction() as db:
         return db.execute("SELECT COUNT(*) FROM uploads WHERE state IN ('queued', 'running')"
                           ).fetchone()[0]
 
@@ -145,7 +145,7 @@ def _paused(worker, store):
     last job's end recorded: a job held while stopped would be seen as a dead worker's), and
     continued afterwards. Its fork server, idle, is left as it is."""
     while True:
-        with store._connect() as db:
+        with store.database.transaction() as db:
             if not db.execute("SELECT COUNT(*) FROM procrastinate_jobs").fetchone()[0]:
                 break
         time.sleep(0.02)
@@ -170,7 +170,7 @@ def _batch(queue, store, name: str, runs: int, script: str) -> float:
     failed = [i for i in ids if (store.get(i) or {}).get("error")]
     if failed:
         raise SystemExit(f"{len(failed)} runs failed, e.g. {store.get(failed[0])['error']}")
-    with store._connect() as db:
+    with store.database.transaction() as db:
         ended = db.execute("SELECT extract(epoch FROM max(ended)) FROM uploads "
                            "WHERE id = ANY(%s)", (ids,)).fetchone()[0]
     return float(ended) - started

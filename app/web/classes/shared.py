@@ -1,7 +1,8 @@
 """Classes every web process shares (`AUTOGRAD_LAB_DATABASE_URL`): the same class sessions as
 classroom.py, their state kept in PostgreSQL, so that a student whose requests reach web process
 A follows a teacher on web process B, `Last-Event-ID` resumes on either, and a restart ends no
-class.
+class. The `classes` table, like every table of that database, is made by the Database
+(store/database.py); the statements here run in its transactions.
 
 Each class is one row: its state as classroom.py's `ClassSession.to_state` makes it (view,
 question, answers, members, runs sent in, version). A change (`change`) takes the row's lock,
@@ -28,6 +29,7 @@ import logging
 import time
 
 from app.web.settings import default_of
+from app.web.store.database import Lock, lock
 from app.web.store.postgres import PostgresRunStore
 
 from .classroom import (
@@ -44,20 +46,6 @@ __all__ = ["SharedClassroom", "CHANNEL"]
 log = logging.getLogger(__name__)
 
 CHANNEL = "autograd_lab_classes"
-_SCHEMA_LOCK = 0x6167_6C61_6205
-_START_LOCK = 0x6167_6C61_6206
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS classes (
-    code TEXT PRIMARY KEY,
-    teacher TEXT NOT NULL,
-    version BIGINT NOT NULL,
-    audience BIGINT NOT NULL,
-    ended BOOLEAN NOT NULL DEFAULT false,
-    updated TIMESTAMPTZ NOT NULL DEFAULT now(),
-    state JSONB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS classes_open ON classes (teacher) WHERE NOT ended;
-"""
 
 
 class SharedClassroom(Classroom):
@@ -66,14 +54,6 @@ class SharedClassroom(Classroom):
                  people_per_address: int = default_of("per_address_people")) -> None:
         super().__init__(max_sessions, idle_hours, people_per_address)
         self.store = store
-        self._made = False
-
-    def _tables(self) -> None:
-        if not self._made:
-            with self.store._connect() as db:
-                db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                db.execute(_SCHEMA)
-            self._made = True
 
     # ---- changes ------------------------------------------------------------------------------
 
@@ -81,8 +61,7 @@ class SharedClassroom(Classroom):
         """`act(session)` on the class's state as the table has it, under the row's lock; the
         state written back and every web process told, also when `act` refused (a refusal
         may count: a browser turned away is shown to the teacher)."""
-        self._tables()
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             row = db.execute("SELECT state FROM classes WHERE code = %s FOR UPDATE",
                              (session.code,)).fetchone()
             if row is None:
@@ -122,9 +101,8 @@ class SharedClassroom(Classroom):
     def start(self, teacher: str) -> ClassSession:
         from psycopg.types.json import Jsonb
 
-        self._tables()
-        with self.store._connect() as db:
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (_START_LOCK,))
+        with self.store.database.transaction() as db:
+            lock(db, Lock.CLASS_START)
             # a class idle for longer than the idle time ends, as one machine's would
             db.execute("UPDATE classes SET ended = true, state = jsonb_set(state, '{ended}', "
                        "'true') WHERE NOT ended AND updated < now() - make_interval(secs => %s)",
@@ -169,8 +147,7 @@ class SharedClassroom(Classroom):
         return recent >= WRONG_CODES_PER_MINUTE or everyone >= WRONG_CODES_PER_MINUTE_IN_ALL
 
     def _load(self, code: str) -> None:
-        self._tables()
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             row = db.execute("SELECT state FROM classes WHERE code = %s AND NOT ended",
                              (code,)).fetchone()
         if row is not None:
@@ -197,16 +174,14 @@ class SharedClassroom(Classroom):
 
         if not is_browser(client):
             return None
-        self._tables()
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             row = db.execute("SELECT state FROM classes WHERE NOT ended AND EXISTS (SELECT 1 "
                              "FROM jsonb_array_elements(state->'members') m WHERE "
                              "m->>'client' = %s) LIMIT 1", (client,)).fetchone()
         return None if row is None else ClassSession.from_state(row[0])
 
     def people_at(self, address: str) -> int:
-        self._tables()
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             rows = db.execute("SELECT state->'at_address'->>%s FROM classes WHERE NOT ended "
                               "AND state->>'shared_at' = %s", (address, address)).fetchall()
         shared = sum(int(r[0] or 0) for r in rows)
@@ -216,9 +191,7 @@ class SharedClassroom(Classroom):
         """The shared line's `uploads` row says whose each run is."""
 
     def started_by(self, run_id: str) -> str | None:
-        with self.store._connect() as db:
-            if not db.execute("SELECT to_regclass('uploads') IS NOT NULL").fetchone()[0]:
-                return None  # no line yet (no run sent): nobody's run
+        with self.store.database.transaction() as db:
             row = db.execute("SELECT client FROM uploads WHERE id = %s", (run_id,)).fetchone()
         return None if row is None else row[0]
 
@@ -272,6 +245,6 @@ class SharedClassroom(Classroom):
                 self.sessions.pop(session.code, None)
 
     def _states(self, codes: list[str]) -> list[dict]:
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             return [r[0] for r in db.execute("SELECT state FROM classes WHERE code = ANY(%s)",
                                              (codes,)).fetchall()]

@@ -10,15 +10,17 @@ What lives where:
   lock (one running run per person, in the order they were sent, whatever
   `per_client_running` says: in this mode it bounds a person's runs running and waiting
   together, with `per_client_queued`);
-- the Trace goes to the shared run store (pg_store.py), keyed by the run;
+- the Trace goes to the shared run store (store/postgres.py), keyed by the run;
 - `upload_hosts`: each worker process's slots and last heartbeat, so the line's capacity is the
   live workers' slots plus `queue_size`.
+These tables, like every table of the database, are made by its one owner, the Database
+(store/database.py), which also names the advisory locks taken here.
 
-A person's share and the line's capacity are checked and booked under one advisory lock, so
-two web processes never both admit the run that fills them. A stop of a waiting run takes it
-out of the line at once (its Procrastinate job cancelled, its Trace says so); a running one is
-aborted: Procrastinate tells its worker (LISTEN/NOTIFY), which kills the run's process group
-and stores what it recorded, within seconds.
+A person's share and the line's capacity are checked and booked under one advisory lock
+(Lock.QUEUE), so two web processes never both admit the run that fills them. A stop of a
+waiting run takes it out of the line at once (its Procrastinate job cancelled, its Trace says
+so); a running one is aborted: Procrastinate tells its worker (LISTEN/NOTIFY), which kills
+the run's process group and stores what it recorded, within seconds.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from app.format import Trace, error_record, new_document
 from app.format.notebook import annotate
 from app.web.settings import default_of
 from app.web.store.common import StoreUnavailable
+from app.web.store.database import Lock, lock
 from app.web.store.postgres import PostgresRunStore
 
 from .gate import Busy
@@ -48,45 +51,10 @@ log = logging.getLogger(__name__)
 TASK = "autograd_lab.run_upload"
 QUEUE = "uploads"
 HOST_SEEN_S = 30  # a worker process not heard from for this long has no slots
-_QUEUE_LOCK = 0x6167_6C61_6203
-_SCHEMA_LOCK = 0x6167_6C61_6204
 # a result's wait asks the table first after 10 ms, then half as often again each time, up to
 # every 0.25 s: a small run is done in a few tens of ms, a long one costs a question 4 times a
 # second (a LISTEN for runs' ends would save those: docs/SCALING.md)
 POLL_S = (0.01, 0.25)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS uploads (
-    id TEXT PRIMARY KEY,
-    seq BIGSERIAL NOT NULL,
-    job_id BIGINT,
-    client TEXT NOT NULL,
-    address TEXT NOT NULL,
-    name TEXT NOT NULL,
-    source TEXT NOT NULL,
-    device TEXT NOT NULL,
-    time_limit DOUBLE PRECISION NOT NULL,
-    notebook TEXT,
-    state TEXT NOT NULL,
-    created TIMESTAMPTZ NOT NULL DEFAULT now(),
-    started TIMESTAMPTZ,
-    ended TIMESTAMPTZ,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    kept_whole BOOLEAN,
-    events INTEGER,
-    error_type TEXT,
-    detail TEXT,
-    host TEXT
-);
-CREATE INDEX IF NOT EXISTS uploads_open ON uploads (state, seq)
-    WHERE state IN ('queued', 'running');
-CREATE TABLE IF NOT EXISTS upload_hosts (
-    name TEXT PRIMARY KEY,
-    slots INTEGER NOT NULL,
-    seen TIMESTAMPTZ NOT NULL
-);
-"""
-
 
 def procrastinate_app(url: str | None = None, *, sync: bool = True):
     """The Procrastinate app both sides use: the web's with a sync connector (opened on the
@@ -99,16 +67,10 @@ def procrastinate_app(url: str | None = None, *, sync: bool = True):
 
 
 def prepare_schema(store: PostgresRunStore) -> None:
-    """Our tables and Procrastinate's, made once whoever starts first (web or worker)."""
+    """Our tables (the Database's, made when it opens) and Procrastinate's, made once whoever
+    starts first (web or worker)."""
     store.open()
-    with store._connect() as db:
-        db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-        db.execute(_SCHEMA)
-        made = db.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()[0]
-        if not made:
-            from procrastinate import schema
-
-            db.execute(schema.SchemaManager.get_schema())
+    store.database.procrastinate_schema()
 
 
 def end_without_trace(store: PostgresRunStore, db, run_id: str, submission: tuple,
@@ -152,7 +114,7 @@ class SharedQueue:
     def _procrastinate(self):
         if self._jobs is None:
             prepare_schema(self.store)
-            self._jobs = procrastinate_app().open(self.store._pool)
+            self._jobs = procrastinate_app().open(self.store.database.pool)
         return self._jobs
 
     @contextmanager
@@ -179,8 +141,8 @@ class SharedQueue:
         run_id = self.store.new_id()
         people = self._people(run.address) if run.address else self.people_per_address
         running, queued = self.per_client
-        with self.store._connect() as db:
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (_QUEUE_LOCK,))
+        with self.store.database.transaction() as db:
+            lock(db, Lock.QUEUE)
             mine, there, booked = db.execute(
                 "SELECT COUNT(*) FILTER (WHERE client = %s), "
                 "COUNT(*) FILTER (WHERE address = %s AND address <> ''), COUNT(*) "
@@ -225,7 +187,7 @@ class SharedQueue:
     # ---- asking -----------------------------------------------------------------------------
 
     def _row(self, run_id: str) -> dict | None:
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             cur = db.execute(
                 "SELECT u.state, u.client, u.time_limit, u.created, u.started, u.ended, "
                 "u.events, u.error_type, u.detail, u.kept_whole, u.job_id, "
@@ -261,7 +223,7 @@ class SharedQueue:
         return status
 
     def owner(self, run_id: str) -> str | None:
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             row = db.execute("SELECT client FROM uploads WHERE id = %s", (run_id,)).fetchone()
         return None if row is None else row[0]
 
@@ -314,7 +276,7 @@ class SharedQueue:
     def _end_unstarted(self, run_id: str, state: str, kind: str, message: str) -> bool:
         """End a run no worker has started: its Trace (the script and why) stored, its row
         closed. False if a worker took it first."""
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             row = db.execute("SELECT name, source, device, notebook FROM uploads "
                              "WHERE id = %s AND state = 'queued' FOR UPDATE",
                              (run_id,)).fetchone()

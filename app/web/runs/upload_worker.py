@@ -33,6 +33,7 @@ from dataclasses import replace
 from app.format import error_record, new_document
 from app.format.notebook import annotate
 from app.web.settings import Settings
+from app.web.store.database import Lock, lock
 from app.web.store.postgres import PostgresRunStore
 
 from .run_book import Job
@@ -48,7 +49,6 @@ STALLED_S = 10.0  # a worker not heard from for this long is dead: its runs are 
 ATTEMPTS = 2  # a run whose worker dies twice is failed, not run a third time
 STOPPED = ("The run was stopped on request; its worker stopped too before it could say what "
            "the run had recorded.")
-_LOOK_LOCK = 0x6167_6C61_6207  # one worker at a time looks for dead workers' runs
 STORE_PATIENCE_S = 300.0  # how long a finished run's Trace waits for the database to return
 RECONNECT_S = 5.0  # after the database went away, how soon the worker takes runs again
 LOST = ("This run's worker stopped twice while running it (its machine was lost or its process "
@@ -82,7 +82,7 @@ class UploadWorker:
         """The run's submission, now marked running on this worker (with its job's id, by
         which a stop reaches it); None if it is no longer waiting (stopped before it
         started, or run already)."""
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             cur = db.execute(
                 "UPDATE uploads SET state = 'running', started = now(), "
                 "attempts = attempts + 1, host = %s, job_id = %s "
@@ -126,9 +126,9 @@ class UploadWorker:
         """Store the Trace and close the run's row in one transaction, if the run is still
         this worker's: one that was taken from it while it ran (it was thought dead: the
         database was away too long) is stored by its other attempt, not from here."""
-        packed = self.store._packed(doc, run_id)  # gzip, before the row is locked
+        packed = self.store.pack(doc, run_id)  # gzip, before the row is locked
         error = doc.get("error")
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             if db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'running' "
                           "AND host = %s FOR UPDATE", (run_id, self.name)).fetchone() is None:
                 log.warning("run %s was given to another worker meanwhile: its Trace is not "
@@ -189,7 +189,7 @@ class UploadWorker:
         - "finish": the run had ended (its row says so) before its worker died: only the job
           is left, and it holds its person's lock until it is ended;
         - "skip": the job is no longer stalled (another worker saw to it first)."""
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             job = db.execute("SELECT j.status, j.abort_requested FROM procrastinate_jobs j "
                              "LEFT JOIN procrastinate_workers w ON w.id = j.worker_id "
                              "WHERE j.id = %s AND j.status = 'doing' AND (j.worker_id IS NULL "
@@ -225,7 +225,7 @@ class UploadWorker:
         after a minute): failed with what to do, so they hold no one's share or place."""
         message = ("This run was booked but never reached the line (the web process that took "
                    "it stopped). The script is kept: run it again.")
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             rows = db.execute(
                 "SELECT u.id, u.name, u.source, u.device, u.notebook FROM uploads u "
                 "WHERE u.state = 'queued' AND u.created < now() - interval '1 minute' "
@@ -256,9 +256,8 @@ class UploadWorker:
 
         from app.runner.sandbox import cgroups, identity
 
-        with self.store._connect() as db:
-            if not db.execute("SELECT pg_try_advisory_xact_lock(%s)",
-                              (_LOOK_LOCK,)).fetchone()[0]:
+        with self.store.database.transaction() as db:
+            if not lock(db, Lock.LOOK_FOR_DEAD, wait=False):
                 return  # another worker is looking now
             await loop.run_in_executor(self._threads, self._fail_unqueued)
             stalled = await jobs.job_manager.get_stalled_jobs(
@@ -283,7 +282,7 @@ class UploadWorker:
     # ---- the process --------------------------------------------------------------------------
 
     def _beat(self, alive: bool = True) -> None:
-        with self.store._connect() as db:
+        with self.store.database.transaction() as db:
             if alive:
                 db.execute("INSERT INTO upload_hosts (name, slots, seen) VALUES (%s, %s, now()) "
                            "ON CONFLICT (name) DO UPDATE SET slots = EXCLUDED.slots, "

@@ -1,11 +1,12 @@
-"""The run store in PostgreSQL (`AUTOGRAD_LAB_DATABASE_URL`): the same store as store.py's, its
+"""The run store in PostgreSQL (`AUTOGRAD_LAB_DATABASE_URL`): the same store as sqlite.py's, its
 rules unchanged (the stored bytes are the gzip of the JSON `GET /api/runs/{id}` answers, read
 in pieces, never parsed; the head and figures beside it; bounded in runs and bytes, oldest
 first), kept where every web process of a course reads it, and where a restart loses nothing.
 Beside the runs it keeps the server's secrets (the cookies' signing key), made once by the
 first process that asks and read by every other.
 
-psycopg 3 with its connection pool; every statement is parameterised. A Trace is written as an
+Its statements run in transactions of the course's Database (database.py: the pool, the
+tables, the advisory locks); every statement is parameterised. A Trace is written as an
 upsert keyed by its run id: whoever stores a run a second time (a run retried on another
 worker) replaces it whole. The gzip bytes are stored uncompressed by PostgreSQL (`STORAGE
 EXTERNAL`), so `substring` reads a piece without fetching the rest."""
@@ -15,182 +16,70 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import logging
 import secrets
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 from app.web.settings import default_of
 
-from .common import RunGone, StoredBlob, StoreUnavailable
+from .common import RunGone, StoredBlob
+from .database import Database, Lock, lock, redacted
 from .sqlite import CHUNK, RunStore, _head, _pack, _size
 
-__all__ = ["PostgresRunStore", "SIGNING_KEY", "redacted"]
+__all__ = ["PostgresRunStore", "SIGNING_KEY"]
 
-log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    seq BIGSERIAL NOT NULL,
-    created DOUBLE PRECISION NOT NULL,
-    name TEXT NOT NULL,
-    size BIGINT NOT NULL,
-    doc BYTEA NOT NULL
-);
-ALTER TABLE runs ALTER COLUMN doc SET STORAGE EXTERNAL;
-CREATE INDEX IF NOT EXISTS runs_by_seq ON runs (seq);
-CREATE TABLE IF NOT EXISTS run_heads (
-    id TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
-    head TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS run_figures (
-    id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    number INTEGER NOT NULL,
-    png BYTEA NOT NULL,
-    PRIMARY KEY (id, number)
-);
-CREATE TABLE IF NOT EXISTS lesson_traces (
-    key TEXT PRIMARY KEY,
-    created DOUBLE PRECISION NOT NULL,
-    doc BYTEA NOT NULL
-);
-CREATE TABLE IF NOT EXISTS server_secrets (
-    name TEXT PRIMARY KEY,
-    value BYTEA NOT NULL
-);
-"""
-# pg_advisory_xact_lock keys: two processes starting at once would race on CREATE TABLE IF
-# NOT EXISTS; two storing at once on the bound (each would drop for the other's run too)
-_SCHEMA_LOCK = 0x6167_6C61_6201
-_PRUNE_LOCK = 0x6167_6C61_6202
 SIGNING_KEY = "cookie-signing-key"
-STATEMENT_MS = 15_000  # the longest statement: a 16 MiB Trace's upsert, with room to spare
-LOCK_MS = 5_000  # the longest wait for a row's lock (a class's, a run's)
-
-
-def redacted(url: str) -> str:
-    """The URL's host, port, database and user only, for the operator's messages and logs:
-    no password, nor any other parameter (an sslkey's path, a passfile's)."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    try:
-        parts = conninfo_to_dict(url)
-    except Exception:  # noqa: BLE001 - a URL that does not parse says nothing of itself
-        return "(a PostgreSQL URL that does not parse)"
-    kept = {k: v for k, v in parts.items() if k in ("host", "hostaddr", "port", "dbname", "user")}
-    return make_conninfo(**kept)
 
 
 def _lesson_key(key: tuple) -> str:
     return hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()
 
 
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
 class PostgresRunStore(RunStore):
-    """RunStore's rules over PostgreSQL tables instead of a SQLite file."""
+    """RunStore's rules over PostgreSQL tables instead of a SQLite file. `database`: the
+    course's Database (database.py), or its URL, and then the store makes its own, with
+    `pool_size` connections, and closes it with itself."""
 
-    def __init__(self, url: str, max_runs: int = default_of("store_max_runs"),
+    def __init__(self, database: Database | str, max_runs: int = default_of("store_max_runs"),
                  max_bytes: int = default_of("store_max_bytes"),
                  max_run_bytes: int = default_of("store_max_run_bytes"),
                  pool_size: int = 8):
         super().__init__(path=".", max_runs=max_runs, max_bytes=max_bytes,
                          max_run_bytes=max_run_bytes)
-        self.url = url
-        self.pool_size = pool_size
-        self._pool = None
+        self._owns_database = isinstance(database, str)
+        self.database = Database(database, pool_size) if self._owns_database else database
+        self.url = self.database.url
 
     def __repr__(self) -> str:
         return f"PostgresRunStore({redacted(self.url)!r})"
 
     def open(self) -> PostgresRunStore:
-        """Connect and create the tables; the server calls it at start-up, so that a database
-        it cannot reach fails there, with what to check."""
-        with self._open_lock:
-            if self._opened:
-                return self
-            try:
-                import psycopg
-                from psycopg_pool import ConnectionPool
-            except ImportError as exc:
-                raise StoreUnavailable(
-                    "AUTOGRAD_LAB_DATABASE_URL is set, but psycopg (with its pool) is not "
-                    "installed: pip install 'autograd-lab[shared]'") from exc
-            try:  # once by hand: the pool would retry a refused connection until its timeout
-                psycopg.connect(self.url, connect_timeout=10).close()
-            except psycopg.ProgrammingError:  # libpq's words quote the URL, password and all
-                raise StoreUnavailable("AUTOGRAD_LAB_DATABASE_URL does not parse as a "
-                                       "PostgreSQL URL (postgresql://user:password@host/db; "
-                                       "percent-encode special characters)") from None
-            except psycopg.Error as exc:
-                raise StoreUnavailable(
-                    f"PostgreSQL at {redacted(self.url)} cannot be reached "
-                    f"({_first_line(exc)}); check AUTOGRAD_LAB_DATABASE_URL and that the server "
-                    "is up") from None  # the chained error's text may hold the URL
-            # timeout: how long a request waits for a connection; short, so that with the
-            # database down a page says so in seconds, not after the browser gave up
-            # statement and lock timeouts: no question to the database, and no wait for a
-            # row's lock (a class's), holds a request (or the event loop) for long
-            pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, open=False,
-                                  timeout=3, name="autograd-lab-store",
-                                  kwargs={"options": f"-c statement_timeout={STATEMENT_MS} "
-                                                     f"-c lock_timeout={LOCK_MS}"})
-            pool.open(wait=True, timeout=15)
-            self._pool = pool
-            with self._pool.connection() as db:
-                db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                db.execute(_SCHEMA)
-            self._opened = True
+        """Open the database (its pool, its tables); the server calls it at start-up, so that
+        a database it cannot reach fails there, with what to check."""
+        self.database.open()
+        self._opened = True
         return self
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        if self._owns_database:
+            self.database.close()
 
     def reachable(self) -> tuple[bool, str]:
-        """(can the database be asked now, what /healthz says of it: not where it is, which
-        is the operator's to know and a stranger's to guess)."""
-        try:
-            with self._connect() as db:
-                db.execute("SELECT 1")
-        except StoreUnavailable as exc:
-            return False, str(exc)
-        return True, "PostgreSQL, shared by this course's web processes and workers"
-
-    @contextmanager
-    def _connect(self):
-        if not self._opened:
-            self.open()
-        from psycopg import OperationalError
-        from psycopg.errors import QueryCanceled
-        from psycopg_pool import PoolTimeout
-
-        try:
-            with self._pool.connection() as db:  # one transaction: committed on leaving
-                yield db
-        except (OperationalError, PoolTimeout, QueryCanceled) as exc:
-            # the details (the database's address, its user) go to the log, not to whoever
-            # asked: the answer says what to do
-            log.warning("the run store cannot be reached: %s", _first_line(exc))
-            raise StoreUnavailable("the run store (the server's database) cannot be reached "
-                                   "just now: try again in a minute") from exc
+        """(can the database be asked now, what /healthz says of it)."""
+        return self.database.reachable()
 
     # ---- writing ------------------------------------------------------------------------------
 
     def keep(self, doc: dict, run_id: str) -> bool:
-        packed = self._packed(doc, run_id)
-        with self._connect() as db:
+        packed = self.pack(doc, run_id)
+        with self.database.transaction() as db:
             over = self.write(db, run_id, packed)
         if over:
             self.prune(keep=run_id)
         return packed[2]
 
     def write(self, db, run_id: str, packed: tuple) -> bool:
-        """Write a Trace packed by `_packed` (outside any transaction: gzip takes a while) in
+        """Write a Trace packed by `pack` (outside any transaction: gzip takes a while) in
         `db`'s transaction: the shared line closes the run's row in the same one
         (upload_worker.py). True if the store is now past its bounds (asked without a lock:
         nearly always it is not, and nothing waits for anyone): then the caller prunes once
@@ -217,8 +106,8 @@ class PostgresRunStore(RunStore):
     def prune(self, keep: str) -> None:
         """The oldest runs past the bounds go, in a transaction of its own (a bound's sweep
         never holds a new run's lock), by one process at a time."""
-        with self._connect() as db:
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
+        with self.database.transaction() as db:
+            lock(db, Lock.PRUNE)
             self._prune(db, keep)
 
     @staticmethod
@@ -242,9 +131,8 @@ class PostgresRunStore(RunStore):
             return
         db.execute("DELETE FROM runs WHERE id = ANY(%s)", (gone,))  # heads, figures: cascade
         # the shared line's rows of those runs (their scripts) go with them, ended ones only
-        if db.execute("SELECT to_regclass('uploads') IS NOT NULL").fetchone()[0]:
-            db.execute("DELETE FROM uploads WHERE id = ANY(%s) AND state NOT IN "
-                       "('queued', 'running')", (gone,))
+        db.execute("DELETE FROM uploads WHERE id = ANY(%s) AND state NOT IN "
+                   "('queued', 'running')", (gone,))
 
     def _upgrade(self, run_id: str) -> None:
         """Nothing older ever wrote these tables."""
@@ -252,12 +140,12 @@ class PostgresRunStore(RunStore):
     # ---- reading ------------------------------------------------------------------------------
 
     def exists(self, run_id: str) -> bool:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             return db.execute("SELECT 1 FROM runs WHERE id = %s", (run_id,)).fetchone() \
                 is not None
 
     def _parse(self, run_id: str) -> dict | None:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT doc FROM runs WHERE id = %s", (run_id,)).fetchone()
         if row is None:
             return None
@@ -266,7 +154,7 @@ class PostgresRunStore(RunStore):
         return doc
 
     def _blob(self, run_id: str) -> tuple[StoredBlob, bool] | None:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT seq, octet_length(doc) FROM runs WHERE id = %s",
                              (run_id,)).fetchone()
         return None if row is None else (StoredBlob(run_id, row[0], row[1]), True)
@@ -276,7 +164,7 @@ class PostgresRunStore(RunStore):
             yield self._piece(blob, offset, size)
 
     def _piece(self, blob: StoredBlob, offset: int, size: int) -> bytes:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT substring(doc FROM %s FOR %s) FROM runs "
                              "WHERE id = %s AND seq = %s",
                              (offset + 1, size, blob.run_id, blob.rowid)).fetchone()
@@ -285,18 +173,18 @@ class PostgresRunStore(RunStore):
         return bytes(row[0])
 
     def _head(self, run_id: str) -> dict | None:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT head FROM run_heads WHERE id = %s", (run_id,)).fetchone()
         return None if row is None else json.loads(row[0])
 
     def figure(self, run_id: str, number: int) -> bytes | None:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT png FROM run_figures WHERE id = %s AND number = %s",
                              (run_id, number)).fetchone()
         return None if row is None else bytes(row[0])
 
     def __len__(self) -> int:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
     # ---- lessons, traced once for every web process ------------------------------------------
@@ -304,13 +192,13 @@ class PostgresRunStore(RunStore):
     def lesson(self, key: tuple) -> dict | None:
         """A lesson's Trace another web process (or this one, before a restart) traced, by
         TraceService's key (scenario, script hash, arguments, device, torch version)."""
-        with self._connect() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT doc FROM lesson_traces WHERE key = %s",
                              (_lesson_key(key),)).fetchone()
         return None if row is None else json.loads(gzip.decompress(row[0]))
 
     def keep_lesson(self, key: tuple, doc: dict) -> None:
-        with self._connect() as db:
+        with self.database.transaction() as db:
             db.execute("INSERT INTO lesson_traces (key, created, doc) VALUES (%s, %s, %s) "
                        "ON CONFLICT (key) DO NOTHING", (_lesson_key(key), time.time(),
                                                         _pack(doc)))
@@ -320,7 +208,7 @@ class PostgresRunStore(RunStore):
     def secret(self, name: str, size: int = 32) -> bytes:
         """The secret `name`, made by the first process that asks (random, `size` bytes) and
         the same for every process after it, across restarts."""
-        with self._connect() as db:
+        with self.database.transaction() as db:
             db.execute("INSERT INTO server_secrets (name, value) VALUES (%s, %s) "
                        "ON CONFLICT (name) DO NOTHING", (name, secrets.token_bytes(size)))
             return bytes(db.execute("SELECT value FROM server_secrets WHERE name = %s",

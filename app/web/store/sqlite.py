@@ -128,9 +128,11 @@ class RunStore:
         self.keep(doc, run_id)
         return run_id
 
-    def _packed(self, doc: dict, run_id: str) -> tuple[dict, bytes, bool, list[bytes]]:
+    def pack(self, doc: dict, run_id: str) -> tuple[dict, bytes, bool, list[bytes]]:
         """(what is stored, its gzip JSON, whether it is the whole Trace, its figures): a
-        Trace past `max_run_bytes` is stored as its script and an error that says why."""
+        Trace past `max_run_bytes` is stored as its script and an error that says why. Public:
+        the shared line packs a Trace (gzip takes a while) before it locks the run's row, and
+        hands the result to PostgresRunStore.write (runs/upload_worker.py)."""
         stored = _linked(doc, run_id)
         blob = _pack(stored)
         whole = len(blob) <= self.max_run_bytes
@@ -142,7 +144,7 @@ class RunStore:
     def keep(self, doc: dict, run_id: str) -> bool:
         """Keep `doc` under `run_id`: True if kept as it is, False if it was too large and
         only its script was kept."""
-        stored, blob, whole, figures = self._packed(doc, run_id)
+        stored, blob, whole, figures = self.pack(doc, run_id)
         with self._lock, self._connect() as db:
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                        (run_id, time.time(), doc["script"]["name"], _size(blob, figures),

@@ -28,7 +28,7 @@ def test_a_run_booked_but_never_queued_is_failed_and_one_waiting_in_line_is_not(
     store = PostgresRunStore(url, pool_size=2)
     queue = SharedQueue(store, running=1, queued=1, queue_size=10)
     waiting = queue.submit(Submission("alice", "waits.py", "print(1)\n", "cpu", 10.0))
-    with store._connect() as db:  # what a booking leaves before its job is made
+    with store.database.transaction() as db:  # what a booking leaves before its job is made
         db.execute("INSERT INTO uploads (id, client, address, name, source, device, "
                    "time_limit, state) VALUES ('orphan', 'bob', '', 'lost.py', 'print(2)\n', "
                    "'cpu', 10, 'queued')")
