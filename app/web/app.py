@@ -16,7 +16,7 @@ from app.render import KINDS
 from app.render.legend import UNIT_KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
-from app.web.classes.classroom import Classroom
+from app.web.classes.in_process import InProcessClassroom
 from app.web.classes.shared import SharedClassroom
 from app.web.http.clients import ClientCookie, use_signing_key
 from app.web.http.error_handler import install_error_handlers
@@ -56,13 +56,11 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         # the shared mode's uploads run in `autograd-lab worker` processes, not here
         app.state.traces.start(lambda: load_catalog(folder), uploads=not settings.database_url)
         # the shared mode's classes: every web process's changes, heard here
-        listening = asyncio.create_task(app.state.classroom.listen()) \
-            if isinstance(app.state.classroom, SharedClassroom) else None
+        listening = asyncio.create_task(app.state.classroom.listen())
         try:
             yield
         finally:
-            if listening is not None:
-                listening.cancel()
+            listening.cancel()
             app.state.traces.stop()
             queue.close()
             app.state.store.close()
@@ -82,10 +80,10 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     if settings.database_url:  # each lesson traced once for every web process
         app.state.traces.shared_lessons = app.state.store
     # classes in memory, or with database_url in PostgreSQL, heard by every web process
-    app.state.classroom = SharedClassroom(app.state.store, settings.max_classes,
+    app.state.classroom = SharedClassroom(app.state.store.database, settings.max_classes,
                                           people_per_address=settings.per_address_people) \
-        if settings.database_url else Classroom(settings.max_classes,
-                                                people_per_address=settings.per_address_people)
+        if settings.database_url else InProcessClassroom(
+            settings.max_classes, people_per_address=settings.per_address_people)
     # uploads run in the lessons' service's upload lane (one fork server for both), queued in
     # this process; a queue on other machines would replace only InProcessQueue here
     # a class whose room shares one network address counts its members there (people_at)

@@ -71,9 +71,8 @@ def _refusal(request: Request, status: dict) -> AppError | None:
 
 def class_grant(request: Request) -> str | None:
     """The code of the open class whose membership lets this browser run code without the
-    token, or None (classroom.py: `Classroom.member_of`)."""
-    session = request.app.state.classroom.member_of(client_key(request))
-    return session.code if session is not None else None
+    token, or None (classes/classroom.py: `Classroom.member_of`)."""
+    return request.app.state.classroom.member_of(client_key(request))
 
 
 def upload_policy(request: Request) -> dict:

@@ -18,7 +18,8 @@ from app.catalog import Scenario, load_catalog
 from app.render import font_scale
 from app.runner import SelfTest
 from app.web.auth import check_teacher, check_uploader
-from app.web.classes.classroom import Classroom, ClassSession
+from app.web.classes.classroom import Classroom
+from app.web.classes.session import ClassSession
 from app.web.http.clients import client_address, client_key
 from app.web.runs.drawings import Drawings, Layout
 from app.web.runs.trace_service import TraceService

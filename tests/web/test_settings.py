@@ -91,7 +91,7 @@ def test_the_store_and_the_classroom_take_their_defaults_from_the_declarations()
     """They once restated 500, 256 MiB, 16 MiB and 50 beside the settings."""
     import inspect
 
-    from app.web.classes.classroom import Classroom
+    from app.web.classes.in_process import InProcessClassroom as Classroom
     from app.web.store.sqlite import RunStore
 
     store = inspect.signature(RunStore).parameters

@@ -1,20 +1,21 @@
-"""Classes every web process shares (`AUTOGRAD_LAB_DATABASE_URL`): the same class sessions as
-classroom.py, their state kept in PostgreSQL, so that a student whose requests reach web process
-A follows a teacher on web process B, `Last-Event-ID` resumes on either, and a restart ends no
-class. The `classes` table, like every table of that database, is made by the Database
-(store/database.py); the statements here run in its transactions.
+"""`SharedClassroom`: the `Classroom` (classroom.py) of the shared mode
+(`AUTOGRAD_LAB_DATABASE_URL`). Every web process serves the same classes, their state kept in
+PostgreSQL, so that a student whose requests reach web process A follows a teacher on web
+process B, `Last-Event-ID` resumes on either, and a restart ends no class. The `classes` table,
+like every table of that database, is made by the Database (store/database.py); the
+statements here run in its transactions.
 
-Each class is one row: its state as classroom.py's `ClassSession.to_state` makes it (view,
-question, answers, members, runs sent in, version). A change (`change`) takes the row's lock,
-loads the state into this process's session, applies the change there (the session's own
-methods, unchanged), writes it back and `NOTIFY`s a small payload: the class, its version and
-its audience count. Every web process `LISTEN`s (`listen`): a class it holds whose numbers moved
-is read again from its row, once per process, and its own streams are woken. The streams,
-their followers and their caps stay each process's own.
+Each class is one row: its `ClassState` (state.py) as `to_dict` makes it. A change (`change`)
+takes the row's lock, reads the state into this process's session, applies the change there
+(the state's own rules, the same as on one machine), writes it back and `NOTIFY`s a small
+payload: the class, its version and its audience count. Every web process `LISTEN`s
+(`listen`): a class it holds whose numbers moved is read again from its row, once per process,
+and its own streams are woken. The streams, their followers and their caps stay each
+process's own (`ClassSession`, session.py).
 
 Reads of other processes' classes go to the table: `member_of` (may this browser run code
-without the token), `people_at` (a room that shares one address), `started_by` (whose run it
-is: the shared line's `uploads` row).
+without the token) and `people_at` (a room that shares one address). Whose a run is, the
+shared line's `uploads` row says (runs/shared_queue.py).
 
 A change runs its statements on the calling thread (a route on the event loop waits for a few
 milliseconds on loopback); the follower fan-out touches the database once per change per
@@ -24,84 +25,85 @@ process, never per follower.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
+from collections.abc import Callable
+from typing import TypeVar
 
+from app.web.client_keys import is_browser
 from app.web.settings import default_of
-from app.web.store.database import Lock, lock
-from app.web.store.postgres import PostgresRunStore
+from app.web.store.database import Database, Lock, lock
 
-from .classroom import (
-    CODE_PATTERN,
-    WRONG_CODES_PER_MINUTE,
-    WRONG_CODES_PER_MINUTE_IN_ALL,
-    ClassError,
-    Classroom,
-    ClassSession,
-)
+from .classroom import enter, new_code, require_teacher
+from .session import ClassSession
+from .state import CODE_PATTERN, ClassError, ClassState
+from .wrong_codes import WrongCodes
 
 __all__ = ["SharedClassroom", "CHANNEL"]
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "autograd_lab_classes"
+T = TypeVar("T")
 
 
-class SharedClassroom(Classroom):
-    def __init__(self, store: PostgresRunStore, max_sessions: int = default_of("max_classes"),
+class SharedClassroom:
+    def __init__(self, database: Database, max_sessions: int = default_of("max_classes"),
                  idle_hours: float = 12,
                  people_per_address: int = default_of("per_address_people")) -> None:
-        super().__init__(max_sessions, idle_hours, people_per_address)
-        self.store = store
+        self.database = database
+        self.max_sessions = max_sessions
+        self.people_per_address = people_per_address
+        self.idle_seconds = idle_hours * 3600
+        self.sessions: dict[str, ClassSession] = {}  # the classes this process serves
+        self.open_streams = 0  # this process's event streams, for its cap
+        self.wrong_codes = WrongCodes()
 
-    # ---- changes ------------------------------------------------------------------------------
+    # ---- changes ---------------------------------------------------------------------------
 
-    def change(self, session: ClassSession, act):
-        """`act(session)` on the class's state as the table has it, under the row's lock; the
+    def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
+        """`act(state)` on the class's state as the table has it, under the row's lock; the
         state written back and every web process told, also when `act` refused (a refusal
         may count: a browser turned away is shown to the teacher)."""
-        with self.store.database.transaction() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT state FROM classes WHERE code = %s FOR UPDATE",
                              (session.code,)).fetchone()
             if row is None:
                 raise ClassError(404, f"there is no class {session.code!r} here any more",
                                  "no_class")
-            session.load_state(row[0])
+            session.replace(ClassState.from_dict(row[0]))
             if session.ended:
                 raise ClassError(409, "this class has ended", "class_ended")
-            before = json.dumps(session.to_state(), sort_keys=True)
+            before = session.state.to_dict()
             try:
-                return act(session)
+                return session.apply(act)
             finally:
-                if json.dumps(session.to_state(), sort_keys=True) != before:
+                if session.state.to_dict() != before:
                     try:
-                        self._write(db, session)
+                        self._write(db, session.state)
                         # committed now: a refusal may have counted too (a browser turned
                         # away is shown to the teacher), and an exception would roll it back
                         db.commit()
                     except BaseException:
                         # not written: this process's streams must not keep a state no other
                         # process has (nor take the real next version for one seen)
-                        session.load_state(row[0])
-                        session._wake_students()
-                        session._wake_teacher()
+                        session.replace(ClassState.from_dict(row[0]))
+                        session.wake_all()
                         raise
 
-    def _write(self, db, session: ClassSession) -> None:
+    def _write(self, db, state: ClassState) -> None:
         from psycopg.types.json import Jsonb
 
         db.execute("UPDATE classes SET version = %s, audience = %s, ended = %s, "
                    "updated = now(), state = %s WHERE code = %s",
-                   (session.version, session.audience, session.ended,
-                    Jsonb(session.to_state()), session.code))
+                   (state.version, state.audience, state.ended, Jsonb(state.to_dict()),
+                    state.code))
         db.execute("SELECT pg_notify(%s, %s)",
-                   (CHANNEL, f"{session.code}:{session.version}:{session.audience}"))
+                   (CHANNEL, f"{state.code}:{state.version}:{state.audience}"))
 
     def start(self, teacher: str) -> ClassSession:
         from psycopg.types.json import Jsonb
 
-        with self.store.database.transaction() as db:
+        with self.database.transaction() as db:
             lock(db, Lock.CLASS_START)
             # a class idle for longer than the idle time ends, as one machine's would
             db.execute("UPDATE classes SET ended = true, state = jsonb_set(state, '{ended}', "
@@ -117,83 +119,85 @@ class SharedClassroom(Classroom):
                                       "open; end one (or wait for idle ones to expire) and try "
                                       "again")
             while True:
-                code = self._new_code()
-                session = ClassSession(code=code, teacher=teacher,
-                                       people=self.people_per_address)
+                state = ClassState(code=new_code(), teacher=teacher,
+                                   people=self.people_per_address)
                 made = db.execute(
                     "INSERT INTO classes (code, teacher, version, audience, state) VALUES "
                     "(%s, %s, 0, 0, %s) ON CONFLICT (code) DO NOTHING RETURNING code",
-                    (code, teacher, Jsonb(session.to_state()))).fetchone()
+                    (state.code, teacher, Jsonb(state.to_dict()))).fetchone()
                 if made is not None:
                     break
-        self.sessions[code] = session
+        session = self.sessions[state.code] = ClassSession(state)
         return session
+
+    def end(self, session: ClassSession) -> None:
+        self.change(session, lambda s: s.end())
+        self.sessions.pop(session.code, None)
+
+    # ---- the way in --------------------------------------------------------------------------
 
     def get(self, code: str, address: str = "", client: str = "",
             join: bool = True) -> ClassSession:
         code = code.upper()
-        if CODE_PATTERN.fullmatch(code) and code not in self.sessions and \
-                not self._guessing(address):
-            self._load(code)  # another process's class: held here from now on
-        return super().get(code, address, client, join)
+        if not CODE_PATTERN.fullmatch(code):
+            return enter(self, None, code, address, client, join)
+        if code not in self.sessions and not self.wrong_codes.guessing(address):
+            # another process's class: held here from now on (a guesser past its count is
+            # refused without asking the table)
+            self._load(code)
+        return enter(self, self.sessions.get(code), code, address, client, join)
 
-    def _guessing(self, address: str) -> bool:
-        """Is this address (or the whole server) past its wrong codes for the minute? Then
-        the table is not asked: Classroom.get refuses it (429) before it could matter."""
-        now = time.monotonic()
-        misses = self._wrong_codes.get(address) if address else None
-        recent = sum(1 for t in misses if now - t <= 60) if misses else 0
-        everyone = sum(1 for t in self._wrong_in_all if now - t <= 60)
-        return recent >= WRONG_CODES_PER_MINUTE or everyone >= WRONG_CODES_PER_MINUTE_IN_ALL
+    def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
+        return require_teacher(self.get(code, address, client, join=False), client)
 
     def _load(self, code: str) -> None:
-        with self.store.database.transaction() as db:
+        with self.database.transaction() as db:
             row = db.execute("SELECT state FROM classes WHERE code = %s AND NOT ended",
                              (code,)).fetchone()
         if row is not None:
             self._held(row[0])
 
-    def _held(self, state: dict) -> ClassSession:
-        """The session of `state`, held by this process (its streams wait on it)."""
-        session = self.sessions.get(state["code"])
+    def _held(self, data: dict) -> ClassSession:
+        """The session of the stored state `data`, held by this process (its streams wait on
+        it)."""
+        state = ClassState.from_dict(data)
+        session = self.sessions.get(state.code)
         if session is None:
-            session = self.sessions[state["code"]] = ClassSession.from_state(state)
+            session = self.sessions[state.code] = ClassSession(state)
         else:
-            session.load_state(state)
+            session.replace(state)
         return session
 
-    def _expire(self) -> None:
-        """Idle classes end in the table (`start`); this process lets go of ended ones."""
-        for code in [c for c, s in self.sessions.items() if s.ended]:
-            self.sessions.pop(code, None)
+    # ---- streams: this process's own ------------------------------------------------------------
+
+    def open_stream(self, session: ClassSession, client: str, following: bool,
+                    address: str = "") -> None:
+        session.open_stream(client, following, self.open_streams, address)
+        self.open_streams += 1
+
+    def close_stream(self, session: ClassSession, client: str, following: bool,
+                     address: str = "") -> None:
+        session.close_stream(client, following, address)
+        self.open_streams -= 1
 
     # ---- what other processes' classes say ------------------------------------------------------
 
-    def member_of(self, client: str) -> ClassSession | None:
-        from app.web.client_keys import is_browser
-
-        if not is_browser(client):
+    def member_of(self, client: str) -> str | None:
+        if not is_browser(client):  # an address is never a member
             return None
-        with self.store.database.transaction() as db:
-            row = db.execute("SELECT state FROM classes WHERE NOT ended AND EXISTS (SELECT 1 "
-                             "FROM jsonb_array_elements(state->'members') m WHERE "
-                             "m->>'client' = %s) LIMIT 1", (client,)).fetchone()
-        return None if row is None else ClassSession.from_state(row[0])
+        with self.database.transaction() as db:
+            # members keyed by client; a row of the release before holds them as a list
+            row = db.execute("SELECT code FROM classes WHERE NOT ended AND (state->'members' ? "
+                             "%s OR state->'members' @> jsonb_build_array(jsonb_build_object("
+                             "'client', %s::text))) LIMIT 1", (client, client)).fetchone()
+        return None if row is None else row[0]
 
     def people_at(self, address: str) -> int:
-        with self.store.database.transaction() as db:
+        with self.database.transaction() as db:
             rows = db.execute("SELECT state->'at_address'->>%s FROM classes WHERE NOT ended "
                               "AND state->>'shared_at' = %s", (address, address)).fetchall()
         shared = sum(int(r[0] or 0) for r in rows)
         return max(self.people_per_address, shared)
-
-    def note_run(self, client: str, run_id: str) -> None:
-        """The shared line's `uploads` row says whose each run is."""
-
-    def started_by(self, run_id: str) -> str | None:
-        with self.store.database.transaction() as db:
-            row = db.execute("SELECT client FROM uploads WHERE id = %s", (run_id,)).fetchone()
-        return None if row is None else row[0]
 
     # ---- hearing of other processes' changes -----------------------------------------------------
 
@@ -207,7 +211,7 @@ class SharedClassroom(Classroom):
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                        self.store.url, autocommit=True) as conn:
+                        self.database.url, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     await self._catch_up(list(self.sessions))
                     async for note in conn.notifies():
@@ -223,28 +227,22 @@ class SharedClassroom(Classroom):
         session = self.sessions.get(code)
         if session is None:
             return  # not held here: read from the table when someone asks for it
-        if int(version) > session.version or int(audience) > session.audience:
+        if int(version) > session.version or int(audience) > session.state.audience:
             await self._catch_up([code])
 
     async def _catch_up(self, codes: list[str]) -> None:
         if not codes:
             return
         rows = await asyncio.to_thread(self._states, codes)
-        for state in rows:
-            session = self.sessions.get(state["code"])
+        for data in rows:
+            session = self.sessions.get(data["code"])
             if session is None:
                 continue
-            seen = (session.version, session.audience, session.ended)
-            session.load_state(state)
-            session.touched = time.monotonic()
-            if (session.version, session.ended) != seen[::2]:
-                session._wake_students()
-            if (session.version, session.audience, session.ended) != seen:
-                session._wake_teacher()
+            session.replace(ClassState.from_dict(data))  # wakes its streams by what moved
             if session.ended:  # its streams, woken, see it ended; nothing here holds it more
                 self.sessions.pop(session.code, None)
 
     def _states(self, codes: list[str]) -> list[dict]:
-        with self.store.database.transaction() as db:
+        with self.database.transaction() as db:
             return [r[0] for r in db.execute("SELECT state FROM classes WHERE code = ANY(%s)",
                                              (codes,)).fetchall()]

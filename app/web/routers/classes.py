@@ -41,6 +41,7 @@ from app.web.deps import (
     StoreDep,
     TeacherOnly,
     TeacherSessionDep,
+    UploadsDep,
 )
 from app.web.errors import AppError
 
@@ -95,8 +96,7 @@ async def class_events(request: Request, session: MemberSessionDep, classroom: C
     last = request.headers.get("last-event-id", "")
     seen = int(last) if _EVENT_ID.fullmatch(last) else -1
     following = following and client != session.teacher
-    session.open_stream(client, following, classroom.open_streams, address)  # 429 past caps
-    classroom.open_streams += 1
+    classroom.open_stream(session, client, following, address)  # 429 past the caps
 
     async def events():
         nonlocal seen
@@ -119,8 +119,7 @@ async def class_events(request: Request, session: MemberSessionDep, classroom: C
                 yield ServerSentEvent(data=json.dumps(session.snapshot(client)),
                                       id=str(session.mark(client)), event="ended")
         finally:
-            session.close_stream(client, following, address)
-            classroom.open_streams -= 1
+            classroom.close_stream(session, client, following, address)
 
     return EventSourceResponse(events(), ping=PING_SECONDS, send_timeout=10,
                                headers={"Cache-Control": "no-store"})
@@ -137,7 +136,8 @@ async def change_class(request: Request, session: TeacherSessionDep, classroom: 
         raise AppError(422, "a class's switch is shared_address (true, false or \"address N\")"
                        + (f"; not {unknown[0][:40]!r}" if unknown else ""))
     classroom.change(session, lambda s: s.share_address(body["shared_address"], address))
-    return {"shared_address": session.shared_address, "members": len(session.members)}
+    return {"shared_address": session.state.shared_address,
+            "members": len(session.state.members)}
 
 
 @router.get("/api/classes/{code}/members")
@@ -154,7 +154,7 @@ async def remove_member(session: TeacherSessionDep, classroom: ClassroomDep, ali
     """The teacher removes a member: its answer and runs leave the class, its pages stop
     following within a moment, and its browser cannot join again."""
     classroom.change(session, lambda s: s.remove(alias))
-    return {"removed": alias, "members": len(session.members)}
+    return {"removed": alias, "members": len(session.state.members)}
 
 
 @router.put("/api/classes/{code}/view")
@@ -213,19 +213,20 @@ async def choose_name(request: Request, session: MemberSessionDep, classroom: Cl
 
 
 @router.get("/api/classes/{code}/runs/{run_id}")
-async def run_of_mine(session: MemberSessionDep, classroom: ClassroomDep, client: ClientDep,
+async def run_of_mine(session: MemberSessionDep, uploads: UploadsDep, client: ClientDep,
                       run_id: str) -> dict:
     """Whether this browser started the run (so may send it to the teacher), and whether it
     is on the teacher's list already: a student's page offers "Send" on their own runs only."""
-    return {"run": run_id[:64], "yours": classroom.started_by(run_id) == client,
-            "sent": session.sent(run_id)}
+    mine = await asyncio.to_thread(uploads.started_by, run_id) == client
+    return {"run": run_id[:64], "yours": mine, "sent": session.state.sent(run_id)}
 
 
 @router.post("/api/classes/{code}/runs")
 async def send_run(request: Request, session: MemberSessionDep, classroom: ClassroomDep,
-                   store: StoreDep, client: ClientDep, address: AddressDep) -> dict:
+                   store: StoreDep, uploads: UploadsDep, client: ClientDep,
+                   address: AddressDep) -> dict:
     """A student sends one of their own stored runs to the teacher's list (403 for another's
-    run: `Classroom.started_by`)."""
+    run: the run queue's `started_by`)."""
     body = await _body(request)
     run_id = body.get("run")
     # the run's head only: its Trace can take hundreds of MB parsed (store.py)
@@ -233,7 +234,7 @@ async def send_run(request: Request, session: MemberSessionDep, classroom: Class
         len(run_id) <= 64 else None
     if head is None:
         raise AppError(404, "no such run here: run your code first, then send it", "no_run")
-    owner = classroom.started_by(run_id)
+    owner = await asyncio.to_thread(uploads.started_by, run_id)
     classroom.change(session, lambda s: s.submit(client, run_id, str(head["name"] or ""),
                                                  address, owner))
     return {"version": session.version}

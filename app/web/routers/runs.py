@@ -31,7 +31,6 @@ from app.format.notebook import NotANotebook, looks_like_notebook, script_from_n
 from app.web.auth import has_token, upload_policy
 from app.web.deps import (
     AddressDep,
-    ClassroomDep,
     ClientDep,
     DrawingsDep,
     LayoutDep,
@@ -154,8 +153,8 @@ def uploads(request: Request) -> dict:
 
 @router.post("/api/runs", response_model=Trace)
 async def create_run(request: Request, _: UploaderOnly, settings: SettingsDep,
-                     uploads: UploadsDep, classroom: ClassroomDep, client: ClientDep,
-                     address: AddressDep, wait: bool = True) -> Response:
+                     uploads: UploadsDep, client: ClientDep, address: AddressDep,
+                     wait: bool = True) -> Response:
     """Run a script; with `wait=false`, answer at once (202) with the run's id and status link."""
     # UploaderOnly is a plain function, so FastAPI runs it in its thread pool: in the shared
     # mode a class's membership is asked of PostgreSQL, which must not hold up the event loop
@@ -166,8 +165,6 @@ async def create_run(request: Request, _: UploaderOnly, settings: SettingsDep,
     # in a thread: a shared queue books the run in PostgreSQL (the event loop serves others)
     run_id = await run_in_threadpool(uploads.submit, client, upload.name, upload.source,
                                      upload.device, address, notebook=upload.notebook)
-    # whose run it is: only its starter may send it to a class's teacher (classroom.py)
-    classroom.note_run(client, run_id)
     if not wait:
         return JSONResponse(await run_in_threadpool(uploads.status, run_id), status_code=202)
     return await run_in_threadpool(document, await uploads.result(run_id))

@@ -10,12 +10,13 @@ from collections.abc import Callable
 
 from app.format import Trace, error_record, new_document
 from app.format.notebook import annotate
+from app.lru import LRU
 from app.runner import NoFreeUid
 from app.web.settings import default_of
 from app.web.store.sqlite import RunStore
 
 from .gate import Stopped
-from .queue import RunEnded, Submission, UnknownRun
+from .queue import RUNS_REMEMBERED, RunEnded, Submission, UnknownRun
 from .run_book import Job, JobBook, PeopleAt
 from .trace_service import DeviceError, Lane
 
@@ -42,10 +43,12 @@ class InProcessQueue:
         self._lock = threading.Lock()
         # run id -> requests awaiting its result, each on its own event loop
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
+        self._started_by: LRU[str] = LRU(RUNS_REMEMBERED)  # run id -> whose it is
 
     def submit(self, run: Submission) -> str:
         job = Job(self.store.new_id(), run.client, run.name, run.limit, address=run.address)
         self.book.open(job)
+        self._started_by.put(job.id, run.client)
         # a thread of its own, not one of the server's request threads: a run waiting in line
         # must not keep pages and Stop from being answered
         threading.Thread(target=self._run, args=(job, run), daemon=True,
@@ -128,6 +131,9 @@ class InProcessQueue:
     def owner(self, run_id: str) -> str | None:
         job = self.book.get(run_id)
         return None if job is None else job.client
+
+    def started_by(self, run_id: str) -> str | None:
+        return self._started_by.get(run_id)
 
     def cancel(self, run_id: str, wait: float = 10.0) -> dict:
         job = self._job(run_id)

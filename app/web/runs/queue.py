@@ -24,7 +24,9 @@ from typing import Protocol
 
 from app.format import Trace
 
-__all__ = ["RunEnded", "RunQueue", "Submission", "UnknownRun"]
+__all__ = ["RUNS_REMEMBERED", "RunEnded", "RunQueue", "Submission", "UnknownRun"]
+
+RUNS_REMEMBERED = 10_000  # whose each run is, for at least this many (the store keeps 500)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,12 @@ class RunQueue(Protocol):
 
     def owner(self, run_id: str) -> str | None:
         """Whose share the run counts against (the client key), while the queue knows it."""
+
+    def started_by(self, run_id: str) -> str | None:
+        """Whose run this was (the client key that sent it), also after it ended, for at
+        least the last RUNS_REMEMBERED runs; None for one it never saw or has forgotten. Only
+        a run's starter may send it to a class's teacher: the queue is the one place that
+        knows whose a run is."""
 
     def cancel(self, run_id: str, wait: float = 10.0) -> dict:
         """Stop it and wait up to `wait` s for it to end; its status (UnknownRun, RunEnded)."""

@@ -227,6 +227,9 @@ class SharedQueue:
             row = db.execute("SELECT client FROM uploads WHERE id = %s", (run_id,)).fetchone()
         return None if row is None else row[0]
 
+    def started_by(self, run_id: str) -> str | None:
+        return self.owner(run_id)  # the row says whose it is while the run is kept
+
     def recent(self, run_id: str) -> Trace | None:
         return None  # this process never held it: the store is asked
 

@@ -76,6 +76,10 @@ class UploadService:
             raise AppError(404, f"no run {run_id!r}")
         return {"id": run_id, "state": "done", "link": f"/runs/{run_id}"}
 
+    def started_by(self, run_id: str) -> str | None:
+        """Whose run it is (RunQueue.started_by): only its starter may send it to a class."""
+        return self.queue.started_by(run_id)
+
     def cancel(self, run_id: str, client: str, has_token: bool) -> dict:
         """Stop a waiting or running run, for the person who started it or whoever has the
         server's token; its status once it has ended (or after 10 s)."""

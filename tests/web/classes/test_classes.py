@@ -377,34 +377,35 @@ def test_an_oversized_or_bottomless_body_is_refused_not_a_500(room):
 def test_removed_members_leave_room_in_a_full_class(monkeypatch):
     """Found by the attacker's read: removed browsers counted toward the class's size, so a
     class a script filled stayed full whatever the teacher removed."""
-    from app.web.classes import classroom
+    from app.web.classes import state
 
-    monkeypatch.setattr(classroom, "MAX_MEMBERS", 3)
-    session = classroom.ClassSession("ABCDEF", "cookie:teacher", people=10)
+    monkeypatch.setattr(state, "MAX_MEMBERS", 3)
+    session = state.ClassState("ABCDEF", "cookie:teacher", people=10)
     for n in range(3):
         session.admit(f"cookie:bot{n}", "10.0.0.9")
-    with pytest.raises(classroom.ClassError, match="3 members"):
+    with pytest.raises(state.ClassError, match="3 members"):
         session.admit("cookie:student", "10.0.0.1")
     for member in list(session.members.values()):
         session.remove(member.alias)
     session.admit("cookie:student", "10.0.0.1")  # room again
-    with pytest.raises(classroom.ClassError, match="removed this browser"):
+    with pytest.raises(state.ClassError, match="removed this browser"):
         session.admit("cookie:bot0", "10.0.0.9")
 
 
 def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
     """The review's case: membership now runs code, and an IPv6 /48 is thousands of /64s, each
     with its own 30 wrong codes a minute; the server counts them all together too."""
-    from app.web.classes import classroom
+    from app.web.classes import state
+    from app.web.classes.in_process import InProcessClassroom
 
-    monkeypatch.setattr(classroom, "WRONG_CODES_PER_MINUTE_IN_ALL", 50)
-    room = classroom.Classroom()
+    monkeypatch.setattr(state, "WRONG_CODES_PER_MINUTE_IN_ALL", 50)
+    room = InProcessClassroom()
     session = room.start("cookie:teacher")
-    session.admit("cookie:member", "10.0.0.1")
+    room.change(session, lambda s: s.admit("cookie:member", "10.0.0.1"))
     for n in range(50):  # 50 addresses, 1 wrong code each: no address past its own 30
-        with pytest.raises(classroom.ClassError, match="no class"):
+        with pytest.raises(state.ClassError, match="no class"):
             room.get("ZZZZZ2", f"2001:db8:{n}::1", f"cookie:guesser{n}")
-    with pytest.raises(classroom.ClassError, match="wrong class codes were tried on this server"):
+    with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
         room.get(session.code, "2001:db8:99::1", "cookie:new")  # the right code, a stranger
     assert room.get(session.code, "10.0.0.1", "cookie:member") is session  # members get in
 
@@ -412,12 +413,13 @@ def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
 def test_a_streams_text_is_the_readers_own_snapshot():
     """snapshot_text shares one text among the students of a version: each still reads its own
     state (its name, its answer), and a change is never served from an older text."""
-    from app.web.classes import classroom
+    from app.web.classes.session import ClassSession
+    from app.web.classes.state import ClassState
 
-    session = classroom.ClassSession("ABCDEF", "cookie:teacher", people=10)
+    session = ClassSession(ClassState("ABCDEF", "cookie:teacher", people=10))
     for n in range(3):
-        session.admit(f"cookie:s{n}", "10.0.0.9")
-    session.rename("cookie:s0", 'Ana "<b>" \u202e')
+        session.apply(lambda s, n=n: s.admit(f"cookie:s{n}", "10.0.0.9"))
+    session.apply(lambda s: s.rename("cookie:s0", 'Ana "<b>" \u202e'))
     readers = ["cookie:teacher", "cookie:s0", "cookie:s1", "cookie:s2", "cookie:stranger"]
 
     def same() -> None:
@@ -425,14 +427,14 @@ def test_a_streams_text_is_the_readers_own_snapshot():
             assert json.loads(session.snapshot_text(who)) == session.snapshot(who), who
 
     same()
-    session.show("/scenarios/reused_layer", "k=2")
+    session.apply(lambda s: s.show("/scenarios/reused_layer", "k=2"))
     same()
-    question = session.ask("Which?", ["a", "b", "c"], 1)
-    session.answer("cookie:s1", question["id"], 2)
+    question = session.apply(lambda s: s.ask("Which?", ["a", "b", "c"], 1))
+    session.apply(lambda s: s.answer("cookie:s1", question["id"], 2))
     same()  # s1's answer is s1's alone; the others' texts say none
     assert json.loads(session.snapshot_text("cookie:s1"))["question"]["mine"] == 2
     assert json.loads(session.snapshot_text("cookie:s2"))["question"]["mine"] is None
-    session.reveal()
+    session.apply(lambda s: s.reveal())
     same()
-    session.show("/", "")
+    session.apply(lambda s: s.show("/", ""))
     assert json.loads(session.snapshot_text("cookie:s2"))["view"] == {"path": "/", "query": ""}

@@ -231,3 +231,12 @@ def test_a_wait_that_times_out_is_forgotten(queue, under_test):
     if kept is not None:
         assert not kept.get(run_id), kept.get(run_id)
     assert state(queue, run_id) == "running"  # the waits did not touch the run
+
+
+def test_whose_run_it_is_is_remembered_after_it_ended(queue, under_test):
+    """Only a run's starter may send it to a class's teacher: the queue says whose it is, also
+    once it has ended (the classroom no longer keeps a list of its own)."""
+    run_id = submit(queue, "ann", SMALL)
+    result(queue, run_id)
+    assert queue.started_by(run_id) == "ann"
+    assert queue.started_by("never-sent") is None

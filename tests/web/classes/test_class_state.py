@@ -1,0 +1,51 @@
+"""A class's stored state (app/web/classes/state.py) is a dataclass kept as JSON through
+`dataclasses.asdict`: what is written is read back equal, and a row the previous release wrote
+(members as a list, made by hand) is read as the same class."""
+
+from __future__ import annotations
+
+import json
+
+from app.web.classes.state import ClassState
+
+
+def a_class() -> ClassState:
+    state = ClassState("ABCDEF", "cookie:teacher", people=4)
+    state.admit("cookie:ann", "10.0.0.2")
+    state.admit("cookie:bob", "10.0.0.3")
+    state.rename("cookie:ann", "Ana")
+    question = state.ask("Which?", ["a", "b", "c"], 2)
+    state.answer("cookie:ann", question["id"], 1, "10.0.0.2")
+    state.submit("cookie:ann", "run1", "script.py", "10.0.0.2", owner="cookie:ann")
+    state.remove(state.members["cookie:bob"].alias)
+    state.show("/runs/run1", "node=n3")
+    return state
+
+
+def test_what_is_written_is_read_back_equal():
+    state = a_class()
+    text = json.dumps(state.to_dict())  # JSON as PostgreSQL's jsonb keeps it
+    again = ClassState.from_dict(json.loads(text))
+    assert again == state
+    assert again.removed == {"cookie:bob"} and again.sent_from["run1"] == ("cookie:ann",
+                                                                            "10.0.0.2")
+    assert again.snapshot("cookie:ann") == state.snapshot("cookie:ann")
+
+
+def test_a_row_of_the_previous_release_is_the_same_class():
+    state = a_class()
+    # the previous release's ClassSession.to_state, field by field as it wrote them
+    old = {"code": state.code, "teacher": state.teacher, "created": state.created,
+           "version": state.version, "audience": state.audience, "view": state.view,
+           "question": state.question, "answers": state.answers,
+           "submissions": state.submissions, "people": state.people,
+           "shared_at": state.shared_at, "answered_from": state.answered_from,
+           "sent_by": state.sent_by,
+           "sent_from": {k: list(v) for k, v in state.sent_from.items()},
+           "members": [{"client": m.client, "address": m.address, "alias": m.alias,
+                        "joined": m.joined, "name": m.name, "renames": m.renames}
+                       for m in state.members.values()],
+           "removed": sorted(state.removed), "at_address": state.at_address,
+           "places": state.places, "turned_away": sorted(state.turned_away),
+           "ended": state.ended}
+    assert ClassState.from_dict(json.loads(json.dumps(old))) == state
