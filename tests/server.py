@@ -33,6 +33,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _bounded_protocol(tree: Path) -> list[str]:
+    """uvicorn's `--http` for the slow-client bounds, wherever the tree keeps them (they moved
+    into app/web/http/ in issue 33; bench/classroom.py serves older revisions too)."""
+    for where, module in (("app/web/http/slow_clients.py", "app.web.http.slow_clients"),
+                          ("app/web/slow_clients.py", "app.web.slow_clients")):
+        if (tree / where).exists():
+            return ["--http", f"{module}:BoundedH11Protocol"]
+    return []
+
+
 @contextmanager
 def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
           wrap: Callable[[list[str]], list[str]] | None = None, cwd: Path = ROOT,
@@ -51,8 +61,7 @@ def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
            "--no-proxy-headers",
            # the connection bounds `autograd-lab serve` has (a tree from before them has none)
-           *(["--http", "app.web.http.slow_clients:BoundedH11Protocol"]
-             if (Path(cwd) / "app" / "web" / "slow_clients.py").exists() else [])]
+           *_bounded_protocol(Path(cwd))]
     with log.open("wb") as out:
         proc = subprocess.Popen(wrap(cmd) if wrap else cmd, cwd=cwd, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)

@@ -23,7 +23,7 @@ def sections() -> dict[str, str]:
     directly under app/ under "app"."""
     found: dict[str, str] = {}
     parts = re.split(r"^#{2,3} (.*)$", MAP, flags=re.M)
-    for heading, body in zip(parts[1::2], parts[2::2]):
+    for heading, body in zip(parts[1::2], parts[2::2], strict=True):
         folder = re.fullmatch(r"`(app(?:/[a-z_]+)*)/`.*", heading.strip())
         if folder:
             found[folder.group(1)] = body

@@ -5,9 +5,9 @@ For the web layer and the CLI:
   one run, always a Trace document (its `error` explains failures); with a running `Pool`, a
   pre-started worker, else a fresh one;
 - `Pool(size).start()` at start-up, `.stop()` at shutdown;
-- `Zygote().start()`: the fork server (`forkserver.py`), which imports torch once so that
-  a worker starts in a tenth of a second; give it to the pools, `trace_in_sandbox` and the
-  self-test (`zygote_supported()` says whether this machine can have one);
+- `ForkServer().start()`: the fork server (`fork_server_process.py`), which imports torch once
+  so that a worker starts in a tenth of a second; give it to the pools, `trace_in_sandbox` and the
+  self-test (`fork_server_supported()` says whether this machine can have one);
 - `Policy` and `ResourceLimits`: which sandbox layers and limits a run gets;
 - `probe_devices()`: the devices a worker can use, asked of a worker (torch is the worker's);
 - `SelfTest().start()`: the start-up self-test, in the background; its `report()` says which
@@ -35,8 +35,8 @@ _EXPORTS = {
     "availability": "sandbox",
     "bound_all_runs": "sandbox.cgroups",
     "machine_memory": "sandbox.cgroups",
-    "Zygote": "zygote",
-    "zygote_supported": "zygote",
+    "ForkServer": "fork_server",
+    "fork_server_supported": "fork_server",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import sandbox
+from .fork_server import ForkServer, ForkServerUnavailable
 from .process_group import kill_group
 from .protocol import RESULT_FILE, Job, LaunchPlan, app_root, parse_ready, worker_env
 from .sandbox import identity, namespaces
 from .sandbox.cgroups import RunCgroups
-from .zygote import Zygote, ZygoteUnavailable
 
 __all__ = ["GRACE", "MAX_LOG", "START_TIMEOUT", "Child", "Outcome"]
 
@@ -41,7 +41,7 @@ STOP_GRACE = 1.0     # the same when a person stops the run: they are waiting
 MAX_LOG = 16 * 1024  # bytes kept of the worker's raw output (its tail)
 START_TIMEOUT = 120.0  # importing torch takes seconds; on a loaded machine, more
 WORKER = "app.runner.worker"
-# the programs the fork server runs in its children (forkserver.PROGRAMS)
+# the programs the fork server runs in its children (fork_server_process.PROGRAMS)
 FORKABLE = {WORKER: "worker", "app.runner.selftest_worker": "selftest"}
 
 
@@ -122,7 +122,7 @@ class Child:
     """A worker process in its own run folder, under the sandbox `policy` allows here."""
 
     def __init__(self, policy: sandbox.Policy, program: str = WORKER,
-                 zygote: Zygote | None = None) -> None:
+                 fork_server: ForkServer | None = None) -> None:
         self.policy = policy
         self.layers = sandbox.effective(policy)
         # the uid first: with none free (NoFreeUid) there is no run folder to leave behind
@@ -133,7 +133,7 @@ class Child:
         self.worker_pid: int | None = None
         self.started = time.monotonic()
         self._program = program
-        self._zygote = zygote
+        self._fork_server = fork_server
         self.forked = False  # started by the fork server rather than exec'd
         self._drain: _Drain | None = None
         self._used = False
@@ -144,12 +144,12 @@ class Child:
 
     @classmethod
     def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER,
-              zygote: Zygote | None = None) -> Child:
-        """Start a worker: forked from `zygote` when it is ready (and the program is one it
+              fork_server: ForkServer | None = None) -> Child:
+        """Start a worker: forked from `fork_server` when it is ready (and the program is one it
         serves), exec'd afresh otherwise. A fork server still starting is waited for."""
-        if zygote is not None and zygote.started():
-            zygote.settle()
-        child = cls(policy or sandbox.Policy(), program, zygote)
+        if fork_server is not None and fork_server.started():
+            fork_server.settle()
+        child = cls(policy or sandbox.Policy(), program, fork_server)
         try:
             child._start()
         except BaseException:
@@ -209,13 +209,13 @@ class Child:
     def _fork(self, plan: LaunchPlan, worker_opts: dict) -> bool:
         """Ask the fork server for this worker; False when it cannot (then exec afresh)."""
         program = FORKABLE.get(self._program)
-        if self._zygote is None or program is None or not self._zygote.usable():
+        if self._fork_server is None or program is None or not self._fork_server.usable():
             return False
         request = {"plan": asdict(plan), "sandbox": worker_opts, "program": program,
                    "namespaces": self.layers["namespaces"]}
         try:
-            self.proc = self._zygote.spawn(request)
-        except ZygoteUnavailable:
+            self.proc = self._fork_server.spawn(request)
+        except ForkServerUnavailable:
             return False
         self.forked = True
         self._drain = _Drain(self.proc.stdout)

@@ -14,7 +14,7 @@ A run that writes to a huge page it shares with the fork server still copies onl
 writes (the kernel splits the mapping in the run, not in the fork server), so a run's memory
 and its limits are what they were. What the fork server itself writes while a run shares its
 memory (serving the request: about 30 MB of it) is split back into small pages once, at its
-first run; the rest stays huge (tests/runner/test_forkserver.py). Where the kernel cannot
+first run; the rest stays huge (tests/runner/test_fork_server.py). Where the kernel cannot
 (older than 6.1, huge pages turned off), nothing changes and the fork server says why.
 
 Torch-free: called by the fork server after it has loaded everything, before its first fork.

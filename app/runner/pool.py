@@ -24,8 +24,8 @@ import time
 
 from . import sandbox
 from .child import START_TIMEOUT, Child
+from .fork_server import ForkServer
 from .sandbox import cgroups, identity
-from .zygote import Zygote
 
 __all__ = ["Pool"]
 
@@ -34,13 +34,14 @@ log = logging.getLogger("autograd_lab.runner.pool")
 
 class Pool:
     def __init__(self, size: int = 2, policy: sandbox.Policy | None = None,
-                 start_timeout: float = START_TIMEOUT, zygote: Zygote | None = None) -> None:
+                 start_timeout: float = START_TIMEOUT,
+                 fork_server: ForkServer | None = None) -> None:
         if size < 1:
             raise ValueError("a pool needs at least one worker")
         self.size = size
         self.policy = policy or sandbox.Policy()
         self.start_timeout = start_timeout
-        self.zygote = zygote  # when ready, workers are forked from it (zygote.py)
+        self.fork_server = fork_server  # when ready, workers are forked from it (fork_server.py)
         self._ready: queue.Queue[Child] = queue.Queue()
         self._room = threading.Semaphore(size)  # one permit per worker not yet started
         self._stopped = threading.Event()
@@ -95,16 +96,16 @@ class Pool:
         self.stop()
 
     def _fill(self) -> None:
-        if self.zygote is not None and self.zygote.started():
+        if self.fork_server is not None and self.fork_server.started():
             # fork the first workers too: exec'd ones would each import torch meanwhile
-            self.zygote.settle(cancel=self._stopped)
+            self.fork_server.settle(cancel=self._stopped)
         backoff = 1.0
         while True:
             self._room.acquire()
             if self._stopped.is_set():
                 return
             try:
-                child = Child.spawn(self.policy, zygote=self.zygote)
+                child = Child.spawn(self.policy, fork_server=self.fork_server)
             except Exception as exc:  # noqa: BLE001 - report, wait, try again
                 child, reason = None, f"could not start a worker: {exc}"
             else:

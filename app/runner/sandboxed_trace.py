@@ -23,9 +23,9 @@ from app.format import Trace
 from . import sandbox
 from .child import START_TIMEOUT, Child
 from .explain import to_document
+from .fork_server import ForkServer
 from .pool import Pool
 from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
-from .zygote import Zygote
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -48,11 +48,11 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                      policy: sandbox.Policy | None = None, pool: Pool | None = None,
                      wait: float = 5.0,
                      started: Callable[[Child], None] | None = None,
-                     zygote: Zygote | None = None, threads: int = 1) -> Trace:
+                     fork_server: ForkServer | None = None, threads: int = 1) -> Trace:
     """Trace a script given as a path or as source text; always returns a Trace document.
 
     With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
-    used if one is ready within `wait` seconds; a fresh one is forked from `zygote` when it is
+    used if one is ready within `wait` seconds; a fresh one is forked from `fork_server` when it is
     ready, exec'd otherwise. `started(child)` is told the worker before the job goes to it:
     `child.stop()` from another thread ends the run."""
     if (script is None) == (source is None):
@@ -67,7 +67,7 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         child = pool.acquire(timeout=wait)
     if child is None:
         child = Child.spawn(policy or (pool.policy if pool is not None else sandbox.Policy()),
-                            zygote=zygote)
+                            fork_server=fork_server)
     if started is not None:
         started(child)
     return trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,

@@ -21,12 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import sandbox
 from .child import MAX_LOG, Child
+from .fork_server import ForkServer
 from .protocol import ALLOWED_ENV, Job
 from .sandbox import identity, namespaces
 from .sandboxed_trace import trace_in
-from .zygote import Zygote
 
-ZYGOTE_WAIT = 180.0  # the fork server imports torch first
+FORK_SERVER_WAIT = 180.0  # the fork server imports torch first
 
 __all__ = ["SelfTest", "run_selftest"]
 
@@ -35,11 +35,11 @@ PROBE = "app.runner.selftest_worker"
 
 
 # the fork server the probes are forked from, when the server has one (run_selftest)
-_zygote: Zygote | None = None
+_fork_server: ForkServer | None = None
 
 
 def _probe(policy: sandbox.Policy, job: dict, timeout: float = 20.0, **kw):
-    child = Child.spawn(policy, program=PROBE, zygote=_zygote)
+    child = Child.spawn(policy, program=PROBE, fork_server=_fork_server)
     uid = child.uid
     outcome = child.execute(Job(extra=job), {}, timeout, start_timeout=30.0, **kw)
     left = identity.processes_of(uid) if uid is not None else []
@@ -164,7 +164,7 @@ print(open('/etc/shadow').read())
 
 def _worker(ctx: dict) -> dict:
     """The real worker (torch, tracer) end to end: it traces, and its sandbox is closed."""
-    doc = trace_in(Child.spawn(sandbox.Policy(), zygote=_zygote), source=_HOSTILE_TRACE,
+    doc = trace_in(Child.spawn(sandbox.Policy(), fork_server=_fork_server), source=_HOSTILE_TRACE,
                    name="selftest.py",
                  timeout=30)
     err = doc.get("error") or {}
@@ -199,13 +199,13 @@ _LAYERS = {"landlock": _layer_landlock, "seccomp": _layer_seccomp, "own_root": _
            "supervisor": _supervisor}
 
 
-def run_selftest(zygote: Zygote | None = None) -> dict:
-    """Try every available layer; returns the report. With a `zygote`, the probes are forked
+def run_selftest(fork_server: ForkServer | None = None) -> dict:
+    """Try every available layer; returns the report. With a `fork_server`, the probes are forked
     from it, as the runs will be (it is waited for until it is ready or has failed)."""
-    global _zygote
-    if zygote is not None:
-        zygote.settle(ZYGOTE_WAIT)
-    _zygote = zygote if zygote is not None and zygote.usable() else None
+    global _fork_server
+    if fork_server is not None:
+        fork_server.settle(FORK_SERVER_WAIT)
+    _fork_server = fork_server if fork_server is not None and fork_server.usable() else None
     started = time.monotonic()
     avail = sandbox.availability()
     outside = tempfile.mkdtemp(prefix="autograd-lab-selftest-")  # root's, 0700 -> 0755
@@ -248,8 +248,8 @@ def run_selftest(zygote: Zygote | None = None) -> dict:
         info["checks"] = checks
         if name == "exec":
             info["holds"] = True
-            if zygote is not None:
-                info["detail"] = zygote.describe()
+            if fork_server is not None:
+                info["detail"] = fork_server.describe()
         elif not info["available"]:
             info["holds"] = None
         else:
@@ -281,11 +281,11 @@ class SelfTest:
     """One server's self-test: started once, in the background, its report kept.
 
     `report` is None until it is done; one given to the constructor counts as done (a report
-    from an earlier run, or one a test states). With a `zygote`, the probes go through it."""
+    from an earlier run, or one a test states). With a `fork_server`, the probes go through it."""
 
-    def __init__(self, report: dict | None = None, zygote: Zygote | None = None) -> None:
+    def __init__(self, report: dict | None = None, fork_server: ForkServer | None = None) -> None:
         self._report = report
-        self.zygote = zygote
+        self.fork_server = fork_server
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -298,7 +298,7 @@ class SelfTest:
         return self
 
     def _run(self) -> None:
-        report = run_selftest(self.zygote)  # logs each layer that is missing or did not hold
+        report = run_selftest(self.fork_server)  # logs each layer that is missing or did not hold
         with self._lock:
             self._report = report
 

@@ -240,7 +240,7 @@ def _plotting() -> None:
 
 def fresh_seeds() -> None:
     """Random seeds of the run's own, as a freshly started interpreter has: a fork server's
-    children would otherwise all draw the same numbers (forkserver.py calls this)."""
+    children would otherwise all draw the same numbers (fork_server_process.py calls this)."""
     import random
 
     import numpy

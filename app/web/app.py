@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -16,6 +17,7 @@ from app.render import KINDS
 from app.render.legend import UNIT_KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
+from app.web.classes.classroom import Classroom
 from app.web.classes.in_process import InProcessClassroom
 from app.web.classes.shared import SharedClassroom
 from app.web.http.clients import ClientCookie, use_signing_key
@@ -27,6 +29,7 @@ from app.web.pages.narration import inline_html, narration_html
 from app.web.runs.drawings import Drawings
 from app.web.runs.first_look import FirstLook
 from app.web.runs.in_process_queue import InProcessQueue
+from app.web.runs.queue import RunQueue
 from app.web.runs.sandbox_status import announce
 from app.web.runs.shared_queue import SharedQueue
 from app.web.runs.trace_service import TraceService
@@ -49,20 +52,21 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         # that building an app (tests, `--factory` imports) starts no process
         # a store path the server cannot write, or a database it cannot reach, fails here
         app.state.store.open()
-        if settings.database_url:  # every web process signs cookies with the shared key
+        if mode.shared:  # every web process signs cookies with the key they share
             use_signing_key(app.state.store.secret(SIGNING_KEY))
         announce(settings, app.state.selftest)
         folder = app.state.scenarios_dir
         # the shared mode's uploads run in `autograd-lab worker` processes, not here
-        app.state.traces.start(lambda: load_catalog(folder), uploads=not settings.database_url)
-        # the shared mode's classes: every web process's changes, heard here
+        app.state.traces.start(lambda: load_catalog(folder), uploads=not mode.shared)
+        # the shared mode's classes: every web process's changes, heard here (on one machine
+        # there is nothing to hear, and listen returns at once)
         listening = asyncio.create_task(app.state.classroom.listen())
         try:
             yield
         finally:
             listening.cancel()
             app.state.traces.stop()
-            queue.close()
+            mode.queue.close()
             app.state.store.close()
 
     # docs_url/redoc_url off: FastAPI's own pages load Swagger UI from a CDN (routers/docs.py)
@@ -75,28 +79,10 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.traces = TraceService(settings)
     app.state.drawings = Drawings(settings)  # graphviz and grouping, cached apart from Traces
     # started with the server (lifespan), not with the app; its probes fork as runs do
-    app.state.selftest = SelfTest(zygote=app.state.traces.zygote)
-    app.state.store = _run_store(settings)
-    if settings.database_url:  # each lesson traced once for every web process
-        app.state.traces.shared_lessons = app.state.store
-    # classes in memory, or with database_url in PostgreSQL, heard by every web process
-    app.state.classroom = SharedClassroom(app.state.store.database, settings.max_classes,
-                                          people_per_address=settings.per_address_people) \
-        if settings.database_url else InProcessClassroom(
-            settings.max_classes, people_per_address=settings.per_address_people)
-    # uploads run in the lessons' service's upload lane (one fork server for both), queued in
-    # this process; a queue on other machines would replace only InProcessQueue here
-    # a class whose room shares one network address counts its members there (people_at)
-    if settings.database_url:  # the line in PostgreSQL, run by workers on any machine
-        queue = SharedQueue(app.state.store, settings.per_client_running,
-                            settings.per_client_queued, settings.queue_size,
-                            settings.per_address_people, app.state.classroom.people_at)
-    else:
-        queue = InProcessQueue(app.state.traces.uploads, app.state.store,
-                               settings.per_client_running, settings.per_client_queued,
-                               settings.per_address_people, app.state.classroom.people_at,
-                               stored=FirstLook(app.state.store, app.state.drawings))
-    app.state.uploads = UploadService(queue, app.state.store, settings.upload_timeout)
+    app.state.selftest = SelfTest(fork_server=app.state.traces.fork_server)
+    mode = _mode(settings, app.state.traces, app.state.drawings)
+    app.state.store, app.state.classroom = mode.store, mode.classroom
+    app.state.uploads = UploadService(mode.queue, mode.store, settings.upload_timeout)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)
     templates.env.filters.update(narration=narration_html, inline=inline_html,
@@ -122,10 +108,35 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     return app
 
 
-def _run_store(settings: Settings) -> RunStore:
-    """The SQLite file of one machine, or, with database_url, PostgreSQL shared by every web
-    process (pg_store.py)."""
+@dataclass(frozen=True)
+class Mode:
+    """The parts that differ between one machine and a course's shared database: where runs are
+    kept, where classes live, where uploads wait and run. Chosen once, here."""
+    shared: bool
+    store: RunStore
+    classroom: Classroom
+    queue: RunQueue
+
+
+def _mode(settings: Settings, traces: TraceService, drawings: Drawings) -> Mode:
+    """One machine: a SQLite file, classes in memory, uploads queued and run in this process.
+    With `database_url`: PostgreSQL shared by every web process and `autograd-lab worker`
+    (runs, classes, the line), each scenario traced once for all of them. Either way a class
+    whose room shares one network address counts its members there in the queue
+    (`people_at`)."""
     bounds = (settings.store_max_runs, settings.store_max_bytes, settings.store_max_run_bytes)
+    share = (settings.per_client_running, settings.per_client_queued)
     if settings.database_url:
-        return PostgresRunStore(settings.database_url, *bounds)
-    return RunStore(Path(settings.store_path).expanduser(), *bounds)
+        store = PostgresRunStore(settings.database_url, *bounds)
+        classroom = SharedClassroom(store.database, settings.max_classes,
+                                    people_per_address=settings.per_address_people)
+        queue = SharedQueue(store, *share, settings.queue_size, settings.per_address_people,
+                            classroom.people_at)
+        traces.shared_lessons = store
+        return Mode(True, store, classroom, queue)
+    store = RunStore(Path(settings.store_path).expanduser(), *bounds)
+    classroom = InProcessClassroom(settings.max_classes,
+                                   people_per_address=settings.per_address_people)
+    queue = InProcessQueue(traces.uploads, store, *share, settings.per_address_people,
+                           classroom.people_at, stored=FirstLook(store, drawings))
+    return Mode(False, store, classroom, queue)

@@ -3,10 +3,10 @@
 - A token configured (`--token` or AUTOGRAD_LAB_TOKEN): every upload needs it, as
   `Authorization: Bearer <token>`, wherever the server listens (so it can be tried on loopback),
   except from a member of an open class: a class grants the browsers that joined it (their
-  signed session cookie, clients.py; not the teacher, who has the token, and not one the teacher
-  removed) the right to run code, so no student ever needs the server's token. The right ends
-  when the class ends or the teacher removes the member. Their runs count against the same
-  per-person and per-address limits as everyone's (jobs.py, Classroom.people_at).
+  signed session cookie, http/clients.py; not the teacher, who has the token, and not one the
+  teacher removed) the right to run code, so no student ever needs the server's token. The
+  right ends when the class ends or the teacher removes the member. Their runs count against the
+  same per-person and per-address limits as everyone's (runs/run_book.py, Classroom.people_at).
 - No token, bound to loopback and asked from loopback: the server is one person's; uploads are
   open. The client's address is checked as well as the bind, because a server started by
   `uvicorn --host 0.0.0.0` directly does not tell the settings where it listens. Only a direct

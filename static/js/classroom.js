@@ -1,4 +1,4 @@
-// A class session on every page (app/web/classroom.py). The teacher's pages send the view they
+// A class session on every page (app/web/classes/). The teacher's pages send the view they
 // show (its path and query: every view lives in the URL, permalink.js) whenever it changes;
 // students' pages get the class's state pushed (server-sent events) and open the same view,
 // unless the student chose to explore on their own. The browser's EventSource reconnects by
@@ -26,8 +26,8 @@ import { apply as applyView, subscribe, subscribeShown } from "./view_state.js";
 const KEY = "autograd-lab-class";
 const TOKEN_KEY = "autograd-lab-token";
 const NAME_KEY = "autograd-lab-name"; // the last name this browser chose: offered next time
-const LETTERS = "ABCDEFGHIJKL"; // a question has at most 12 choices (classroom.py)
-// the pages a class can be shown (classroom.py checks the same)
+const LETTERS = "ABCDEFGHIJKL"; // a question has at most 12 choices (classes/state.py)
+// the pages a class can be shown (classes/state.py checks the same)
 const SHOWABLE = /^\/$|^\/scenarios\/[a-z][a-z0-9_]*$|^\/runs\/[A-Za-z0-9_-]+$/;
 
 const bar = document.getElementById("class-bar");

@@ -45,7 +45,7 @@ export function runReport(doc, { onLine }) {
 }
 
 // error types that are not the script's: the run was stopped, or the server could not start it
-// (app/web/run_queue.py, app/runner/explain.py)
+// (app/web/runs/queue.py, app/runner/explain.py)
 const NOT_THE_SCRIPTS = {
   Stopped: "Stopped",
   ServerBusy: "The server could not run this script",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runner import Policy, Pool, ResourceLimits, Zygote, zygote_supported
+from app.runner import ForkServer, Policy, Pool, ResourceLimits, fork_server_supported
 from app.runner.sandbox import availability, identity
 
 TEST_LIMITS = ResourceLimits(memory_mb=512, file_size_mb=16, open_files=256, processes=32)
@@ -36,19 +36,19 @@ def needs(*layers: str):
 def pool(request):
     """Workers forked from a fork server (what a server as root uses) and freshly exec'd ones
     (everywhere else): every hostile script must meet the same sandbox either way."""
-    zygote = None
+    fork_server = None
     if request.param == "forked":
-        supported, why = zygote_supported()
+        supported, why = fork_server_supported()
         if not supported:
             pytest.skip(why)
-        zygote = Zygote().start(wait=True)
-        assert zygote.usable(), zygote.failed
+        fork_server = ForkServer().start(wait=True)
+        assert fork_server.usable(), fork_server.failed
     try:
-        with Pool(size=2, policy=Policy(limits=TEST_LIMITS), zygote=zygote) as p:
+        with Pool(size=2, policy=Policy(limits=TEST_LIMITS), fork_server=fork_server) as p:
             yield p
     finally:
-        if zygote is not None:
-            zygote.stop()
+        if fork_server is not None:
+            fork_server.stop()
 
 
 @pytest.fixture(scope="module")

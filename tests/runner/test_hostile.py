@@ -197,7 +197,7 @@ def test_hostile_script(case: Case, pool, outside, listener):
     assert set(after["params"]) == {"weight", "bias"}
     assert leftovers(after) == []
     # the run met the sandbox the fixture meant: forked from the fork server, or exec'd
-    assert after["sandbox"].get("forked") is (pool.zygote is not None)
+    assert after["sandbox"].get("forked") is (pool.fork_server is not None)
 
 
 def test_nan_gradients_are_reported_not_fatal(pool):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.runner import Zygote, sandbox, zygote_supported
+from app.runner import ForkServer, fork_server_supported, sandbox
 from app.runner.sandbox import identity
 from app.runner.selftest import run_selftest
 
@@ -17,18 +17,18 @@ def report(request):
     root server uses): every layer must hold either way."""
     if request.param == "exec":
         return run_selftest()
-    supported, why = zygote_supported()
+    supported, why = fork_server_supported()
     if not supported:
         pytest.skip(why)
-    zygote = Zygote().start(wait=True)
+    fork_server = ForkServer().start(wait=True)
     try:
-        assert zygote.usable(), zygote.failed
-        found = run_selftest(zygote)
+        assert fork_server.usable(), fork_server.failed
+        found = run_selftest(fork_server)
         assert "fork server" in found["layers"]["exec"]["detail"]
-        assert zygote.served >= 7  # every probe of a layer was forked from it
+        assert fork_server.served >= 7  # every probe of a layer was forked from it
         return found
     finally:
-        zygote.stop()
+        fork_server.stop()
 
 
 def test_report_names_every_layer(report):

@@ -123,7 +123,7 @@ def test_busy_workers_are_503_with_retry_after(tiny_dir, settings):
         assert response.status_code == 503
         assert response.headers["retry-after"] == "5"
         assert "try again" in detail(response)
-        assert response.json()["code"] == "busy"  # errors.py's one handler, its code kept
+        assert response.json()["code"] == "busy"  # error_handler.py's one handler, its code kept
     finally:
         release.set()
         thread.join()

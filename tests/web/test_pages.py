@@ -54,7 +54,7 @@ def test_scenario_page_source_is_escaped_and_highlighted(client):
 
 
 def test_unknown_scenario_page_is_404_with_the_list(client):
-    response = client.get("/scenarios/nope")  # a page: the error page (errors.py)
+    response = client.get("/scenarios/nope")  # a page: the error page (error_handler.py)
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("text/html")
     assert "No such scenario" in response.text and "tiny" in response.text

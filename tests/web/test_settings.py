@@ -73,11 +73,11 @@ def test_uploads_run_three_per_core_with_a_fork_server_one_without(monkeypatch):
     from app.web.runs import trace_service as traces
     from app.web.runs.trace_service import TraceService
 
-    monkeypatch.setattr(traces, "zygote_supported", lambda: (True, "root"))
+    monkeypatch.setattr(traces, "fork_server_supported", lambda: (True, "root"))
     assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 6
     assert TraceService(Settings(max_workers=2, forkserver=False)).uploads.gate.workers == 2
     assert TraceService(Settings(max_workers=2, upload_workers=3)).uploads.gate.workers == 3
-    monkeypatch.setattr(traces, "zygote_supported", lambda: (False, "no user namespaces"))
+    monkeypatch.setattr(traces, "fork_server_supported", lambda: (False, "no user namespaces"))
     service = TraceService(Settings(max_workers=2))
     assert service.uploads.gate.workers == 2
     # /healthz says runs start fresh workers, and why

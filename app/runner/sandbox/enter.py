@@ -115,7 +115,7 @@ def enter(plan: LaunchPlan) -> None:
 def confine(plan: LaunchPlan) -> None:
     """Everything after the cgroups: the mounts (only in a mount namespace of the run's own),
     the early limits, the run's uid for good, no_new_privs. The fork server's children call
-    this too, after their own cgroups and namespaces (app/runner/forkserver.py)."""
+    this too, after their own cgroups and namespaces (app/runner/fork_server_process.py)."""
     limits = ResourceLimits.from_json(plan.limits)
     uid = plan.uid
     wants_mounts = plan.expose or plan.private_shm or plan.private_folder or plan.own_root

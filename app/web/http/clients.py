@@ -5,7 +5,7 @@ key made at start), so a made-up value counts as no cookie: one machine cannot b
 people by inventing cookies, in the run queue or in a class's answers. Not an identity to trust
 beyond that: a token, the loopback rule or a membership of an open class (a signed cookie the
 class admitted and the teacher has not removed) decides who may run code at all (auth.py); the
-same key says whose a run is (classroom.py `note_run`: a student sends only their own)."""
+same key says whose a run is (the run queue's `started_by`: a student sends only their own)."""
 
 from __future__ import annotations
 

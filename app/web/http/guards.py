@@ -72,7 +72,7 @@ def forwarded(scope) -> bool:
 
 async def _refuse(send, status: int, detail: str, code: str) -> None:
     """An AppError's JSON answer, written here: these guards run outside the app, before its
-    error handlers (errors.py), and a refused request is no page to render."""
+    error handlers (error_handler.py), and a refused request is no page to render."""
     body = json.dumps({"detail": detail, "code": code}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),

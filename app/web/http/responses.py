@@ -1,7 +1,8 @@
 """Responses shared by the routers: drawings and Trace documents, and a stored run's Trace
 streamed as the store keeps it (gzip JSON).
 
-What cannot be drawn (no such event, a graph graphviz refuses) raises, and errors.py answers."""
+What cannot be drawn (no such event, a graph graphviz refuses) raises, and error_handler.py
+answers."""
 
 from __future__ import annotations
 

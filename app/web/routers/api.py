@@ -45,7 +45,7 @@ def healthz(settings: SettingsDep, selftest: SelfTestDep, traces: TracesDep,
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
     until it is done); `workers` says whether runs are forked from the fork server; `lessons`
     whether every lesson is traced yet, and how many seconds after start that was done;
-    `connections` whether slow clients and connection counts are bounded (slow_clients.py);
+    `connections` whether slow clients and connection counts are bounded (http/slow_clients.py);
     `store` where runs are kept and whether it answers (a shared store's database may be down:
     the status is then "degraded", and lessons are still served)."""
     reachable, where = store.reachable()

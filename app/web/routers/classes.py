@@ -1,4 +1,4 @@
-"""Class sessions (classroom.py): a teacher starts one and shows; students follow its events.
+"""Class sessions (app/web/classes/): a teacher starts one and shows; students follow its events.
 
     POST   /api/classes                      start (the teacher; the token off loopback)
     GET    /api/classes/{code}               the state, as this browser may see it (it joins)
@@ -17,9 +17,9 @@
     DELETE /api/classes/{code}               the teacher ends the class
 
 Every route a student uses joins the class first (one membership per browser, refused past
-`per_address_people` from one address unless the room shares one: classroom.py). A membership
+`per_address_people` from one address unless the room shares one: classes/state.py). A membership
 also lets the browser run code without the server's token while the class is open (auth.py).
-The routes are `async def`: the state lives on the event loop (see classroom.py).
+The routes are `async def`: the state lives on the event loop (see classes/session.py).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ async def answer(request: Request, session: MemberSessionDep, classroom: Classro
 async def choose_name(request: Request, session: MemberSessionDep, classroom: ClassroomDep,
                       client: ClientDep) -> dict:
     """A student chooses the name the teacher sees (cleaned and capped; one another member has
-    is made distinguishable: classroom.py `display_name`): the name it got."""
+    is made distinguishable: classes/state.py `display_name`): the name it got."""
     body = await _body(request)
     return {"name": classroom.change(session, lambda s: s.rename(client, body.get("name")))}
 
@@ -229,7 +229,7 @@ async def send_run(request: Request, session: MemberSessionDep, classroom: Class
     run: the run queue's `started_by`)."""
     body = await _body(request)
     run_id = body.get("run")
-    # the run's head only: its Trace can take hundreds of MB parsed (store.py)
+    # the run's head only: its Trace can take hundreds of MB parsed (store/sqlite.py)
     head = await asyncio.to_thread(store.head, run_id) if isinstance(run_id, str) and \
         len(run_id) <= 64 else None
     if head is None:

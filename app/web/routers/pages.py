@@ -75,7 +75,7 @@ def own_code(request: Request, templates: TemplatesDep, settings: SettingsDep):
 def run_page(request: Request, templates: TemplatesDep, store: StoreDep,
              uploads: UploadsDep, run_id: str):
     """A stored run, shown as a scenario is; the browser reads it from /api/runs/{id}. The
-    page needs only the run's head (store.py), not its Trace."""
+    page needs only the run's head (store/sqlite.py), not its Trace."""
     head = stored_head(store, uploads, run_id)
     notebook = head.get("notebook")  # an uploaded notebook: its cells in the listing
     run = {"id": run_id, "name": notebook["name"] if notebook else head["name"],

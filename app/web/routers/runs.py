@@ -11,7 +11,7 @@ page (/own-code), so each page and its JSON twin come from one function.
 
 A stored run is served without parsing it: `GET /api/runs/ID` streams the gzip JSON the store
 keeps, the page and a figure read what the store keeps beside it. Only what must work on the
-Trace (the gradient flow once, a drawing not yet made) parses it (store.py: one parse shared
+Trace (the gradient flow once, a drawing not yet made) parses it (store/sqlite.py: one parse shared
 by the requests for a run at one time).
 """
 

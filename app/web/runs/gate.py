@@ -1,9 +1,9 @@
 """How many runs go at once (one per core by default), and how many may wait, in order.
 
 A request that would wait behind a full queue is turned away at once (Busy: 503 with
-Retry-After, errors.py) rather than piling up: the server keeps answering everyone else. Those
-that wait are served first come, first served, each knows its place in line, and one that is
-stopped while it waits leaves the line at once (Stopped).
+Retry-After, http/error_handler.py) rather than piling up: the server keeps answering everyone
+else. Those that wait are served first come, first served, each knows its place in line, and one
+that is stopped while it waits leaves the line at once (Stopped).
 """
 
 from __future__ import annotations

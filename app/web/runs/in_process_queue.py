@@ -17,7 +17,7 @@ from app.web.store.sqlite import RunStore
 
 from .gate import Stopped
 from .queue import RUNS_REMEMBERED, RunEnded, Submission, UnknownRun
-from .run_book import Job, JobBook, PeopleAt
+from .run_book import BookedRun, PeopleAt, RunBook
 from .trace_service import DeviceError, Lane
 
 __all__ = ["InProcessQueue"]
@@ -39,14 +39,14 @@ class InProcessQueue:
         self.stored = stored
         # people_at: how many people an address stands for when a class says its room shares
         # one (app.py hands in the classroom's count; the book knows no classes)
-        self.book = JobBook(running, queued, lane.gate, people_per_address, people_at)
+        self.book = RunBook(running, queued, lane.gate, people_per_address, people_at)
         self._lock = threading.Lock()
         # run id -> requests awaiting its result, each on its own event loop
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
         self._started_by: LRU[str] = LRU(RUNS_REMEMBERED)  # run id -> whose it is
 
     def submit(self, run: Submission) -> str:
-        job = Job(self.store.new_id(), run.client, run.name, run.limit, address=run.address)
+        job = BookedRun(self.store.new_id(), run.client, run.name, run.limit, address=run.address)
         self.book.open(job)
         self._started_by.put(job.id, run.client)
         # a thread of its own, not one of the server's request threads: a run waiting in line
@@ -55,7 +55,7 @@ class InProcessQueue:
                          name=f"autograd-lab-run-{job.id}").start()
         return job.id
 
-    def _run(self, job: Job, run: Submission) -> None:
+    def _run(self, job: BookedRun, run: Submission) -> None:
         """Run, store, and close the job whatever happens (its error goes to `result`)."""
         outcome = "done"
         try:
@@ -69,7 +69,7 @@ class InProcessQueue:
                 doc["error"] = error_record("Stopped", "The run was stopped on request before "
                                             "it started.")
             except DeviceError:
-                raise  # the person asked for a device this machine lacks: errors.py's 422
+                raise  # the person asked for a device this machine lacks: the error handler's 422
             except Exception as exc:  # noqa: BLE001 - the server failed, not the script
                 outcome = "failed"
                 doc = new_document(run.name, run.source, run.device, None)
@@ -97,14 +97,14 @@ class InProcessQueue:
         # graphviz, and a run must not seem to be running (nor count against anyone) meanwhile
         self._first_look(job)
 
-    def _first_look(self, job: Job) -> None:
+    def _first_look(self, job: BookedRun) -> None:
         if self.stored is not None and job.kept_whole and job.result is not None:
             try:
                 self.stored(job.id, job.result)
             except Exception:  # noqa: BLE001 - the run is done and stored; this was extra
                 log.exception("after storing run %s", job.id)
 
-    def _job(self, run_id: str) -> Job:
+    def _job(self, run_id: str) -> BookedRun:
         job = self.book.get(run_id)
         if job is None:
             raise UnknownRun(run_id)

@@ -37,7 +37,7 @@ class Submission:
     source: str
     device: str
     limit: float  # wall-clock seconds
-    address: str = ""  # the connection's address: its runs are bounded too (JobBook.open)
+    address: str = ""  # the connection's address: its runs are bounded too (RunBook.open)
     # an uploaded notebook's cell map and skipped lines, put in its Trace as it is stored
     # (app/format/notebook.py: annotate); None for a script
     notebook: dict | None = None

@@ -6,7 +6,7 @@ Every upload goes through two gates: its person's (at most `per_client_running` 
 workers, first come first served). A stop ends a waiting run at once (it leaves the line) and a
 running one within a second or two (its worker and everything it started are killed).
 
-Used by the in-process queue (run_queue.py), and only there: the rest of the app asks the
+Used by the in-process queue (in_process_queue.py), and only there: the rest of the app asks the
 queue.
 """
 
@@ -25,7 +25,7 @@ from .gate import Busy, Gate
 if TYPE_CHECKING:
     from app.runner.child import Child
 
-__all__ = ["Job", "JobBook", "PeopleAt", "TooMany"]
+__all__ = ["BookedRun", "RunBook", "PeopleAt", "TooMany"]
 
 # how many people an address stands for, beyond the server's setting: the classroom's count of
 # members behind one address (Classroom.people_at), handed in so that jobs know no classes
@@ -37,7 +37,9 @@ class TooMany(Exception):
 
 
 @dataclass
-class Job:
+class BookedRun:
+    """One run in the book, from the moment it is sent until it is stored: whose it is, its
+    state, its limit, a way to stop it. (Not the runner's `Job`, the line a worker is sent.)"""
     id: str
     client: str
     name: str
@@ -67,7 +69,7 @@ class Job:
             self.child.stop()
 
 
-class JobBook:
+class RunBook:
     def __init__(self, running: int, queued: int, gate: Gate,
                  people_per_address: int = default_of("per_address_people"),
                  people_at: PeopleAt | None = None) -> None:
@@ -76,11 +78,11 @@ class JobBook:
         self.people_at = people_at
         self.gate = gate  # the server's upload workers
         self._lock = threading.Lock()
-        self._jobs: dict[str, Job] = {}
+        self._jobs: dict[str, BookedRun] = {}
         # client -> [its gate, jobs holding it]: deleted only when nobody holds it any more
         self._client_gates: dict[str, list] = {}
 
-    def open(self, job: Job) -> None:
+    def open(self, job: BookedRun) -> None:
         """Book the job; TooMany or Busy at once when its person's share or the line is full
         (checked again when it takes its places: two at once may still find it full then)."""
         # asked before the lock is taken: the classroom's count is not this book's to hold up
@@ -118,11 +120,11 @@ class JobBook:
         more = self.people_at(address) if self.people_at is not None else 0
         return max(self.people_per_address, more)
 
-    def get(self, run_id: str) -> Job | None:
+    def get(self, run_id: str) -> BookedRun | None:
         with self._lock:
             return self._jobs.get(run_id)
 
-    def close(self, job: Job, state: str) -> None:
+    def close(self, job: BookedRun, state: str) -> None:
         job.state, job.finished = state, time.monotonic()
         job.done.set()
         with self._lock:
@@ -130,7 +132,7 @@ class JobBook:
             self._jobs = {k: j for k, j in self._jobs.items()
                           if j.finished is None or time.monotonic() - j.finished < 300}
 
-    def slot(self, job: Job):
+    def slot(self, job: BookedRun):
         """The context in which the job may run: its person's gate, then the server's."""
         with self._lock:
             held = self._client_gates.setdefault(job.client, [Gate(*self.per_client), 0])
@@ -145,7 +147,7 @@ class JobBook:
                 if held[1] <= 0:
                     del self._client_gates[client]
 
-    def status(self, job: Job) -> dict:
+    def status(self, job: BookedRun) -> dict:
         now = time.monotonic()
         place = self.gate.position(job.ticket) if job.state == "queued" and job.ticket else None
         running, waiting = self.gate.load()
@@ -157,7 +159,7 @@ class JobBook:
 
 
 class _Slots:
-    def __init__(self, book: JobBook, gate: Gate, job: Job) -> None:
+    def __init__(self, book: RunBook, gate: Gate, job: BookedRun) -> None:
         self.book, self.gate, self.job = book, gate, job
         self._stack: list = []
 

@@ -6,7 +6,7 @@ drawings are drawings.py's).
   every variant at default options. A teacher's lesson opens at once whatever the room's code
   is doing.
 - Uploads have the upload lane: its own workers and pool, a shorter wall-clock limit, a lower
-  CPU priority. The in-process queue (run_queue.py) runs them in it, behind each person's
+  CPU priority. The in-process queue (in_process_queue.py) runs them in it, behind each person's
   share; the upload service (uploads.py) owns their life.
 
 The web process is stateless apart from the caches (and the run store), so several can run side
@@ -27,16 +27,16 @@ from app.catalog import Scenario, scenario_args
 from app.format import Trace
 from app.lru import LRU
 from app.runner import (
+    ForkServer,
     Policy,
     Pool,
     ResourceLimits,
-    Zygote,
     bound_all_runs,
+    fork_server_supported,
     machine_memory,
     plain_threads,
     probe_devices,
     trace_in_sandbox,
-    zygote_supported,
 )
 from app.web.settings import Settings
 
@@ -63,7 +63,7 @@ def _torch_version() -> str:
 
 
 class DeviceError(ValueError):
-    """The requested device is not on this machine (422, errors.py)."""
+    """The requested device is not on this machine (422, http/error_handler.py)."""
 
 
 @dataclass
@@ -74,14 +74,15 @@ class Lane:
     pool_size: int
     timeout: float
     pool: Pool | None = None
-    zygote: Zygote | None = None
+    fork_server: ForkServer | None = None
     # is this run alone on the machine (nothing else running or waiting, in any lane)? Then
     # it gets torch's threads as a plain run would; under load, one each, as before
     alone: Callable[[], bool] = lambda: False
 
     def start(self) -> None:
         if self.pool_size and self.pool is None:
-            self.pool = Pool(self.pool_size, policy=self.policy, zygote=self.zygote).start()
+            self.pool = Pool(self.pool_size, policy=self.policy,
+                             fork_server=self.fork_server).start()
 
     def stop(self) -> None:
         if self.pool is not None:
@@ -93,7 +94,7 @@ class Lane:
         doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
                                timeout=self.timeout, pool=self.pool,
                                policy=None if self.pool else self.policy, started=started,
-                               zygote=self.zygote,
+                               fork_server=self.fork_server,
                                threads=plain_threads() if self.alone() else 1)
         if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
             raise DeviceError(doc["error"]["message"])
@@ -104,19 +105,19 @@ class TraceService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._cache: LRU[dict] = LRU(settings.cache_size)
-        # the shared mode's store (pg_store.py: lesson, keep_lesson): a lesson traced once
+        # the shared mode's store (store/postgres.py: lesson, keep_lesson): a lesson traced once
         # for every web process; None on one machine
         self.shared_lessons = None
         self._lock = threading.Lock()  # guards _key_locks
         self._key_locks: dict[tuple, threading.Lock] = {}
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
-        # one fork server for every lane: workers start in a tenth of a second (zygote.py)
-        self.zygote: Zygote | None = None
+        # one fork server for every lane: workers start in a tenth of a second (fork_server.py)
+        self.fork_server: ForkServer | None = None
         self.no_fork_server = "turned off (AUTOGRAD_LAB_FORKSERVER=0)"
         if settings.forkserver:
-            supported, why = zygote_supported()
+            supported, why = fork_server_supported()
             if supported:
-                self.zygote = Zygote()
+                self.fork_server = ForkServer()
             else:
                 self.no_fork_server = why
                 log.warning("no fork server: %s", why)
@@ -129,7 +130,7 @@ class TraceService:
         self.uploads = Lane(Gate(self.upload_workers(), settings.queue_size),
                             Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
                             settings.upload_timeout)
-        self.lessons.zygote = self.uploads.zygote = self.zygote
+        self.lessons.fork_server = self.uploads.fork_server = self.fork_server
         self.lessons.alone = self.uploads.alone = self._one_run_on_the_machine
         self._probe: dict | None = None
         self.torch_version = _torch_version()
@@ -153,7 +154,7 @@ class TraceService:
         if self.settings.upload_workers:
             return self.settings.upload_workers
         if forked is None:
-            forked = self.zygote is not None
+            forked = self.fork_server is not None
         return self.settings.max_workers * (UPLOADS_PER_CORE_FORKED if forked else 1)
 
     def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None, *,
@@ -163,10 +164,10 @@ class TraceService:
         run keeps no pool: a web process of the shared mode runs no uploads (its workers do),
         and a worker process no lessons."""
         self.started_at = time.monotonic()
-        if self.zygote is not None:
+        if self.fork_server is not None:
             # first: the pools and the warm-up fork their workers from it once it is ready
             # (or exec them, once it is known to have failed), never both at once
-            self.zygote.start()
+            self.fork_server.start()
             threading.Thread(target=self._size_after_fork_server, daemon=True,
                              name="autograd-lab-fork-server-settle").start()
         self.all_runs_memory = bound_all_runs(self.all_runs_memory_bytes())
@@ -192,12 +193,12 @@ class TraceService:
     def _size_after_fork_server(self) -> None:
         """A fork server that failed, at start or later, leaves exec'd workers, each seconds
         of CPU to start: the upload lane is sized for those."""
-        if self.zygote.settle():
-            self.zygote.ended.wait()  # it may still die (killed, out of memory) while serving
-        if self.zygote.failed == "stopped":
+        if self.fork_server.settle():
+            self.fork_server.ended.wait()  # it may still die (killed, out of memory) while serving
+        if self.fork_server.failed == "stopped":
             return  # the server is stopping: nothing to size
         workers = self.upload_workers(forked=False)
-        log.warning("no fork server (%s): %d uploads at once", self.zygote.failed, workers)
+        log.warning("no fork server (%s): %d uploads at once", self.fork_server.failed, workers)
         self.uploads.gate.resize(workers)
 
     def _warm_done(self) -> None:
@@ -206,9 +207,9 @@ class TraceService:
 
     def workers(self) -> dict:
         """For /healthz: how runs' workers start, and how many uploads go at once."""
-        forked = self.zygote is not None and self.zygote.usable()
-        if self.zygote is not None:
-            detail = self.zygote.describe()
+        forked = self.fork_server is not None and self.fork_server.usable()
+        if self.fork_server is not None:
+            detail = self.fork_server.describe()
         else:
             detail = f"runs start fresh workers: no fork server ({self.no_fork_server})"
         bounded, memory = self.all_runs_memory
@@ -224,8 +225,8 @@ class TraceService:
     def stop(self) -> None:
         self.lessons.stop()
         self.uploads.stop()
-        if self.zygote is not None:
-            self.zygote.stop()
+        if self.fork_server is not None:
+            self.fork_server.stop()
 
     def _warm(self, catalog: Callable[[], dict[str, Scenario]]) -> None:
         """Every lesson's every variant at its default options, on the CPU, into the cache."""

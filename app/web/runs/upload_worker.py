@@ -36,7 +36,7 @@ from app.web.settings import Settings
 from app.web.store.database import Lock, lock
 from app.web.store.postgres import PostgresRunStore
 
-from .run_book import Job
+from .run_book import BookedRun
 from .shared_queue import QUEUE, TASK, end_without_trace, prepare_schema, procrastinate_app
 from .trace_service import DeviceError, TraceService
 
@@ -93,7 +93,7 @@ class UploadWorker:
             return None if row is None else dict(zip([c.name for c in cur.description], row,
                                                      strict=True))
 
-    def run(self, run_id: str, submission: dict, job: Job) -> None:
+    def run(self, run_id: str, submission: dict, job: BookedRun) -> None:
         """Run it in the sandbox, store its Trace, close its row, whatever happens."""
         state = "done"
         name, source, device = submission["name"], submission["source"], submission["device"]
@@ -169,7 +169,7 @@ class UploadWorker:
                                                 context.job.id)
         if submission is None:
             return
-        job = Job(run_id, submission["client"], submission["name"], submission["time_limit"])
+        job = BookedRun(run_id, submission["client"], submission["name"], submission["time_limit"])
         work = loop.run_in_executor(self._threads, self.run, run_id, submission, job)
         try:
             await asyncio.shield(work)
@@ -322,9 +322,9 @@ class UploadWorker:
 
         report = None
         if self.settings.selftest:
-            if self.traces.zygote is not None:  # the probes fork through it, once ready
-                self.traces.zygote.settle()
-            report = run_selftest(self.traces.zygote)
+            if self.traces.fork_server is not None:  # the probes fork through it, once ready
+                self.traces.fork_server.settle()
+            report = run_selftest(self.traces.fork_server)
         status = sandbox_status(self.settings, SelfTest(report=report))
         if status["ok"]:
             return None

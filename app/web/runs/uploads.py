@@ -1,7 +1,7 @@
 """People's own code, from the moment it is sent until its Trace is stored: the one place an
 upload's life is told. The routes (routers/runs.py) parse a request, call this, and answer.
 
-`UploadService` gives each run its limit, hands it to the queue (run_queue.py: its id, the
+`UploadService` gives each run its limit, hands it to the queue (queue.py: its id, the
 person's share, the line, a worker, the run store), waits for its result, and says its status
 or stops it for whoever may. It knows the queue only as a `RunQueue`, so a queue on other
 machines can take the in-process one's place without this or a route changing.

@@ -106,7 +106,7 @@ class RunStore:
 
     def secret(self, name: str, size: int = 32) -> bytes:
         raise NotImplementedError("one machine keeps no secrets in its SQLite store: the "
-                                  "cookies' key is made at start (clients.py)")
+                                  "cookies' key is made at start (http/clients.py)")
 
     @contextmanager
     def _connect(self):

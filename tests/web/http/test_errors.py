@@ -1,5 +1,5 @@
-"""One error type, answered one way (errors.py): a page request gets the error page, an API
-request gets JSON `{"detail", "code"}`, whichever part of the app refused it (issue 18)."""
+"""One error type, answered one way (http/error_handler.py): a page request gets the error page,
+an API request gets JSON `{"detail", "code"}`, whichever part of the app refused it (issue 18)."""
 
 from __future__ import annotations
 

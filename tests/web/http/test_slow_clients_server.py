@@ -1,6 +1,6 @@
 """The web process bounded (issue 20), against a real server: a client sending a request a byte
 at a time is cut off, and connections are capped in all and per address. Before
-slow_clients.py, 200 such connections stayed open for as long as their senders liked."""
+http/slow_clients.py, 200 such connections stayed open for as long as their senders liked."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def reads(monkeypatch):
 
 def _run(client, forgotten: bool = True) -> str:
     """A stored run; `forgotten`: as minutes later, when the queue no longer holds its Trace
-    parsed (run_queue.py `recent`) and only the store has it."""
+    parsed (runs/queue.py `recent`) and only the store has it."""
     response = client.post("/api/runs", json={"source": SCRIPT, "name": "two_uses.py"})
     assert response.status_code == 200, response.text
     assert response.json()["error"] is None

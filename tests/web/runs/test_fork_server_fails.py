@@ -9,18 +9,18 @@ import time
 
 import pytest
 
-from app.runner import Zygote, zygote_supported
+from app.runner import ForkServer, fork_server_supported
 from app.runner.selftest import run_selftest
 from app.web.runs.trace_service import TraceService
 from app.web.settings import Settings
 
-pytestmark = pytest.mark.skipif(not zygote_supported()[0], reason=zygote_supported()[1])
+pytestmark = pytest.mark.skipif(not fork_server_supported()[0], reason=fork_server_supported()[1])
 
 
 @pytest.fixture
 def failing_fork_server(monkeypatch):
     # a fork server that ends at once, saying why, as one whose torch import broke would
-    monkeypatch.setattr(Zygote, "command", ("/bin/sh", "-c", "echo torch is broken; exit 3",
+    monkeypatch.setattr(ForkServer, "command", ("/bin/sh", "-c", "echo torch is broken; exit 3",
                                             "sh"))
 
 
@@ -47,20 +47,21 @@ def test_a_failed_fork_server_is_settled_and_the_lanes_sized_for_what_works(
     service.start()
     try:
         # settled as failed, well before the 180 s a start is given
-        assert service.zygote.settle(timeout=30) is False
-        assert service.zygote.settled.is_set() and "exit status 3" in service.zygote.failed
-        assert "torch is broken" in service.zygote.failed
+        assert service.fork_server.settle(timeout=30) is False
+        failed = service.fork_server.failed
+        assert service.fork_server.settled.is_set() and "exit status 3" in failed
+        assert "torch is broken" in service.fork_server.failed
         _sized_for_exec_and_still_runs(service, "exit status 3")
     finally:
         service.stop()
 
 
 def test_the_self_test_does_not_wait_for_a_failed_fork_server(failing_fork_server):
-    zygote = Zygote().start()
+    fork_server = ForkServer().start()
     done: dict = {}
     try:
         # it once waited the fork server's whole start time (180 s) for a READY never coming
-        worker = threading.Thread(target=lambda: done.update(report=run_selftest(zygote)))
+        worker = threading.Thread(target=lambda: done.update(report=run_selftest(fork_server)))
         worker.start()
         worker.join(120)
         assert "report" in done, "the self-test still waits for a fork server that has failed"
@@ -68,7 +69,7 @@ def test_the_self_test_does_not_wait_for_a_failed_fork_server(failing_fork_serve
         assert report["layers"]["exec"]["holds"] is True
         assert "fork server ended" in report["layers"]["exec"]["detail"]
     finally:
-        zygote.stop()
+        fork_server.stop()
 
 
 @pytest.mark.slow
@@ -79,9 +80,9 @@ def test_a_fork_server_that_dies_while_serving_leaves_the_lanes_sized_for_exec(t
                                     store_path=str(tmp_path / "runs.sqlite3")))
     service.start()
     try:
-        assert service.zygote.settle(timeout=120) is True
+        assert service.fork_server.settle(timeout=120) is True
         assert service.uploads.gate.workers == 6
-        service.zygote.proc.kill()  # as the kernel's OOM killer or an administrator would
+        service.fork_server.proc.kill()  # as the kernel's OOM killer or an administrator would
         _sized_for_exec_and_still_runs(service, "fork server ended")
     finally:
         service.stop()

@@ -182,7 +182,7 @@ def test_unknown_run_is_404_with_a_sentence(client_):
         response = client_.get(url)
         assert response.status_code == 404
         assert "no run 'nope'" in response.json()["detail"]
-    page = client_.get("/runs/nope")  # a page: the error page (errors.py)
+    page = client_.get("/runs/nope")  # a page: the error page (error_handler.py)
     assert page.status_code == 404 and "no run &#39;nope&#39;" in page.text
 
 

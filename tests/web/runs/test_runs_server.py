@@ -103,9 +103,9 @@ def test_a_root_server_forks_its_workers_from_the_fork_server(base):
     """Once the fork server is up (the self-test waits for it and says so), runs are forked
     from it, confined as an exec'd worker is: their own PID namespace (the worker is PID 1)
     and a uid of their own."""
-    from app.runner import zygote_supported
+    from app.runner import fork_server_supported
 
-    supported, why = zygote_supported()
+    supported, why = fork_server_supported()
     if not supported:
         pytest.skip(why)
     sandbox = self_test_report(base, 180)

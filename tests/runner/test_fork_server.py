@@ -1,5 +1,5 @@
-"""The fork server (app/runner/forkserver.py): its children are as fresh as an exec'd worker
-(random seeds, environment, descriptors), no run can reach it, and it does not outlive the
+"""The fork server (app/runner/fork_server_process.py): its children are as fresh as an exec'd
+worker (random seeds, environment, descriptors), no run can reach it, and it does not outlive the
 server that started it."""
 
 from __future__ import annotations
@@ -9,41 +9,41 @@ import time
 
 import pytest
 
-from app.runner import Policy, Zygote, zygote_supported
+from app.runner import ForkServer, Policy, fork_server_supported
 from app.runner.child import Child
 from app.runner.sandboxed_trace import trace_in
 
-pytestmark = pytest.mark.skipif(not zygote_supported()[0], reason=zygote_supported()[1])
+pytestmark = pytest.mark.skipif(not fork_server_supported()[0], reason=fork_server_supported()[1])
 
 
 @pytest.fixture(scope="module")
-def zygote():
-    z = Zygote().start(wait=True)
+def fork_server():
+    z = ForkServer().start(wait=True)
     assert z.usable(), z.failed
     yield z
     z.stop()
 
 
-def forked_run(zygote: Zygote, source: str, policy: Policy | None = None,
+def forked_run(fork_server: ForkServer, source: str, policy: Policy | None = None,
                timeout: float = 20) -> dict:
-    child = Child.spawn(policy or Policy(), zygote=zygote)
+    child = Child.spawn(policy or Policy(), fork_server=fork_server)
     assert child.forked
     return trace_in(child, source=source, name="probe.py", timeout=timeout)
 
 
-def test_each_run_draws_its_own_random_numbers(zygote):
+def test_each_run_draws_its_own_random_numbers(fork_server):
     source = ("import random, numpy, torch\n"
               "print(random.random(), numpy.random.rand(), torch.rand(1).item(), "
               "torch.initial_seed())\n")
-    outputs = [forked_run(zygote, source)["stdout"] for _ in range(3)]
+    outputs = [forked_run(fork_server, source)["stdout"] for _ in range(3)]
     columns = list(zip(*(line.split() for line in outputs), strict=True))
     for values in columns:  # Python's, numpy's, torch's numbers and torch's seed
         assert len(set(values)) == 3, columns
 
 
-def test_a_forked_worker_holds_no_descriptor_of_the_fork_server(zygote):
+def test_a_forked_worker_holds_no_descriptor_of_the_fork_server(fork_server):
     source = "import os\nprint(sorted(int(n) for n in os.listdir('/proc/self/fd')))\n"
-    doc = forked_run(zygote, source)
+    doc = forked_run(fork_server, source)
     # stdin, stdout, stderr, and the descriptor listdir itself opened
     # (no backward: the run's error is NoGraph, and its output is all this asks for)
     assert doc["error"]["type"] == "NoGraph" and len(eval(doc["stdout"])) <= 4, doc["stdout"]
@@ -55,7 +55,7 @@ found = []
 for pid in filter(str.isdigit, os.listdir('/proc')):
     try:
         if int(pid) != os.getpid() and \
-                b'app.runner.forkserver' in open(f'/proc/{pid}/cmdline', 'rb').read():
+                b'app.runner.fork_server_process' in open(f'/proc/{pid}/cmdline', 'rb').read():
             found.append(int(pid))
     except OSError:
         pass
@@ -95,13 +95,13 @@ print('reached', len(got))
 """
 
 
-def test_a_run_left_as_root_cannot_reach_the_fork_server(zygote):
+def test_a_run_left_as_root_cannot_reach_the_fork_server(fork_server):
     """The fork server's only way in is a socket pair the server holds: it has no name. A run
     that keeps root (no uid of its own, no namespaces: the weakest sandbox this code makes)
     finds its process but gets none of its descriptors (Landlock refuses ptrace-class access
     to processes outside the run)."""
     policy = Policy(namespaces=False, own_uid=False)
-    doc = forked_run(zygote, ROOT_RUN_REACHES_FOR_THE_FORK_SERVER, policy)
+    doc = forked_run(fork_server, ROOT_RUN_REACHES_FOR_THE_FORK_SERVER, policy)
     assert doc["error"]["type"] == "NoGraph", doc["error"]  # it ran to the end: no backward
     assert "fork server pids seen: [" in doc["stdout"]
     assert "REACHED" not in doc["stdout"] and "reached 0" in doc["stdout"], doc["stdout"]
@@ -111,9 +111,9 @@ def test_a_run_left_as_root_cannot_reach_the_fork_server(zygote):
 def test_the_fork_server_ends_with_the_server_and_takes_its_runs_along():
     """A server that dies closes its end of the socket pair: the fork server kills what runs
     and exits, rather than live on as a root orphan."""
-    z = Zygote().start(wait=True)
+    z = ForkServer().start(wait=True)
     assert z.usable(), z.failed
-    child = Child.spawn(Policy(), zygote=z)
+    child = Child.spawn(Policy(), fork_server=z)
     assert child.wait_ready(30)
     proc = child.proc
     z.control.close()  # what the kernel does to a dead server's descriptors
@@ -127,13 +127,13 @@ def test_the_fork_server_ends_with_the_server_and_takes_its_runs_along():
     assert proc.returncode is not None
 
 
-def test_a_forked_run_is_faster_to_start_than_an_exec_d_one(zygote):
+def test_a_forked_run_is_faster_to_start_than_an_exec_d_one(fork_server):
     """Not a timing assertion on the machine's speed: the same small script, forked and exec'd,
     in the same test, and the forked one must not be the slower (bench/classroom.py has the
     figures)."""
     source = "import torch\nw = torch.ones(2, requires_grad=True)\n(w * w).sum().backward()\n"
     t0 = time.monotonic()
-    forked_run(zygote, source)
+    forked_run(fork_server, source)
     forked = time.monotonic() - t0
     t0 = time.monotonic()
     trace_in(Child.spawn(Policy()), source=source, name="probe.py", timeout=20)
@@ -165,7 +165,7 @@ def _huge_pages_possible() -> tuple[bool, str]:
     return True, ""
 
 
-def test_the_fork_server_holds_its_memory_in_huge_pages_and_a_run_does_not_split_them(zygote):
+def test_the_fork_server_holds_its_memory_in_huge_pages_and_a_run_does_not_split_them(fork_server):
     """Most of what the fork server loaded (torch, numpy, matplotlib: its own ~240 MB) is in
     2 MB pages, so a fork copies a few hundred page-table entries, not 60,000. What the fork
     server itself writes while serving splits back into small pages once (its first run:
@@ -174,14 +174,14 @@ def test_the_fork_server_holds_its_memory_in_huge_pages_and_a_run_does_not_split
     they were, for the next run."""
     possible, why = _huge_pages_possible()
     if not possible:
-        assert zygote.status["huge_pages_mb"] == 0 and zygote.status["huge_pages_not"], \
-            zygote.status  # and it says why
+        assert fork_server.status["huge_pages_mb"] == 0 and fork_server.status["huge_pages_not"], \
+            fork_server.status  # and it says why
         pytest.skip(why)
-    assert zygote.status["huge_pages_mb"] >= 100, zygote.status
-    forked_run(zygote, "print(1)\n")  # what serving a run writes in the fork server: split
-    before = _anonymous_kb(zygote.proc.pid)
+    assert fork_server.status["huge_pages_mb"] >= 100, fork_server.status
+    forked_run(fork_server, "print(1)\n")  # what serving a run writes in the fork server: split
+    before = _anonymous_kb(fork_server.proc.pid)
     assert before["AnonHugePages"] >= before["Anonymous"] // 2, before
-    doc = forked_run(zygote, "import gc\ngc.unfreeze()\nprint(gc.collect() >= 0)\n")
+    doc = forked_run(fork_server, "import gc\ngc.unfreeze()\nprint(gc.collect() >= 0)\n")
     assert doc["stdout"].strip() == "True", doc
-    after = _anonymous_kb(zygote.proc.pid)
+    after = _anonymous_kb(fork_server.proc.pid)
     assert after["AnonHugePages"] >= before["AnonHugePages"] - 4 * 1024, (before, after)

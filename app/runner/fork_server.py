@@ -1,8 +1,8 @@
-"""The server's side of the fork server (`forkserver.py`): start it, ask it for a worker.
+"""The server's side of the fork server (`fork_server_process.py`): start it, ask it for a worker.
 
-    zygote = Zygote().start()          # in the background at server start (about 5 s)
-    proc = zygote.spawn(request)       # a ForkedProcess: pid, stdin, stdout, wait(), poll()
-    zygote.stop()
+    fork_server = ForkServer().start()          # in the background at server start (about 5 s)
+    proc = fork_server.spawn(request)       # a ForkedProcess: pid, stdin, stdout, wait(), poll()
+    fork_server.stop()
 
 `Child` (child.py) uses a ready fork server when it is given one, and exec's a fresh worker
 otherwise: the same plan, the same layers, the same supervision. Torch-free.
@@ -27,14 +27,14 @@ from .process_group import kill_group
 from .protocol import parse_ready, worker_env
 from .sandbox import namespaces
 
-__all__ = ["ForkedProcess", "Zygote", "ZygoteUnavailable", "zygote_supported"]
+__all__ = ["ForkedProcess", "ForkServer", "ForkServerUnavailable", "fork_server_supported"]
 
-log = logging.getLogger("autograd_lab.runner.zygote")
+log = logging.getLogger("autograd_lab.runner.fork_server")
 START_TIMEOUT = 180.0
 REPLY_TIMEOUT = 10.0
 
 
-class ZygoteUnavailable(RuntimeError):
+class ForkServerUnavailable(RuntimeError):
     """The fork server is not running (or did not answer): start a fresh worker instead."""
 
 
@@ -77,12 +77,12 @@ class ForkedProcess:
         return self.returncode
 
 
-class Zygote:
+class ForkServer:
     """One fork server process, owned by the server. It is reached through one end of a socket
     pair that only the server holds: it has no name a run could connect to."""
 
     # what starts it (a test starts one that fails, to see the server go on without it)
-    command: tuple[str, ...] = (sys.executable, "-m", "app.runner.forkserver")
+    command: tuple[str, ...] = (sys.executable, "-m", "app.runner.fork_server_process")
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -96,18 +96,19 @@ class Zygote:
         self._started: float | None = None
         self.failed = ""  # why it is not running, when it is not
         self.served = 0
-        self.status: dict = {}  # what it said when ready (its pid, huge pages: forkserver.py)
+        # what it said when ready (its pid, huge pages: fork_server_process.py)
+        self.status: dict = {}
         self._tail = bytearray()
         self._send_lock = threading.Lock()  # one request at a time on the control socket
 
     def usable(self) -> bool:
         return self.ready.is_set() and self.proc is not None and self.proc.poll() is None
 
-    def start(self, wait: bool = False) -> Zygote:
+    def start(self, wait: bool = False) -> ForkServer:
         """Start the fork server; it is ready once it has imported torch (a few seconds)."""
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # its own home (matplotlib's font cache goes there): the server's user's, mode 0700
-        self.home = Path(tempfile.mkdtemp(prefix="autograd-lab-forkserver-"))
+        self.home = Path(tempfile.mkdtemp(prefix="autograd-lab-fork-server-"))
         self._started = time.monotonic()
         try:
             self.proc = subprocess.Popen(
@@ -124,7 +125,7 @@ class Zygote:
         finally:
             theirs.close()
         threading.Thread(target=self._read, daemon=True,
-                         name="autograd-lab-forkserver-output").start()
+                         name="autograd-lab-fork-server-output").start()
         if wait:
             self.settle()
         return self
@@ -176,10 +177,10 @@ class Zygote:
         log.warning("%s; runs start fresh workers", self.failed)
 
     def spawn(self, request: dict) -> ForkedProcess:
-        """A new child with its own stdin and stdout pipes; ZygoteUnavailable if the fork
+        """A new child with its own stdin and stdout pipes; ForkServerUnavailable if the fork
         server is not there to ask."""
         if not self.usable():
-            raise ZygoteUnavailable(self.failed or "the fork server is not ready")
+            raise ForkServerUnavailable(self.failed or "the fork server is not ready")
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -193,7 +194,7 @@ class Zygote:
             mine.close()
             for fd in (stdin_w, out_r):
                 os.close(fd)
-            raise ZygoteUnavailable(f"the fork server did not answer: {exc}") from exc
+            raise ForkServerUnavailable(f"the fork server did not answer: {exc}") from exc
         finally:
             theirs.close()  # the fork server has its own copies of these three now
             for fd in (stdin_r, out_w):
@@ -202,7 +203,7 @@ class Zygote:
             mine.close()
             os.close(stdin_w)
             os.close(out_r)
-            raise ZygoteUnavailable(f"the fork server refused: {reply.get('error')}")
+            raise ForkServerUnavailable(f"the fork server refused: {reply.get('error')}")
         mine.settimeout(None)
         self.served += 1
         return ForkedProcess(reply["pid"], mine, os.fdopen(stdin_w, "wb"),
@@ -234,7 +235,7 @@ class Zygote:
         return f"runs start fresh workers ({self.failed or 'the fork server is starting'})"
 
 
-def zygote_supported() -> tuple[bool, str]:
+def fork_server_supported() -> tuple[bool, str]:
     """Root's fork server makes its children's namespaces directly; another user's makes each
     child a user namespace of its own first, so it needs the kernel to allow that (the same
     check as the exec'd path's `unshare --user`)."""

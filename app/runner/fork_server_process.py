@@ -1,4 +1,4 @@
-"""The fork server: `python -m app.runner.forkserver --fd N`. Started once by the server.
+"""The fork server: `python -m app.runner.fork_server_process --fd N`. Started once by the server.
 
 A worker spends about 4 s of CPU importing torch and warming it up; thirty students pressing
 Run at once on two cores then wait a minute. This process does that once, and never runs user
@@ -196,7 +196,7 @@ def _fresh_process_state(plan: LaunchPlan) -> None:
 
 # ---- the server loop -------------------------------------------------------------------------
 
-class ForkServer:
+class ForkServerLoop:
     def __init__(self, control: socket.socket) -> None:
         self.control = control  # the server's requests; its end closing means the server died
         self.selector = selectors.DefaultSelector()
@@ -325,12 +325,12 @@ def _raise_stack_and_reexec(argv: list[str], keep: int) -> None:
         return
     enter.raise_stack_limit()
     os.set_inheritable(keep, True)
-    os.execv(sys.executable, [sys.executable, "-m", "app.runner.forkserver", *argv])
+    os.execv(sys.executable, [sys.executable, "-m", "app.runner.fork_server_process", *argv])
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "--fd" or not argv[1].isdigit():
-        print("usage: python -m app.runner.forkserver --fd N (started by the server)",
+        print("usage: python -m app.runner.fork_server_process --fd N (started by the server)",
               file=sys.stderr)
         return 2
     fd = int(argv[1])
@@ -347,7 +347,7 @@ def main(argv: list[str]) -> int:
               "would copy their locks but not them, so this server does not fork",
               file=sys.stderr, flush=True)
         return 70
-    server = ForkServer(socket.socket(fileno=fd))
+    server = ForkServerLoop(socket.socket(fileno=fd))
     # last, once everything is loaded: each run's fork and exit then costs half (huge_pages.py)
     huge, why_not = huge_pages.collapse_own_memory()
     print(ready_line({"pid": os.getpid(), "threads": threads, "huge_pages_mb": huge,
