@@ -85,7 +85,10 @@ def main_module(path: Path) -> types.ModuleType:
 
 def exec_as_main(path: Path, source: str, argv: list[str], module: types.ModuleType) -> None:
     """Execute `source` in `module`; exceptions propagate."""
-    code = compile(source, str(path), "exec")
+    # dont_inherit: the script is compiled as Python compiles it, not with this module's own
+    # `from __future__ import annotations` (a script whose annotation names nothing would
+    # then run here and fail plainly)
+    code = compile(source, str(path), "exec", dont_inherit=True)
     sys.argv = [str(path), *argv]
     sys.path.insert(0, str(path.parent))
     exec(code, module.__dict__)  # noqa: S102 - running the user's script is the point

@@ -45,7 +45,10 @@ def trace_source(source: str, namespace: dict, *, name: str = "cell", device: st
     doc = new_document(name, source, device, torch.__version__)
 
     def run() -> None:
-        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the person's own code
+        # dont_inherit: the code is compiled as Python would, not under this module's own
+        # `from __future__` flags
+        code = compile(source, filename, "exec", dont_inherit=True)
+        exec(code, namespace)  # noqa: S102 - the person's own code
 
     return run_traced(doc, source, filename, lambda: (namespace, run), device=device,
                       limits=limits, chosen_root=False)

@@ -137,3 +137,28 @@ def test_recursion_through_two_functions_keeps_both_ends(trace_source):
     assert len(frames) == 101 and frames[50]["omitted"] > 0
     assert frames[0]["line"] == 6 and frames[-1]["line"] in (3, 5)
     assert {f["function"] for f in frames if "function" in f} == {"<module>", "ping", "pong"}
+
+
+def test_the_script_is_compiled_as_python_compiles_it(trace_source, tmp_path):
+    """The tracer's own `from __future__ import annotations` once leaked into the script: an
+    annotation that names nothing failed plainly (NameError at the `def`) and ran under the
+    tracer, which then showed a backward the script never made."""
+    import subprocess
+    import sys
+
+    code = ("import torch\n\n\ndef scale(x: NotDefinedAnywhere) -> None:\n    return x\n\n\n"
+            "w = torch.ones(2, requires_grad=True)\n(w * 2).sum().backward()\n")
+    (tmp_path / "plain.py").write_text(code)
+    plain = subprocess.run([sys.executable, str(tmp_path / "plain.py")], capture_output=True,
+                           text=True, timeout=120)
+    assert plain.returncode != 0 and "NameError" in plain.stderr  # what Python itself says
+    doc = trace_source(code)
+    check(doc, "NameError", 4)
+    assert doc["events"] == []  # no backward the script never reached
+
+
+def test_code_in_a_namespace_is_compiled_as_python_compiles_it():
+    from app.trace.in_namespace import trace_source as trace_in_namespace
+
+    doc = trace_in_namespace("def f(x: NotDefinedAnywhere):\n    return x\n", {})
+    assert doc["error"] is not None and doc["error"]["type"] == "NameError"
