@@ -18,7 +18,7 @@ from typing_extensions import TypedDict
 __all__ = [
     "FORMAT", "Number", "TensorSummary", "SavedValue", "BackwardSource", "Gradcheck", "Node",
     "Edge", "Cut", "Graph", "Contribution", "GradChange", "EventError", "BackwardEvent",
-    "StepChange", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
+    "StepChange", "StepCheck", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
     "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel", "Edit", "Fix",
     "Explanation", "Figure", "View", "ViewMatch", "DoubleCheck",
 ]
@@ -180,10 +180,23 @@ class BackwardEvent(TypedDict):
     hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
 
 
+class StepCheck(TypedDict):
+    """A step recomputed by its optimizer's documented rule (app/trace/optimizer_rules.py) from
+    copies taken before it, against the change PyTorch made."""
+    rule: Literal["SGD", "Adam", "AdamW"]
+    matches: bool
+    largest_difference: NotRequired[float | None]
+    expected_change_norm: NotRequired[float | None]
+    observed_change_norm: NotRequired[float | None]
+
+
 class StepChange(TypedDict):
     before: TensorSummary
     after: TensorSummary
     grad: NotRequired[TensorSummary | None]
+    group: NotRequired[int]  # its parameter group: the step's `settings[group]`
+    state: NotRequired[dict]  # what the optimizer held for it before: step, which buffers
+    check: NotRequired[StepCheck | None]
 
 
 class StepEvent(TypedDict):
@@ -193,6 +206,7 @@ class StepEvent(TypedDict):
     params: dict[str, StepChange]
     line: NotRequired[int | None]
     lr: NotRequired[list[float | None]]
+    settings: NotRequired[list[dict]]  # each parameter group's settings (lr, momentum, betas…)
 
 
 Event = BackwardEvent | StepEvent

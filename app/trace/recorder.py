@@ -23,6 +23,7 @@ from .backward_event import BackwardRecording, tensors_of
 from .cuts import CutLog, Escape
 from .graph import MODULE_TAG, storage_key
 from .naming import Namer, script_frames
+from .optimizer_rules import group_settings, state_read, take_copies
 from .summary import ValueBudget, summarize
 from .views import ViewLog
 
@@ -47,6 +48,7 @@ class InPlace:
 
 
 MAX_NOTES = 200  # in-place changes and `.grad` reads kept, for explaining a failure
+MAX_GROUPS = 64  # an optimizer's parameter groups whose settings a step keeps
 # hooks a script registers on a leaf, which change its gradient between its uses and .grad
 LEAF_HOOKS = {"register_hook": "hook", "register_post_accumulate_grad_hook":
               "post-accumulate-grad hook"}
@@ -299,15 +301,19 @@ class Recorder:
             with self.guard():
                 self.namer.refresh()
                 params = {}
-                for group in optimizer.param_groups:
+                for index, group in enumerate(optimizer.param_groups):
                     for p in group["params"]:
                         name, _kind = self.namer.name(p)
                         params[name] = (p, summarize(p, budget=self.values),
-                                        summarize(p.grad, budget=self.values))
+                                        summarize(p.grad, budget=self.values), index,
+                                        state_read(optimizer.state.get(p, {})))
                 self._pending_steps[id(optimizer)] = {
                     "line": self.current_line(), "params": params,
                     "lr": [g.get("lr") for g in optimizer.param_groups],
-                    "versions": {name: p._version for name, (p, _, _) in params.items()}}
+                    "settings": [group_settings(g) for g in optimizer.param_groups[:MAX_GROUPS]],
+                    # the weights, .grad and state copied, to check the step by its rule
+                    "copies": take_copies(optimizer),
+                    "versions": {name: p._version for name, (p, *_) in params.items()}}
         except Exception as exc:  # noqa: BLE001
             self._internal_error("recording an optimizer step", exc)
 
@@ -318,9 +324,12 @@ class Recorder:
             return
         try:
             with self.guard():
+                copies = pending["copies"]
                 params = {name: {"before": before, "after": summarize(p, budget=self.values),
-                                 "grad": grad}
-                          for name, (p, before, grad) in pending["params"].items()}
+                                 "grad": grad, "group": group, "state": state,
+                                 "check": copies.check(p) if copies is not None else None}
+                          for name, (p, before, grad, group, state)
+                          in pending["params"].items()}
             # JSON has no NaN: a learning rate that is one (or a tensor) is said as unknown
             lr = [float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
                   for x in pending["lr"]]
@@ -332,7 +341,7 @@ class Recorder:
                     for name, before in pending["versions"].items()}, len(self.inplace)))
             step = {"kind": "step", "index": len(self.events),
                     "optimizer": type(optimizer).__name__, "line": pending["line"], "lr": lr,
-                    "params": params}
+                    "settings": pending["settings"], "params": params}
             if self._held_steps is not None:  # inside a recorded pass: after it (its index)
                 self._held_steps.append(step)
             else:

@@ -7,6 +7,7 @@ import { h, fmt, num, shapeText, richText } from "./dom.js";
 import { heatmap, maxAbs, colourBar, valueAt, matrix, MAX_VALUES } from "./heatmap.js";
 import { waterfall } from "./waterfall.js";
 import { lineLabel } from "./lines.js";
+import { checkSentence, plainRatio, ruleSentences, settingsText } from "./step_rule.js";
 
 const MAP_WIDTH = 150; // two heat maps side by side in the panel
 
@@ -45,6 +46,7 @@ export function paramView(doc, event, name, hooks) {
 
 function backwardView(doc, event, name, hooks) {
   const out = h("div.accumulation");
+  const diags = (hooks.diagnostics || []).filter((d) => (d.params || []).includes(name));
   const contribs = (event.contributions || {})[name] || [];
   const nodes = new Map(event.graph.nodes.map((n) => [n.id, n]));
   // torch.autograd.grad returns a gradient per input and leaves .grad alone: the uses add up
@@ -92,12 +94,17 @@ function backwardView(doc, event, name, hooks) {
   out.append(waterfall(rows, { onHover: hooks.onHover, onPick: hooks.onPickNode, scale: hooks.chartScale || 1 }));
 
   const sum = rows.filter((r) => r.kind !== "total").reduce((a, r) => a + r.value, 0);
-  const close = Math.abs(sum - total) <= 1e-5 * Math.max(1, Math.abs(total));
+  // NaN is never equal to itself: both sides NaN is a NaN that reached .grad, not a difference
+  const bothNaN = Number.isNaN(sum) && Number.isNaN(total);
+  const close = bothNaN || Math.abs(sum - total) <= 1e-5 * Math.max(1, Math.abs(total));
   out.append(h("p.check", { dataset: { sum: String(sum), grad: String(total) } },
-    h("span.check-mark", { "aria-hidden": "true" }, close ? "✓ " : "✗ "),
+    h("span.check-mark", { "aria-hidden": "true" }, bothNaN ? "! " : close ? "✓ " : "✗ "),
     `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"}${shares.length ? " + the hooks' share" : ""} = ${fmt(sum, 6)}; `,
     returns ? "what autograd.grad returned" : h("code", {}, ".grad"), ` ${what} = `, h("strong.grad-value", {}, fmt(total, 6)),
-    close ? " — they agree." : " — they differ (see the diagnostics)."));
+    bothNaN ? " — both are NaN: a NaN reached it through these uses." :
+      close ? " — they agree." :
+        diags.length ? " — they differ (see the note above)." :
+          ` — they differ by ${fmt(total - sum, 3)}, and autograd-lab does not know why.`));
 
   const tensors = [grads.after, grads.before, ...contribs.map((c) => c.grad), ...shares.map((s) => s.grad)];
   const scale = maxAbs(...tensors);
@@ -141,19 +148,25 @@ function stepView(doc, event, name) {
     return out;
   }
   const change = difference(p.after, p.before);
-  out.append(h("p.lead-in", {}, `${event.optimizer} step #${event.index}` +
-    (event.lr && event.lr.length ? ` with lr = ${event.lr.map((v) => fmt(v)).join(", ")}` : "") +
-    ": the weights move once, by the summed gradient."));
+  const [lead, ...details] = ruleSentences(event, p);
+  out.append(h("p.lead-in", {}, lead));
+  details.forEach((d) => out.append(h("p.step-rule", {}, d)));
+  const check = checkSentence(event, p);
+  if (check) {
+    out.append(h(`p.check${check[0] === "✗" ? ".check-differs" : ""}`, {},
+      check[0] ? h("span.check-mark", { "aria-hidden": "true" }, `${check[0]} `) : "", check[1]));
+  }
+  const changeNorm = change ? change.norm : num((p.check || {}).observed_change_norm);
   const rows = [
     ["‖weights‖ before", fmt(p.before.norm, 6)],
     ["‖weights‖ after", fmt(p.after.norm, 6)],
-    ["‖change‖", change ? fmt(change.norm, 6) : "?"],
+    ["‖change‖", Number.isFinite(changeNorm) ? fmt(changeNorm, 6) : "?"],
     ["‖.grad‖", p.grad ? fmt(p.grad.norm, 6) : "None"],
   ];
-  if (change && p.grad && event.lr && event.lr.length === 1 && event.optimizer === "SGD") {
-    const ratio = num(change.norm) / (num(p.grad.norm) || 1);
-    rows.push(["‖change‖ / ‖.grad‖", `${fmt(ratio, 4)} (lr = ${fmt(event.lr[0])})`]);
-  }
+  const ratio = plainRatio(event, p, changeNorm);
+  if (ratio !== null) rows.push(["‖change‖ / ‖.grad‖", `${fmt(ratio, 4)} (lr = ${fmt(event.settings[p.group ?? 0].lr)})`]);
+  const settings = settingsText((event.settings || [])[p.group ?? 0]);
+  if (settings) rows.push(["settings", settings]);
   out.append(h("table.kv", {}, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))))));
   const scale = maxAbs(p.before, p.after);
   if (matrix(p.before)) {

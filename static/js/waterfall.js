@@ -34,7 +34,9 @@ export function waterfall(rows, { onHover = () => {}, onPick = () => {}, scale =
   const pad = (hi - lo) * 0.04;
   lo -= pad; hi += pad;
   const barW = WIDTH - 2 * room;
-  const x = (v) => room + ((v - lo) / (hi - lo)) * barW;
+  // a NaN or infinite value (a NaN that reached .grad) has no place on the axis: drawn at 0,
+  // its label says what it is
+  const x = (v) => room + (((Number.isFinite(v) ? v : 0) - lo) / (hi - lo)) * barW;
   const height = rows.length * row + 14 * k;
 
   const svg = s("svg", { class: "waterfall", viewBox: `0 0 ${WIDTH} ${height}`, role: "group",

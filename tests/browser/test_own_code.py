@@ -281,3 +281,92 @@ def test_a_pasted_script_that_plots_and_calls_make_dot_shows_both(watched):
     assert "make_dot" in page.text_content("#source li.line-selected")
     page.eval_on_selector("#views", "el => el.scrollIntoView()")
     watched.shot("figure-and-make-dot")
+
+
+DECAY_ZERO_GRAD = """\
+import torch
+
+w = torch.nn.Parameter(torch.ones(2, 2))
+w.register_hook(lambda g: g * 0)  # every gradient zeroed
+opt = torch.optim.SGD([w], lr=0.1, weight_decay=0.5)
+(w * 3).sum().backward()
+opt.step()
+"""
+
+ADAM = """\
+import torch
+
+w = torch.nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+opt = torch.optim.Adam([w], lr=0.01)
+(w * torch.tensor([[1.0, 10.0], [100.0, 1000.0]])).sum().backward()
+opt.step()
+"""
+
+
+def step_text(watched: Watched, source: str) -> str:
+    """The step view of `w` after running `source` (its step is event 1)."""
+    paste_and_run(watched, source)
+    page = watched.page
+    page.goto(page.url.split("?")[0] + "?event=1&param=w")
+    view = page.locator("#details .step-view")
+    view.wait_for()
+    return view.inner_text()
+
+
+def test_a_step_is_explained_by_its_optimizers_own_rule(watched):
+    """The forum's two cases: SGD with weight decay moves weights whose gradient was zeroed (the
+    page once said "by the summed gradient" and divided by ‖.grad‖ || 1), and Adam moves each
+    weight by lr whatever its gradient's scale. What PyTorch does, checked in plain PyTorch:"""
+    import torch
+
+    w = torch.nn.Parameter(torch.ones(2, 2))
+    w.register_hook(lambda g: g * 0)
+    opt = torch.optim.SGD([w], lr=0.1, weight_decay=0.5)
+    (w * 3).sum().backward()
+    opt.step()
+    assert float(w.grad.norm()) == 0 and torch.allclose(w, torch.full((2, 2), 0.95))
+
+    text = step_text(watched, DECAY_ZERO_GRAD)
+    assert "SGD step #1" in text and "moves even where its .grad is 0" in text
+    assert "weight_decay = 0.5" in text and "‖change‖ / ‖.grad‖" not in text
+    assert "✓" in text and "it is the change PyTorch made" in text
+    watched.shot("sgd-decay")
+
+    w = torch.nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    before = w.detach().clone()
+    opt = torch.optim.Adam([w], lr=0.01)
+    (w * torch.tensor([[1.0, 10.0], [100.0, 1000.0]])).sum().backward()
+    opt.step()
+    assert torch.allclose((before - w).detach(), torch.full((2, 2), 0.01), rtol=1e-4)
+
+    text = step_text(watched, ADAM)
+    assert "Adam step #1" in text and "moves by lr itself" in text
+    assert "✓" in text and "Recomputed by Adam's rule" in text
+    watched.shot("adam")
+
+
+NAN_GRAD = """\
+import torch
+
+w = torch.zeros(1, requires_grad=True)
+(torch.sqrt(w) * 0 + w * 2).sum().backward()  # sqrt's slope at 0 is inf, and inf * 0 is NaN
+"""
+
+
+def test_a_nan_gradient_is_not_called_a_difference(watched):
+    """NaN is never equal to itself: the uses' sum and .grad both NaN once read "they differ
+    (see the diagnostics)", and there were none."""
+    import torch
+
+    w = torch.zeros(1, requires_grad=True)
+    (torch.sqrt(w) * 0 + w * 2).sum().backward()
+    assert torch.isnan(w.grad).all()  # what PyTorch leaves in .grad
+
+    paste_and_run(watched, NAN_GRAD)
+    page = watched.page
+    page.goto(page.url.split("?")[0] + "?event=0&param=w")
+    check = page.locator("#details .check")
+    check.wait_for()
+    text = check.inner_text()
+    assert "both are NaN" in text and "differ" not in text, text
+    watched.shot("nan")

@@ -86,6 +86,10 @@ def test_parameter_bars_sum_to_grad(watched):
     step = page.locator("#details .step-view")
     assert step.locator(".heatmap canvas").count() == 4
     assert "SGD step #1" in step.inner_text()
+    # plain SGD: the change is -lr × .grad, so ‖change‖ / ‖.grad‖ is lr, as PyTorch made it
+    ratio = step.locator("tr", has_text="‖change‖ / ‖.grad‖").locator("td").inner_text()
+    assert ratio.startswith("0.1") and "lr = 0.1" in ratio, ratio
+    assert "it is the change PyTorch made" in step.inner_text()
     assert page.locator("#timeline button[aria-pressed=true]").get_attribute("data-event") == "1"
     watched.shot("step")
 

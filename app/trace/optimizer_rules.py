@@ -1,0 +1,171 @@
+"""An optimizer step as the optimizer made it: its settings, the state it read, and a check.
+
+A step is not "the weights move by the gradient" for every optimizer: SGD with weight decay
+moves weights whose gradient is zero, and Adam moves each weight by about `lr` whatever the
+gradient's scale. So a recorded step keeps each parameter group's settings (`settings`) and,
+for the rules written here (SGD and Adam/AdamW, from their documented update rules, with
+weight decay, momentum, dampening, Nesterov, betas, eps, AMSGrad and maximize), recomputes the
+change from copies taken before the step (the weights, `.grad`, the state it read) and compares
+it with the change PyTorch made (`check`). For any other optimizer the page says it does not
+explain the rule, and shows only what changed.
+
+The rules are written from PyTorch's documentation, not by calling `torch.optim`: a test runs
+`torch.optim` itself on copies and holds the two to agreement."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["CHECK_MAX_NUMEL", "StepCopies", "group_settings", "state_read", "take_copies"]
+
+CHECK_MAX_NUMEL = 1_000_000  # elements copied to check a step (in float64); past it, not checked
+RULES = ("SGD", "Adam", "AdamW")
+_STATE_KEYS = ("step", "momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
+
+def group_settings(group: dict) -> dict:
+    """A parameter group's settings as JSON takes them: numbers, flags, strings, pairs of
+    numbers (betas); a tensor learning rate as its number; everything else left out."""
+    out = {}
+    for key, value in group.items():
+        if key == "params" or len(out) >= 40:
+            continue
+        value = _plain(value)
+        if value is not _SKIP:
+            out[str(key)[:100]] = value
+    return out
+
+
+_SKIP = object()
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        return _plain(value.item()) if value.numel() == 1 else _SKIP
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) else _SKIP
+    if isinstance(value, str):
+        return value[:100]
+    if isinstance(value, tuple | list) and len(value) <= 8:
+        items = [_plain(v) for v in value]
+        return _SKIP if any(v is _SKIP or isinstance(v, list) for v in items) else items
+    return _SKIP
+
+
+def state_read(state: dict) -> dict:
+    """The optimizer's state for one parameter before the step, as plain facts: its step count,
+    and which buffers it held (a first step holds none: momentum and moments start there)."""
+    out = {}
+    for key in _STATE_KEYS:
+        if key not in state:
+            continue
+        value = state[key]
+        if key == "step":
+            value = _plain(value)
+            if value is not _SKIP:
+                out["step"] = value
+        elif isinstance(value, torch.Tensor):
+            out[key] = True
+    return out
+
+
+class StepCopies:
+    """What a step's check needs, copied before the step: each parameter's weights, its
+    `.grad` and its state; None for a parameter that cannot be checked."""
+
+    def __init__(self, kind: str, groups: list[dict]) -> None:
+        self.kind = kind
+        self.groups = groups
+        self.copies: dict[int, tuple[int, torch.Tensor, torch.Tensor, dict]] = {}
+
+    def check(self, p: torch.Tensor) -> dict | None:
+        """After the step: the rule's change against PyTorch's, for `p`; None if not taken."""
+        taken = self.copies.get(id(p))
+        if taken is None:
+            return None
+        group_index, before, grad, state = taken
+        group = self.groups[group_index]
+        with torch.no_grad():
+            expected = _rule(self.kind, group, before, grad, state)
+            after = p.detach().to(torch.float64)
+            observed = after - before
+            wanted = expected - before
+            difference = (after - expected).abs().max().item() if after.numel() else 0.0
+            scale = max(observed.abs().max().item() if observed.numel() else 0.0,
+                        wanted.abs().max().item() if wanted.numel() else 0.0)
+        # float32 weights round each step: a relative tolerance, and a floor for tiny steps
+        matches = difference <= 1e-4 * scale + 1e-6 * max(1.0, before.abs().max().item()
+                                                          if before.numel() else 0.0)
+        return {"rule": self.kind, "matches": bool(matches),
+                "largest_difference": _finite(difference),
+                "expected_change_norm": _finite(wanted.norm().item()),
+                "observed_change_norm": _finite(observed.norm().item())}
+
+
+def take_copies(optimizer: torch.optim.Optimizer) -> StepCopies | None:
+    """Copies for the check, or None where no rule here applies (or the parameters are too
+    many to copy)."""
+    kind = type(optimizer).__name__
+    if kind not in RULES or type(optimizer).__module__.split(".")[:2] != ["torch", "optim"]:
+        return None
+    groups = [dict(g) for g in optimizer.param_groups]
+    copies = StepCopies(kind, groups)
+    budget = CHECK_MAX_NUMEL
+    with torch.no_grad():
+        for index, group in enumerate(optimizer.param_groups):
+            for p in group["params"]:
+                if p.grad is None or p.grad.is_sparse or p.is_complex():
+                    continue
+                budget -= p.numel()
+                if budget < 0:
+                    return None
+                state = {k: (v.detach().to(torch.float64).clone()
+                             if isinstance(v, torch.Tensor) else v)
+                         for k, v in optimizer.state.get(p, {}).items()}
+                copies.copies[id(p)] = (index, p.detach().to(torch.float64).clone(),
+                                        p.grad.detach().to(torch.float64).clone(), state)
+    return copies
+
+
+def _rule(kind: str, group: dict, p: torch.Tensor, grad: torch.Tensor,
+          state: dict) -> torch.Tensor:
+    """The weights after one step of `kind`'s documented rule, in float64."""
+    lr = float(_plain(group["lr"]))
+    g = -grad if group.get("maximize") else grad
+    weight_decay = float(group.get("weight_decay") or 0.0)
+    if kind == "SGD":
+        if weight_decay:
+            g = g + weight_decay * p
+        momentum = float(group.get("momentum") or 0.0)
+        if momentum:
+            buf = state.get("momentum_buffer")
+            dampening = float(group.get("dampening") or 0.0)
+            buf = g.clone() if buf is None else momentum * buf + (1 - dampening) * g
+            g = g + momentum * buf if group.get("nesterov") else buf
+        return p - lr * g
+    # Adam and AdamW: AdamW (or Adam's decoupled_weight_decay) shrinks the weights first,
+    # Adam adds the decay to the gradient
+    beta1, beta2 = (float(b) for b in group["betas"])
+    eps = float(group["eps"])
+    decoupled = kind == "AdamW" or bool(group.get("decoupled_weight_decay"))
+    if weight_decay and decoupled:
+        p = p * (1 - lr * weight_decay)
+    elif weight_decay:
+        g = g + weight_decay * p
+    step = float(_plain(state.get("step", 0.0)) or 0.0) + 1
+    m = state.get("exp_avg", torch.zeros_like(p))
+    v = state.get("exp_avg_sq", torch.zeros_like(p))
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    if group.get("amsgrad"):
+        v = torch.maximum(state.get("max_exp_avg_sq", torch.zeros_like(p)), v)
+    denom = v.sqrt() / math.sqrt(1 - beta2 ** step) + eps
+    return p - (lr / (1 - beta1 ** step)) * m / denom
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,96 @@
+// What an optimizer step did to one parameter, said by that optimizer's own rule: its settings
+// as the step had them, and the check the tracer made (app/trace/optimizer_rules.py): the rule
+// recomputed from copies taken before the step, against the change PyTorch made. Every sentence
+// here is about recorded facts; where nothing was recorded, it says so.
+
+import { fmt, num } from "./dom.js";
+
+// settings that change no number of the update: left out of the list
+const PLUMBING = new Set(["foreach", "fused", "differentiable", "capturable", "initial_lr"]);
+
+/** The group's settings as "lr = 0.1, momentum = 0.9", its defaults that change nothing left out. */
+export function settingsText(settings) {
+  if (!settings) return "";
+  return Object.entries(settings)
+    .filter(([k, v]) => !PLUMBING.has(k) && v !== null && v !== false &&
+      !(v === 0 && k !== "lr"))
+    .map(([k, v]) => `${k} = ${Array.isArray(v) ? `(${v.map((x) => fmt(x)).join(", ")})` : (v === true ? "on" : fmt(v))}`)
+    .join(", ");
+}
+
+/** The sentences that say how this step moves a weight: [lead, ...details]. */
+export function ruleSentences(event, change) {
+  const settings = (event.settings || [])[change.group ?? 0];
+  const name = event.optimizer;
+  if (!settings) {
+    return [`${name} step #${event.index}: this run was recorded before steps kept their ` +
+      "optimizer's settings, so only the change it made is shown."];
+  }
+  const lr = settings.lr;
+  const state = change.state || {};
+  const wd = num(settings.weight_decay) || 0;
+  const up = settings.maximize ? " (maximize: up the gradient, not down)" : "";
+  if (name === "SGD") {
+    const m = num(settings.momentum) || 0;
+    const out = [m ?
+      `SGD step #${event.index}: each weight moves by −lr × its momentum buffer (lr = ${fmt(lr)})${up}.` :
+      `SGD step #${event.index}: each weight moves by −lr × its gradient (lr = ${fmt(lr)})${up}.`];
+    if (wd) {
+      out.push(`Weight decay adds ${fmt(wd)} × the weight to the gradient first, so a weight moves ` +
+        "even where its .grad is 0.");
+    }
+    if (m) {
+      const d = num(settings.dampening) || 0;
+      out.push(state.momentum_buffer ?
+        `The buffer is ${fmt(m)} × the buffer of the last step + ${fmt(1 - d)} × the gradient.` :
+        "This is the buffer's first step: it starts as the gradient itself.");
+      if (settings.nesterov) out.push(`Nesterov: the step uses the gradient + ${fmt(m)} × the new buffer.`);
+    }
+    return out;
+  }
+  if (name === "Adam" || name === "AdamW") {
+    const [b1, b2] = settings.betas || [];
+    const first = !state.step;
+    const out = [`${name} step #${event.index}: each weight moves by lr × the running mean of its ` +
+      "gradient divided by the root of the running mean of its square, so the size of a step does " +
+      `not follow the gradient's scale (lr = ${fmt(lr)}, betas = (${fmt(b1)}, ${fmt(b2)}), ` +
+      `eps = ${fmt(settings.eps)})${up}.`];
+    if (first) out.push("On this first step every weight whose gradient is not 0 moves by lr itself.");
+    if (wd) {
+      out.push(name === "AdamW" || settings.decoupled_weight_decay ?
+        `Weight decay (decoupled) first shrinks each weight by lr × ${fmt(wd)} × the weight.` :
+        `Weight decay adds ${fmt(wd)} × the weight to the gradient before the running means.`);
+    }
+    if (settings.amsgrad) out.push("AMSGrad divides by the largest running mean square seen so far.");
+    return out;
+  }
+  return [`${name} step #${event.index}: autograd-lab does not explain ${name}'s rule; below is ` +
+    "the change the step made, with its settings."];
+}
+
+/** The check's line: [mark, sentence], or null where the rule is not one the tracer checks. */
+export function checkSentence(event, change) {
+  const check = change.check;
+  if (!event.settings || !["SGD", "Adam", "AdamW"].includes(event.optimizer)) return null;
+  if (!check) {
+    return change.grad ? ["", "Not checked: the model is too large to copy before every step."] :
+      ["", `Not checked: it had no .grad, so ${event.optimizer} skipped it.`];
+  }
+  if (check.matches) {
+    return ["✓", `Recomputed by ${check.rule}'s rule from the weights, gradient and state before ` +
+      `the step: it is the change PyTorch made (largest difference ${fmt(check.largest_difference, 2)}).`];
+  }
+  return ["✗", `The change PyTorch made is not ${check.rule}'s rule applied to the recorded gradient: ` +
+    `they differ by up to ${fmt(check.largest_difference, 3)}. Something besides the rule changed ` +
+    "the weights during the step (a step hook or a closure, for example); autograd-lab does not know what."];
+}
+
+/** ‖change‖ / ‖.grad‖ where it means something: plain SGD, and a gradient that is not 0. */
+export function plainRatio(event, change, changeNorm) {
+  const settings = (event.settings || [])[change.group ?? 0];
+  if (event.optimizer !== "SGD" || !settings || !change.grad) return null;
+  if (num(settings.momentum) || num(settings.weight_decay) || settings.maximize) return null;
+  const gradNorm = num(change.grad.norm);
+  if (!(gradNorm > 0) || !Number.isFinite(changeNorm)) return null;
+  return changeNorm / gradNorm;
+}
