@@ -108,7 +108,14 @@ class StepCopies:
 
 def take_copies(optimizer: torch.optim.Optimizer) -> StepCopies | None:
     """Copies for the check, or None where no rule here applies (or the parameters are too
-    many to copy)."""
+    many to copy, or copying failed: the step is still recorded, unchecked)."""
+    try:
+        return _copies(optimizer)
+    except Exception:  # noqa: BLE001 - a parameter we cannot copy (meta, a subclass): no check
+        return None
+
+
+def _copies(optimizer: torch.optim.Optimizer) -> StepCopies | None:
     kind = type(optimizer).__name__
     if kind not in RULES or type(optimizer).__module__.split(".")[:2] != ["torch", "optim"]:
         return None
