@@ -184,7 +184,10 @@ class StepCheck(TypedDict):
     """A step recomputed by its optimizer's documented rule (app/trace/optimizer_rules.py) from
     copies taken before it, against the change PyTorch made."""
     rule: Literal["SGD", "Adam", "AdamW"]
-    matches: bool
+    matches: NotRequired[bool]
+    # why it was not checked: no .grad (the step skipped it), too many weights to copy, or a
+    # setting the rule cannot use (a NaN learning rate)
+    unchecked: NotRequired[Literal["no_grad", "too_large", "cannot_apply"]]
     largest_difference: NotRequired[float | None]
     expected_change_norm: NotRequired[float | None]
     observed_change_norm: NotRequired[float | None]

@@ -133,6 +133,11 @@ class CutLog:
             self._cuts.extend((fn, how, at) for fn in fns)
             self._remember(how, at)
 
+    def note_value_escape(self, how: str, line: int) -> None:
+        """Values of a tensor with a graph taken out `how` at `line` (recorder.py
+        `_note_value_escape`): kept in the history, for failures.py to name."""
+        self._remember(how, line)
+
     def _remember(self, how: str, line: int) -> None:
         if (how, line) not in self.history[-5:] and len(self.history) < 4 * MAX_CUTS:
             self.history.append((how, line))

@@ -192,6 +192,38 @@ def _step_before_backward(doc, err, script: _Script, failed: dict, line: int | N
 
 
 _CUT_FIX = {"detach()": (".detach()", ""), ".data": (".data", "")}
+# values taken out of a graph into a Python number: often only printed, so blamed only when
+# nothing else took values out before the failing line
+_NUMBERS = {"item", "float()", "int()", "bool()", "tolist", "numpy", "numpy()"}
+_CHOICES = {"argmax", "argmin", "argsort", "argwhere", "nonzero", "==", "!=", ">", ">=", "<",
+            "<=", "isclose", "logical_and", "logical_or", "logical_not"}
+_CASTS = {"long", "int", "short", "byte", "char", "bool", "to", "type"}
+
+
+def _value_escape(how: str, line: int, script: _Script) -> tuple[str, str, list[dict]]:
+    """(cause, fix, edits) for values taken out of a graph by `how` at `line`."""
+    text = script.line(line)
+    if how in ("torch.tensor", "torch.as_tensor"):
+        edits = []
+        if how + "(" in text and how + "([" in text.replace(" ", ""):
+            edits = [script.edit(line, text.replace(how + "(", "torch.stack(", 1))]
+        return (f"with `{how}`, which copies the numbers of tensors that have a graph into a "
+                "new tensor that has none",
+                "build the tensor with `torch.stack([...])` (or `torch.cat`), which keeps each "
+                "element's graph", edits)
+    if how in _NUMBERS:
+        return (f"with `{how}`, which turns a tensor into a Python number, and a number "
+                "carries no graph",
+                "keep the values a tensor: compute the loss from the tensor itself, and call "
+                f"`{how}` only to print or log it", [])
+    if how in _CHOICES:
+        kind = "indices" if how.startswith("arg") or how == "nonzero" else "true/false values"
+        return (f"with `{how}`, which gives {kind}: there is no gradient through a choice or a "
+                "comparison",
+                "feed the scores themselves to the loss (for a class, the logits to "
+                "`F.cross_entropy`), and use the choice only to read a prediction", [])
+    return (f"with `{how}` to an integer type, and integers carry no gradient",
+            "keep the values floating point: drop the integer cast before the loss", [])
 
 
 def _graph_cut(doc, err, script: _Script, rec: Recorder):
@@ -199,6 +231,8 @@ def _graph_cut(doc, err, script: _Script, rec: Recorder):
         return None
     before = [(how, line) for how, line in rec.cut_log.history
               if err["line"] is None or line <= err["line"]]
+    if any(how not in _NUMBERS for how, _ in before):  # a printed .item() is no culprit
+        before = [(how, line) for how, line in before if how not in _NUMBERS]
     failed = _failed_event(doc)
     outputs = [n["id"] for n in failed["graph"]["nodes"] if n["kind"] == "output"] \
         if failed else []
@@ -228,6 +262,9 @@ def _graph_cut(doc, err, script: _Script, rec: Recorder):
     elif how == "requires_grad_(False)":
         edits = [script.edit(line, text.replace("requires_grad_(False)", "requires_grad_(True)"))]
         say, code, cause = "let the tensor require grad", "graph_cut", "by requires_grad_(False)"
+    elif how in _NUMBERS or how in _CHOICES or how in _CASTS or how.startswith("torch."):
+        cause, say, edits = _value_escape(how, line, script)
+        code = "values_without_graph"
     else:
         say, code, cause = "", "graph_cut", f"by `{how}`"
     return _explanation(

@@ -81,25 +81,40 @@ class StepCopies:
         self.kind = kind
         self.groups = groups
         self.copies: dict[int, tuple[int, torch.Tensor, torch.Tensor, dict]] = {}
+        self.too_large = False  # past CHECK_MAX_NUMEL: nothing copied, the step unchecked
 
     def check(self, p: torch.Tensor) -> dict | None:
-        """After the step: the rule's change against PyTorch's, for `p`; None if not taken."""
+        """After the step: the rule's change against PyTorch's, for `p`; None if not taken, or
+        where the rule cannot be applied (a setting that is NaN, a state it does not know)."""
+        try:
+            return self._check(p)
+        except Exception:  # noqa: BLE001 - no check rather than no step
+            return {"rule": self.kind, "unchecked": "cannot_apply"}
+
+    def _check(self, p: torch.Tensor) -> dict:
         taken = self.copies.get(id(p))
         if taken is None:
-            return None
+            why = "too_large" if self.too_large else (
+                "no_grad" if p.grad is None else "cannot_apply")
+            return {"rule": self.kind, "unchecked": why}
         group_index, before, grad, state = taken
         group = self.groups[group_index]
         with torch.no_grad():
             expected = _rule(self.kind, group, before, grad, state)
+            if not torch.isfinite(expected).all() and torch.isfinite(p).all():
+                return {"rule": self.kind, "unchecked": "cannot_apply"}
             after = p.detach().to(torch.float64)
             observed = after - before
             wanted = expected - before
-            difference = (after - expected).abs().max().item() if after.numel() else 0.0
-            scale = max(observed.abs().max().item() if observed.numel() else 0.0,
-                        wanted.abs().max().item() if wanted.numel() else 0.0)
+            # NaN where both are NaN is no difference; NaN on one side only is one
+            gap = (after - expected).abs().masked_fill(after.isnan() & expected.isnan(), 0.0)
+            difference = gap.max().item() if gap.numel() else 0.0
+            difference = math.inf if math.isnan(difference) else difference
+            finite = [t.nan_to_num(0.0, 0.0, 0.0).abs() for t in (observed, wanted, before)]
+            scale = max((t.max().item() for t in finite[:2] if t.numel()), default=0.0)
         # float32 weights round each step: a relative tolerance, and a floor for tiny steps
-        matches = difference <= 1e-4 * scale + 1e-6 * max(1.0, before.abs().max().item()
-                                                          if before.numel() else 0.0)
+        size = finite[2].max().item() if finite[2].numel() else 0.0
+        matches = difference <= 1e-4 * scale + 1e-6 * max(1.0, size)
         return {"rule": self.kind, "matches": bool(matches),
                 "largest_difference": _finite(difference),
                 "expected_change_norm": _finite(wanted.norm().item()),
@@ -107,18 +122,19 @@ class StepCopies:
 
 
 def take_copies(optimizer: torch.optim.Optimizer) -> StepCopies | None:
-    """Copies for the check, or None where no rule here applies (or the parameters are too
-    many to copy, or copying failed: the step is still recorded, unchecked)."""
-    try:
-        return _copies(optimizer)
-    except Exception:  # noqa: BLE001 - a parameter we cannot copy (meta, a subclass): no check
-        return None
-
-
-def _copies(optimizer: torch.optim.Optimizer) -> StepCopies | None:
+    """Copies for the check, or None where no rule here applies. Parameters too many to copy,
+    or a copy that failed, leave the step recorded and said to be unchecked."""
     kind = type(optimizer).__name__
     if kind not in RULES or type(optimizer).__module__.split(".")[:2] != ["torch", "optim"]:
         return None
+    try:
+        return _copies(optimizer)
+    except Exception:  # noqa: BLE001 - a parameter we cannot copy (meta, a subclass): no check
+        return StepCopies(kind, [])
+
+
+def _copies(optimizer: torch.optim.Optimizer) -> StepCopies:
+    kind = type(optimizer).__name__
     groups = [dict(g) for g in optimizer.param_groups]
     copies = StepCopies(kind, groups)
     budget = CHECK_MAX_NUMEL
@@ -129,7 +145,9 @@ def _copies(optimizer: torch.optim.Optimizer) -> StepCopies | None:
                     continue
                 budget -= p.numel()
                 if budget < 0:
-                    return None
+                    copies.copies.clear()
+                    copies.too_large = True
+                    return copies
                 state = {k: (v.detach().to(torch.float64).clone()
                              if isinstance(v, torch.Tensor) else v)
                          for k, v in optimizer.state.get(p, {}).items()}

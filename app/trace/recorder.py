@@ -49,6 +49,21 @@ class InPlace:
 
 MAX_NOTES = 200  # in-place changes and `.grad` reads kept, for explaining a failure
 MAX_GROUPS = 64  # an optimizer's parameter groups whose settings a step keeps
+# operations that hand out a tensor's values with no graph (failures.py names each): into a
+# Python number or list, into a new tensor of its values, into indices or truth values, and
+# casts, which only count when they give an integer or bool tensor (`.float()` keeps the graph)
+NUMBER_ESCAPES = frozenset({"item", "__float__", "__int__", "__index__", "__bool__", "tolist",
+                            "numpy", "__array__"})
+VALUE_ESCAPES = frozenset({"tensor", "as_tensor", "argmax", "argmin", "argsort", "argwhere",
+                           "nonzero", "eq", "ne", "gt", "ge", "lt", "le", "__eq__", "__ne__",
+                           "__gt__", "__ge__", "__lt__", "__le__", "isclose", "logical_and",
+                           "logical_or", "logical_not", "topk_indices"})
+CASTS = frozenset({"long", "int", "short", "byte", "char", "bool", "to", "type"})
+VALUE_ESCAPE_NAMES = {"__float__": "float()", "__int__": "int()", "__index__": "int()",
+                      "__bool__": "bool()", "__array__": "numpy()", "__eq__": "==",
+                      "__ne__": "!=", "__gt__": ">", "__ge__": ">=", "__lt__": "<", "__le__": "<=",
+                      "eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<=",
+                      "tensor": "torch.tensor", "as_tensor": "torch.as_tensor"}
 # hooks a script registers on a leaf, which change its gradient between its uses and .grad
 LEAF_HOOKS = {"register_hook": "hook", "register_post_accumulate_grad_hook":
               "post-accumulate-grad hook"}
@@ -438,6 +453,23 @@ class Recorder:
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             self.cut_log.note_escape(_flat(args), how, self.current_line)
             self._note_cut(args, how)
+        elif torch.is_grad_enabled() and (name in NUMBER_ESCAPES or name in VALUE_ESCAPES or (
+                name in CASTS and isinstance(out, torch.Tensor) and not out.is_floating_point()
+                and not out.is_complex())):
+            self._note_value_escape(name, args, out)
+
+    def _note_value_escape(self, name: str, args: tuple, out: Any) -> None:
+        """Values taken out of tensors that had a graph, into something that has none: a
+        Python number (`.item()`, `float()`), a new tensor of their values (`torch.tensor`),
+        indices or truth values (`argmax`, `>`), an integer cast. A later "does not require
+        grad" is then named by this line and operation, not blamed on no_grad."""
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            return
+        if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in _flat_deep(args)):
+            return
+        line = self.current_line()
+        if line is not None:
+            self.cut_log.note_value_escape(VALUE_ESCAPE_NAMES.get(name, name), line)
 
     def _moving_a_module(self) -> bool:
         """Is torch's Module._apply (`.to(device)`, `.float()`, `.cuda()`) what turned grad
@@ -538,6 +570,22 @@ def _deepcopy_memo(depth: int = 40) -> dict | None:
             return memo if isinstance(memo, dict) else {}
         frame, depth = frame.f_back, depth - 1
     return None
+
+
+def _flat_deep(args: Any, depth: int = 0):
+    """The tensors in `args`, lists within lists too (torch.tensor([[a, b], [c, d]])), to a
+    bounded depth and count."""
+    count = 0
+    for a in args:
+        if isinstance(a, (list, tuple)) and depth < 3:
+            for t in _flat_deep(a[:1000], depth + 1):
+                count += 1
+                yield t
+        elif isinstance(a, torch.Tensor):
+            yield a
+        count += 1
+        if count > 10_000:
+            return
 
 
 def _flat(args: Any):

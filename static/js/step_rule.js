@@ -72,9 +72,12 @@ export function ruleSentences(event, change) {
 export function checkSentence(event, change) {
   const check = change.check;
   if (!event.settings || !["SGD", "Adam", "AdamW"].includes(event.optimizer)) return null;
-  if (!check) {
-    return change.grad ? ["", "Not checked: the model is too large to copy before every step."] :
-      ["", `Not checked: it had no .grad, so ${event.optimizer} skipped it.`];
+  if (!check) return ["", "Not checked: this run was recorded before steps were checked."];
+  if (check.unchecked === "no_grad") return ["", `Not checked: it had no .grad, so ${check.rule} skipped it.`];
+  if (check.unchecked === "too_large") return ["", "Not checked: the model is too large to copy before every step."];
+  if (check.unchecked) {
+    return ["", `Not checked: ${check.rule}'s rule cannot be applied to these settings (a learning ` +
+      "rate or another setting that is not a number, for example)."];
   }
   if (check.matches) {
     return ["✓", `Recomputed by ${check.rule}'s rule from the weights, gradient and state before ` +

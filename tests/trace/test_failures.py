@@ -288,3 +288,71 @@ def test_an_in_place_change_that_is_not_a_step_is_not_blamed_on_one(trace_source
                        "y = w.sigmoid()\nz = y * 1\ny.mul_(2)\nz.sum().backward()\n")
     explained = doc["error"]["explanation"]
     assert explained["code"] == "saved_tensor_modified" and explained["line"] == 8
+
+
+VALUES_WITHOUT_GRAPH = {
+    # a list of losses turned into one tensor: torch.tensor copies their numbers
+    "torch.tensor": ("""
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        a, b = (w * 2).sum(), (w * 3).sum()
+        loss = torch.tensor([a, b]).sum()
+        loss.backward()
+        """, 4, True),
+    # a classifier's argmax fed to the loss (a printed .item() before it is no culprit)
+    "argmax": ("""
+        import torch
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(4, 3)
+        x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+        print(layer(x).sum().item())
+        pred = layer(x).argmax(dim=1)
+        loss = ((pred - y) ** 2).float().mean()
+        loss.backward()
+        """, 6, False),
+    "item": ("""
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        value = (w * 2).sum().item()
+        loss = torch.tensor(value) * 3
+        loss.backward()
+        """, 3, False),
+    ">": ("""
+        import torch
+        w = torch.randn(4, requires_grad=True)
+        on = (w * 2 > 0)
+        loss = on.float().sum()
+        loss.backward()
+        """, 3, False),
+    "long": ("""
+        import torch
+        w = torch.randn(4, requires_grad=True)
+        counts = (w * 10).long()
+        loss = counts.float().sum()
+        loss.backward()
+        """, 3, False),
+}
+
+
+@pytest.mark.parametrize("how", list(VALUES_WITHOUT_GRAPH))
+def test_values_taken_out_of_a_graph_are_named_not_blamed_on_no_grad(trace_source, how):
+    """"element 0 of tensors does not require grad" once read "nothing that produced it
+    required grad (look for torch.no_grad(), detach() or .data)" for scripts whose tensors all
+    had a graph: the line and the operation that took the values out are named instead."""
+    code, line, fixable = VALUES_WITHOUT_GRAPH[how]
+    code = textwrap.dedent(code).lstrip("\n")
+    with pytest.raises(RuntimeError, match="does not require grad"):  # plain Python's error
+        exec(compile(code, "<plain>", "exec"), {})  # noqa: S102 - the test's own script
+    doc = trace_source(code)
+    jsonschema.validate(doc, load_schema())
+    ex = doc["error"]["explanation"]
+    assert ex["code"] == "values_without_graph" and ex["line"] == line, ex
+    assert f"`{how}`" in ex["what"] and "no_grad" not in ex["what"], ex["what"]
+    assert ex["fix"]["say"]
+    if fixable:  # torch.stack in its place: the fixed script runs, and w gets its gradient
+        fixed = apply(code, ex["fix"])
+        assert "torch.stack([a, b])" in fixed
+        namespace: dict = {}
+        exec(compile(fixed, "<fixed>", "exec"), namespace)  # noqa: S102
+        assert namespace["w"].grad.tolist() == [5.0, 5.0]
+        assert trace_source(fixed, name="fixed.py")["error"] is None

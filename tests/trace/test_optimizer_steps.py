@@ -129,3 +129,30 @@ def test_an_optimizer_without_a_rule_here_keeps_its_settings_and_is_not_checked(
     assert change["check"] is None
     assert event["settings"][0]["alpha"] == pytest.approx(0.9)
     assert change["state"]["step"] == 1  # the state it read: one step taken before
+
+
+def test_a_step_that_cannot_be_checked_says_why(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        idle = torch.ones(2, requires_grad=True)  # in the optimizer, never given a gradient
+        opt = torch.optim.SGD([w, idle], lr=float("nan"))
+        (w * w).sum().backward()
+        opt.step()
+    """)
+    (step,) = steps_of(doc)
+    assert step["params"]["w"]["check"] == {"rule": "SGD", "unchecked": "cannot_apply"}
+    assert step["params"]["idle"]["check"] == {"rule": "SGD", "unchecked": "no_grad"}
+    assert step["params"]["idle"]["grad"] is None
+
+
+def test_a_nan_gradient_steps_to_nan_as_the_rule_says(trace_source):
+    (step,) = steps_of(trace_source("""
+        import torch
+        w = torch.zeros(2, requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        (torch.sqrt(w) * 0).sum().backward()
+        opt.step()
+    """))
+    check = step["params"]["w"]["check"]
+    assert check["matches"] is True, check  # NaN beside NaN is the rule, not a difference
