@@ -67,8 +67,15 @@ def _graph_freed(doc, err, script: _Script, rec: Recorder):
                                                            e["index"] < failed["index"])]
     first = earlier[-1] if earlier else None
     line = first["line"] if first else None
-    nodes = [n["id"] for n in failed["graph"]["nodes"]
+    freed = [n for n in failed["graph"]["nodes"]
              if any(s.get("freed") for s in n.get("saved", ()))] if failed else []
+    nodes = [n["id"] for n in freed]
+    carried = _carried_state(script, freed) if first and failed and \
+        first.get("line") == failed.get("line") else None
+    if carried is not None:
+        stepped = any(e["kind"] == "step" and first["index"] < e["index"] < failed["index"]
+                      for e in doc["events"])
+        return _carried_graph(err, script, failed, nodes, stepped, *carried)
     text = script.line(line)
     edits = []
     m = re.search(r"\.backward\((.*)\)", text)
@@ -83,6 +90,36 @@ def _graph_freed(doc, err, script: _Script, rec: Recorder):
         "The second walk finds them gone.", line,
         f"keep the saved values for a second backward: retain_graph=True on {where}", edits,
         "retain_graph", nodes, failed["index"] if failed else None)
+
+
+def _carried_state(script: _Script, freed: list[dict]) -> tuple[str, int] | None:
+    """(variable, line) of a tensor a loop carries from one iteration into the next: the freed
+    nodes were made at a line that computes a variable from itself (`h = cell(x, h)`), so each
+    iteration's graph runs back into the last one's, which its backward already walked."""
+    for n in sorted({n.get("line") for n in freed if n.get("line")}):
+        m = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)(.*)$", script.line(n))
+        if m and re.search(rf"\b{re.escape(m.group(1))}\b", m.group(2)):
+            return m.group(1), n
+    return None
+
+
+def _carried_graph(err, script: _Script, failed: dict, nodes: list[str], stepped: bool,
+                   var: str, line: int):
+    text = script.line(line)
+    edits = [script.edit(line, f"{script.indent(text)}{var} = {var}.detach()  # a new graph from "
+                               f"here: earlier steps' graphs are done\n{text}")]
+    what = (f"Line {line} (`{text.strip()}`) computes `{var}` from the `{var}` of the previous "
+            f"iteration, so each iteration's graph runs back into the last one's. The backward "
+            f"at line {err['line']} walks back into that older graph, which the previous "
+            "iteration's backward already walked and freed. (`retain_graph=True` would keep it, "
+            "but the graph would grow with every iteration"
+            + (", and the optimizer step since has changed the weights it saved)" if stepped
+               else ")") + ".")
+    return _explanation(
+        "carried_graph", what, line,
+        f"detach `{var}` at the start of each iteration, so each backward walks one "
+        "iteration's graph (truncated back-propagation through time)", edits, "retain_graph",
+        nodes, failed["index"])
 
 
 def _saved_tensor_modified(doc, err, script: _Script, rec: Recorder):

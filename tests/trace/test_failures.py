@@ -356,3 +356,49 @@ def test_values_taken_out_of_a_graph_are_named_not_blamed_on_no_grad(trace_sourc
         exec(compile(fixed, "<fixed>", "exec"), namespace)  # noqa: S102
         assert namespace["w"].grad.tolist() == [5.0, 5.0]
         assert trace_source(fixed, name="fixed.py")["error"] is None
+
+
+RNN = """\
+import torch
+torch.manual_seed(0)
+cell = torch.nn.RNNCell(3, 4)
+opt = torch.optim.SGD(cell.parameters(), lr=0.1)
+h = torch.zeros(1, 4)
+for step in range(3):
+    x = torch.randn(1, 3)
+    h = cell(x, h)
+    loss = h.pow(2).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_state_carried_across_iterations_is_detached_not_retained(trace_source):
+    """The fix once offered for an RNN's carried hidden state was retain_graph=True, which then
+    fails too (the step changed the weights the old graph saved). The fix people give, and the
+    one offered now, detaches the carried state each iteration; both checked in plain Python."""
+    def plain(code: str) -> None:
+        exec(compile(code, "<plain>", "exec"), {})  # noqa: S102 - the test's own script
+
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        plain(RNN)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        plain(RNN.replace("loss.backward()", "loss.backward(retain_graph=True)"))
+    doc = trace_source(RNN)
+    ex = doc["error"]["explanation"]
+    assert ex["code"] == "carried_graph" and ex["line"] == 8, ex
+    assert "`h`" in ex["what"] and "optimizer step" in ex["what"]
+    fixed = apply(RNN, ex["fix"])
+    assert "h = h.detach()" in fixed
+    plain(fixed)  # runs to the end
+    again = trace_source(fixed, name="fixed.py")
+    assert again["error"] is None
+    assert sum(e["kind"] == "backward" for e in again["events"]) == 3
+
+
+def test_a_second_backward_outside_a_loop_still_keeps_its_graph(trace_source):
+    """Not every freed graph is a carried state: two backward calls of one loss keep the
+    retain_graph fix (CASES' graph_freed runs it)."""
+    doc = trace_source(textwrap.dedent(CASES["graph_freed"][0]).lstrip("\n"))
+    assert doc["error"]["explanation"]["code"] == "graph_freed"
