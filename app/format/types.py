@@ -19,7 +19,7 @@ __all__ = [
     "FORMAT", "Number", "TensorSummary", "SavedValue", "BackwardSource", "Gradcheck", "Node",
     "Edge", "Cut", "Graph", "Contribution", "GradChange", "EventError", "BackwardEvent",
     "StepChange", "StepCheck", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
-    "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel", "Edit", "Fix",
+    "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel", "Edit", "Fix", "FixTried",
     "Explanation", "Figure", "View", "ViewMatch", "DoubleCheck",
 ]
 
@@ -233,9 +233,19 @@ class Edit(TypedDict):
     after: str
 
 
+class FixTried(TypedDict):
+    """The fix's edited script, run in the sandbox with the run's limits (fix_trial.py)."""
+    ran: bool
+    why: NotRequired[str]  # why it did not run (its edits do not match the script)
+    error: NotRequired[str | None]  # the error it stopped with; None: it ran to the end
+    message: NotRequired[str | None]
+    backwards: NotRequired[int]  # backward passes it made
+
+
 class Fix(TypedDict):
     say: str
     edits: list[Edit]
+    tried: NotRequired[FixTried]
 
 
 class Explanation(TypedDict):

@@ -6,7 +6,8 @@ past the wall-clock limit), the caller gets a document whose `error` says what t
 
 `trace_in_sandbox` takes a pre-started worker from `pool` when one is ready within `wait`
 seconds, and starts a fresh worker otherwise: the same sandbox and the same code path either
-way, so a burst is slower but never refused here.
+way, so a burst is slower but never refused here. A run whose failure is explained with an edit
+runs once more with the edit (fix_trial.py), so that the fix it offers is one that was run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from app.format import Trace
 from . import sandbox
 from .child import START_TIMEOUT, Child
 from .explain import to_document
+from .fix_trial import fixes_to_try, try_fixes
 from .fork_server import ForkServer
 from .pool import Pool
 from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
@@ -70,8 +72,21 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                             fork_server=fork_server)
     if started is not None:
         started(child)
-    return trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
-                    max_events=max_events, threads=threads)
+    doc = trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
+                   max_events=max_events, threads=threads)
+    if fixes_to_try(doc):
+        # the fix the page will offer, run first (fix_trial.py): in a worker of its own, with
+        # the same limits, stopped with the run if its person stops it
+        def again(edited: str) -> Trace:
+            trial = Child.spawn(policy or (pool.policy if pool is not None else
+                                           sandbox.Policy()), fork_server=fork_server)
+            if started is not None:
+                started(trial)
+            return trace_in(trial, source=edited, name=name, args=args, device=device,
+                            timeout=timeout, max_events=max_events, threads=threads)
+
+        try_fixes(doc, source, again)
+    return doc
 
 
 def plain_threads() -> int:

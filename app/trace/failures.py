@@ -18,7 +18,11 @@ from app.format import clip, diagnostic
 
 from .recorder import Recorder
 
-__all__ = ["KINDS", "explain"]
+__all__ = ["KINDS", "SUGGESTED", "explain"]
+
+# how a finding's message offers its fix until it has been run (app/runner/fix_trial.py says
+# "Fix:" once the edited script ran to the end)
+SUGGESTED = "Suggested change: "
 
 Explanation = dict
 
@@ -448,9 +452,9 @@ def explain(doc: dict, source: str, recorder: Recorder) -> None:
                                   "nodes": [], "event": None, "fix": None, "lesson": None}
         else:
             err["explanation"] = found
-            finding = diagnostic(found["code"], "error", found["what"] + (
-                f" Fix: {found['fix']['say']}." if found["fix"] else ""), nodes=found["nodes"],
-                event=found["event"])
+            offered = f" {SUGGESTED}{found['fix']['say']}." if found["fix"] else ""
+            finding = diagnostic(found["code"], "error", found["what"] + offered,
+                                 nodes=found["nodes"], event=found["event"])
             doc["diagnostics"].append({**finding, "explanation": found})
     names_by_line: dict[int, list[str | None]] = {}
     for line, name in recorder.nonleaf_grad_reads:
@@ -486,5 +490,5 @@ def _nonleaf_grad(script: _Script, line: int, held_in: list[str | None], doc: di
                 "autograd passes its gradient on without keeping it, so `.grad` is None.")
         say = f"call `{name}.retain_grad()`{where} to keep it"
     found = _explanation("nonleaf_grad", what, line, say, edits, "tensor_hooks")
-    return {**diagnostic("nonleaf_grad", "warning", f"{found['what']} Fix: "
+    return {**diagnostic("nonleaf_grad", "warning", f"{found['what']} {SUGGESTED}"
                          f"{found['fix']['say']}."), "explanation": found}

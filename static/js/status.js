@@ -71,11 +71,30 @@ export function explanationParts(ex, onLine) {
     ex.line ? h("p", {}, h("strong", {}, "Where: "),
       h("button.link", { type: "button", onclick: () => onLine(ex.line) }, lineLabel(ex.line)),
       ex.nodes.length ? ` (and the node${ex.nodes.length > 1 ? "s" : ""} marked in the graph)` : "") : "",
-    fix ? h("p", {}, h("strong", {}, "Fix: "), ...richText(fix.say, onLine)) : "",
+    fix ? h("p.explanation-fix-say", {}, h("strong", {}, fixLabel(fix)), ...richText(fix.say, onLine)) : "",
+    fix ? h("p.fix-tried", {}, fixTried(fix)) : "",
     fix && fix.edits.length ? h("pre.explanation-fix", {}, fix.edits.map((e) =>
       `${lineLabel(e.line)}\n- ${e.before}\n${e.after.split("\n").map((l) => `+ ${l}`).join("\n")}\n`).join("\n")) : "",
     ex.lesson ? h("p", {}, h("strong", {}, "The lesson about it: "),
       h("a.explanation-lesson", { href: `/scenarios/${encodeURIComponent(ex.lesson)}` }, ex.lesson.replaceAll("_", " "))) : "");
+}
+
+/** "Fix: " only for a fix that was run and got the script to the end (app/runner/fix_trial.py). */
+function fixLabel(fix) {
+  const t = fix.tried;
+  return t && t.ran && !t.error ? "Fix: " : "Suggested change: ";
+}
+
+/** What happened when the fix was run, in one sentence; or that it was not. */
+function fixTried(fix) {
+  const t = fix.tried;
+  if (!fix.edits.length) return "Not run: it is advice, not an edit of the script.";
+  if (!t) return "Not run here: autograd-lab has not checked that this change works.";
+  if (!t.ran) return `Not run: ${t.why || "it could not be applied"}.`;
+  if (t.error) return `Tried: with this change the script still stopped, with ${t.error}` +
+    (t.message ? `: ${t.message}` : ".");
+  return `Verified: the script ran to the end with this change` +
+    (t.backwards ? ` (${t.backwards} backward pass${t.backwards === 1 ? "" : "es"}).` : ".");
 }
 
 /** A backward or step that raised is still an event: say so above the graph. A pass that

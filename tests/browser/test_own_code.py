@@ -221,6 +221,12 @@ def test_an_in_place_failure_is_explained_where_it_was_made(watched):
     text = page.text_content("#status")
     assert "Line 5 (h.mul_(2)) changes the output of Sigmoid in place" in text, text
     assert "h = h.clone()" in page.text_content(".explanation-fix")
+    # the fix was run before it was offered (app/runner/fix_trial.py): it is called a fix, and
+    # says so; plain Python agrees that the edited script runs
+    assert "Verified: the script ran to the end with this change (1 backward pass)" in text
+    assert page.text_content(".explanation-fix-say").startswith("Fix: ")
+    fixed = INPLACE.replace("h.mul_(2)", "h = h.clone()\nh.mul_(2)")
+    exec(compile(fixed, "<plain>", "exec"), {})  # noqa: S102 - runs to the end, or raises
     # the line that made it is selected and marked as the cause; the backward's line is not
     page.wait_for_selector("#source li.line-selected")
     selected = page.locator("#source li.line-selected")
