@@ -176,6 +176,9 @@ class BackwardEvent(TypedDict):
     gradient_view: NotRequired[int]      # index in Trace.views: the gradients' own graph
     no_graph: NotRequired[list[str]]     # gradients with no grad_fn despite create_graph
     cut_by: NotRequired[list[str]]       # custom Function nodes whose backward cut it
+    # leaves whose requires_grad was switched off after the forward: AccumulateGrad dropped
+    # what their uses sent, and .grad kept what it had
+    dropped: NotRequired[list[str]]
     gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for
     hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
 

@@ -201,6 +201,14 @@ def is_update_call(name: str) -> bool:
     return name.endswith("_") or name.startswith("__i") or name in _ACCESSORS
 
 
+def is_requires_grad_setter(func: Any) -> bool:
+    """True for the function a TorchFunctionMode sees when code sets `tensor.requires_grad`
+    (an attribute, not the `requires_grad_` call)."""
+    return getattr(func, "__self__", None) is torch._C.TensorBase.requires_grad and (
+        getattr(func, "__name__", "") == "__set__"
+    )
+
+
 def is_data_getter(func: Any) -> bool:
     """True for the function a TorchFunctionMode sees when code reads `tensor.data`."""
     return getattr(func, "__self__", None) is torch._C.TensorBase.data and (

@@ -240,6 +240,11 @@ class BackwardRecording:
                 uses[leaf] = uses.get(leaf, 0) + 1
         graph = self.walk.document()
         graph["cuts"] = self.cuts
+        # a leaf whose requires_grad was switched off after the forward: its AccumulateGrad
+        # drops what its uses sent (autograd.grad returns gradients and accumulates none)
+        dropped = [name for name in self.contributions
+                   if self.call != "torch.autograd.grad" and name in self._tracked
+                   and not self._tracked[name].requires_grad]
         event = {
             "kind": "backward",
             "index": self.index,
@@ -256,6 +261,8 @@ class BackwardRecording:
         shares = self._hook_shares()
         if shares:
             event["hooks"] = shares
+        if dropped:
+            event["dropped"] = dropped
         if result_summaries is not None:
             event["results"] = result_summaries
         if self.cut_by:

@@ -28,6 +28,7 @@ def _lines(escapes) -> str:
         label = {".data": "through `.data`", "detach()": "through `detach()`",
                  "no_grad": "under `torch.no_grad()`",
                  "requires_grad_(False)": "after `requires_grad_(False)`",
+                 "requires_grad = False": "after `requires_grad = False`",
                  "inference_mode": "under `torch.inference_mode()`"}[how]
         parts.append(f"{label} (line {where})")
     return "; ".join(parts)
@@ -182,14 +183,20 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
             f"gradient, and {into} their sum.", params=[name], event=index))
 
     for e in backward_events:
+        for name in e.get("dropped") or ():
+            out.append(_dropped(recorder, named, e, name))
         err = e.get("error")
         if err and _NO_GRAD_FN in err["message"]:
             outs = [n["id"] for n in e["graph"]["nodes"] if n["kind"] == "output"]
+            taken = any(e["line"] is None or line <= e["line"]
+                        for _how, line in recorder.cut_log.history)
+            why = ("values were taken out of a graph before it: the explanation names the line"
+                   if taken else "none of the tensors it was computed from required grad, so "
+                   "autograd recorded no graph for it")
             out.append(_diag(
                 "output_without_grad_fn", "error",
-                f"backward() at line {e['line']} was called on a tensor with no grad_fn: nothing "
-                "that produced it required grad (look for torch.no_grad(), detach() or .data "
-                "before it).", nodes=outs, event=e["index"]))
+                f"backward() at line {e['line']} was called on a tensor with no grad_fn: {why}.",
+                nodes=outs, event=e["index"]))
         bad_params = sorted(name for name, uses in e["contributions"].items()
                             if any((u["grad"] or {}).get("nonfinite") for u in uses))
         bad_edges = [x for x in e["graph"]["edges"]
@@ -249,6 +256,24 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                          f"autograd-lab could not record part of this run ({problem}); the "
                          "script itself ran normally."))
     return out
+
+
+def _dropped(recorder: Recorder, named: dict, event: dict, name: str) -> dict:
+    """A leaf whose requires_grad the script switched off between the forward and this
+    backward: its AccumulateGrad dropped what its uses sent (a GAN's discriminator frozen
+    after its forward, before the generator's backward)."""
+    tensor = named.get(name, (None,))[0]
+    offs = [x for x in recorder.escapes_of(tensor) if x.how.startswith("requires_grad")] \
+        if tensor is not None else []
+    who = f"line {offs[-1].line} switched its `requires_grad` off" if offs else \
+        "its `requires_grad` was switched off"
+    kept = "kept its earlier value" if (event["grads"].get(name) or {}).get("before") \
+        else "stayed None"
+    return _diag("dropped_gradient", "warning",
+                 f"`{name}`'s gradient in backward #{event['index']} was dropped: {who} after "
+                 "the forward pass that used it and before this backward, so autograd did not "
+                 f"add what its uses sent to `.grad`, which {kept}.", params=[name],
+                 event=event["index"])
 
 
 def _gradient_graphs(events: list[dict], custom_results: dict[str, dict]) -> list[dict]:

@@ -99,6 +99,11 @@ class Namer:
         if known is not None and known[0] is tensor:
             return known[1], known[2]
         kind = "parameter" if isinstance(tensor, nn.Parameter) else "leaf"
+        # a leaf the script holds whose requires_grad it switched off (refresh names only
+        # those that require grad): its own variable's name, not a number
+        held = self.variable_name_of(tensor) if tensor.is_leaf else None
+        if held is not None and held not in self._taken:
+            return self._assign(tensor, held, kind)
         return self._assign(tensor, "param" if kind == "parameter" else "leaf", kind, number=True)
 
     def _assign(self, tensor: torch.Tensor, name: str, kind: str, number: bool = False):

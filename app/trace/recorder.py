@@ -448,6 +448,9 @@ class Recorder:
                                                else kwargs.get("requires_grad", True)):
             self.cut_log.note_escape(_flat(args[:1]), "requires_grad_(False)", self.current_line,
                                      switched_off=True)
+        elif internals.is_requires_grad_setter(func) and len(args) > 1 and not args[1]:
+            self.cut_log.note_escape(_flat(args[:1]), "requires_grad = False", self.current_line,
+                                     switched_off=True)
         elif (not torch.is_grad_enabled() and not self._in_step and not self._custom_forward_depth
               and not internals.is_update_call(name) and not self._moving_a_module()):
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"

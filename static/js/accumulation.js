@@ -67,10 +67,18 @@ function backwardView(doc, event, name, hooks) {
   }
   const cell = hooks.cell && grads.after && valueAt(grads.after, hooks.cell) !== null ? hooks.cell : null;
   const what = cell ? `entry [${cell.join(", ")}]` : "sum of all entries";
-  out.append(h("p.lead-in", {}, contribs.length === 1 ? "Used once: its gradient is one contribution." :
-    `Used ${contribs.length} times: each use sends its own gradient, and `,
-  contribs.length === 1 ? "" : (returns ? "what autograd.grad returns" : h("code", {}, ".grad")),
-  contribs.length === 1 ? "" : " is their sum."));
+  // requires_grad switched off after the forward: AccumulateGrad dropped what the uses sent
+  const dropped = (event.dropped || []).includes(name);
+  if (dropped) {
+    out.append(h("p.notice.notice-warning.dropped", {}, "Autograd dropped this gradient: ",
+      h("code", {}, "requires_grad"), " was switched off after the forward pass and before this backward, " +
+      "so what its uses sent never reached ", h("code", {}, ".grad"), grads.before ? ", which kept its earlier value." : ", which stayed None."));
+  }
+  out.append(h("p.lead-in", {}, dropped ? `Used ${contribs.length === 1 ? "once" : `${contribs.length} times`} in the forward pass; nothing of it was added.` :
+    contribs.length === 1 ? "Used once: its gradient is one contribution." :
+      `Used ${contribs.length} times: each use sends its own gradient, and `,
+  dropped || contribs.length === 1 ? "" : (returns ? "what autograd.grad returns" : h("code", {}, ".grad")),
+  dropped || contribs.length === 1 ? "" : " is their sum."));
   out.append(h("div.measure", { role: "radiogroup", "aria-label": "What each bar measures" },
     h("span", {}, "Bars show: "),
     radio("measure", "sum", !cell, "the sum of all entries", () => hooks.onCell(null)),
@@ -81,9 +89,14 @@ function backwardView(doc, event, name, hooks) {
   if (grads.before) rows.push({ kind: "before", label: ".grad before this backward", value: measure(grads.before, cell) });
   contribs.forEach((c, i) => {
     const n = nodes.get(c.node) || { name: c.node };
-    rows.push({ kind: "use", node: c.node, value: measure(c.grad, cell),
-      label: `use ${i + 1}: from ${n.name} (${c.node})${n.line ? `, ${lineLabel(n.line)}` : ""}` });
+    const label = `use ${i + 1}: from ${n.name} (${c.node})${n.line ? `, ${lineLabel(n.line)}` : ""}`;
+    if (dropped) return;  // never reached .grad: listed below, not drawn as adding up to it
+    rows.push({ kind: "use", node: c.node, value: measure(c.grad, cell), label });
   });
+  if (dropped) {
+    out.append(h("p.hint.dropped-uses", {}, "What the uses sent, dropped: ", contribs.map((c, i) =>
+      `use ${i + 1} from ${(nodes.get(c.node) || { name: c.node }).name} (${c.node}): ${fmt(measure(c.grad, cell), 6)}`).join("; "), "."));
+  }
   // what the script's hooks on this leaf changed: a share of its own, so the bars add up
   const shares = ((event.hooks || {})[name] || []);
   shares.forEach((s) => {
@@ -99,8 +112,9 @@ function backwardView(doc, event, name, hooks) {
   const close = bothNaN || Math.abs(sum - total) <= 1e-5 * Math.max(1, Math.abs(total));
   out.append(h("p.check", { dataset: { sum: String(sum), grad: String(total) } },
     h("span.check-mark", { "aria-hidden": "true" }, bothNaN ? "! " : close ? "✓ " : "✗ "),
-    `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"}${shares.length ? " + the hooks' share" : ""} = ${fmt(sum, 6)}; `,
-    returns ? "what autograd.grad returned" : h("code", {}, ".grad"), ` ${what} = `, h("strong.grad-value", {}, fmt(total, 6)),
+    `${dropped ? (grads.before ? ".grad before" : "nothing added") : `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"}`}${shares.length ? " + the hooks' share" : ""} = ${fmt(sum, 6)}; `,
+    returns ? "what autograd.grad returned" : h("code", {}, ".grad"),
+    grads.after ? [` ${what} = `, h("strong.grad-value", {}, fmt(total, 6))] : [" is ", h("strong.grad-value", {}, "None")],
     bothNaN ? " — both are NaN: a NaN reached it through these uses." :
       close ? " — they agree." :
         diags.length ? " — they differ (see the note above)." :

@@ -376,3 +376,40 @@ def test_a_nan_gradient_is_not_called_a_difference(watched):
     text = check.inner_text()
     assert "both are NaN" in text and "differ" not in text, text
     watched.shot("nan")
+
+
+DROPPED = """\
+import torch
+
+w = torch.nn.Parameter(torch.ones(2))
+y = (w * 3).sum()
+w.requires_grad = False  # switched off after the forward, before the backward
+y.backward()
+"""
+
+
+def test_a_gradient_autograd_dropped_is_not_drawn_as_accumulated(watched):
+    """A GAN's frozen discriminator: requires_grad off after its forward and before the
+    backward. AccumulateGrad drops the gradient (plain PyTorch leaves .grad None); the page
+    once drew it as a bar into .grad and said "they differ"."""
+    import torch
+
+    w = torch.nn.Parameter(torch.ones(2))
+    y = (w * 3).sum()
+    w.requires_grad = False
+    y.backward()
+    assert w.grad is None
+
+    paste_and_run(watched, DROPPED)
+    page = watched.page
+    page.goto(page.url.split("?")[0] + "?event=0&param=w")
+    view = page.locator("#details .accumulation")
+    view.wait_for()
+    text = view.inner_text()
+    assert "Autograd dropped this gradient" in text and "stayed None" in text
+    assert page.locator("#details .acc-bar.use").count() == 0
+    assert "they agree" in page.locator("#details .check").inner_text()
+    notes = page.locator("#diagnostics-list").inner_text()
+    assert "line 5 switched its `requires_grad` off" in notes or \
+        "line 5 switched its requires_grad off" in notes, notes
+    watched.shot("dropped")

@@ -10,6 +10,7 @@ allows 3 classes and 4 people per address.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -191,5 +192,8 @@ def test_a_change_wakes_a_waiting_stream_and_a_teacher_only_change_does_not(room
         room.change(session, lambda s: s.show("/", ""))
         return slept, await waiting
 
-    slept, woken = asyncio.run(scenario())
+    # a loop of its own in a thread: the browser tests leave Playwright's loop running in this
+    # thread, and asyncio.run refuses to start beside it (it failed only in the whole suite)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slept, woken = pool.submit(asyncio.run, scenario()).result(timeout=60)
     assert slept and woken
