@@ -135,7 +135,14 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                      if any(s.get("param") == name for s in n.get("saved", ()))]
             escapes = recorder.escapes_of(t)
             cuts = [] if escapes else recorder.cuts_above(t)
-            if escapes:
+            used = recorder.first_use_with_grad(t)
+            if escapes and used is not None and all(x.line != used for x in escapes):
+                # read without a graph somewhere, and used with one elsewhere: the use that
+                # had a graph is the one that never reached a backward
+                why = (f" It is used with grad on at line {used}, but no backward pass reached "
+                       f"what it computed there (the script also reads it {_lines(escapes)}, "
+                       "without a link to the graph).")
+            elif escapes:
                 why = (f" The script reads it {_lines(escapes)}, which hands out its values "
                        "without a link to the graph, so no gradient can flow back to it.")
             elif cuts:
@@ -147,6 +154,9 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                         id(copy) in name_of and name_of[id(copy)] in in_graph:
                     trained[name_of[id(copy)]] = name
                 continue
+            elif (used := recorder.first_use_with_grad(t)) is not None:
+                why = (f" It is used with grad on at line {used}, but no backward pass reached "
+                       "what it computed there.")
             else:
                 why = " No backward graph reaches it."
             out.append(_diag("no_gradient", "warning",

@@ -70,6 +70,10 @@ UNRECORDED = [
     ("torch.func", name, f"torch.func.{name}") for name in
     ("grad", "grad_and_value", "vmap", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
      "linearize")
+] + [
+    # the legacy namespace, the same transforms under other objects: said as torch.func's
+    ("functorch", name, f"torch.func.{name}") for name in
+    ("grad", "grad_and_value", "vmap", "vjp", "jvp", "jacrev", "jacfwd", "hessian")
 ] + [("torch", "vmap", "torch.vmap")] + [
     ("torch.autograd.forward_ad", name, f"torch.autograd.forward_ad.{name}")
     for name in ("make_dual", "unpack_dual")

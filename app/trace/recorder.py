@@ -49,6 +49,7 @@ class InPlace:
 
 MAX_NOTES = 200  # in-place changes and `.grad` reads kept, for explaining a failure
 MAX_GROUPS = 64  # an optimizer's parameter groups whose settings a step keeps
+MAX_USED = 10_000  # leaves whose first use with grad on is remembered
 # operations that hand out a tensor's values with no graph (failures.py names each): into a
 # Python number or list, into a new tensor of its values, into indices or truth values, and
 # casts, which only count when they give an integer or bool tensor (`.float()` keeps the graph)
@@ -98,6 +99,8 @@ class Recorder:
         # (line, variable) of each read of a non-leaf's .grad: the variable the script holds
         # it in, found by identity (a line may read a leaf's .grad beside it: `w.grad, y.grad`)
         self.nonleaf_grad_reads: list[tuple[int, str | None]] = []
+        # leaf id -> (a weak reference, the line of its first use with grad on)
+        self.used_with_grad: dict[int, tuple[weakref.ref, int]] = {}
         # leaves the script hooked: id -> (leaf, [(kind, line)]): each pass draws what their
         # hooks changed as a share of .grad of its own (backward_event.py)
         self.leaf_hooks: dict[int, tuple[torch.Tensor, list[tuple[str, int | None]]]] = {}
@@ -421,6 +424,8 @@ class Recorder:
         if args and isinstance(args[0], torch.Tensor) and internals.is_inplace_call(name):
             made.append(args[0])  # an in-place change gives its target a new node
         self.tag_nodes(made)
+        if made and torch.is_grad_enabled() and any(t.requires_grad for t in made):
+            self._note_used_with_grad(args)
         if torch.is_grad_enabled() and internals.is_inplace_call(name):
             self._note_inplace(name, args, out)
         if internals.is_grad_getter(func) and args and isinstance(args[0], torch.Tensor) \
@@ -460,6 +465,21 @@ class Recorder:
                 name in CASTS and isinstance(out, torch.Tensor) and not out.is_floating_point()
                 and not out.is_complex())):
             self._note_value_escape(name, args, out)
+
+    def _note_used_with_grad(self, args: tuple) -> None:
+        """Leaves the script used in a computation that records a graph: a leaf that then gets
+        no gradient was used, and simply never reached by a backward (not only read under
+        no_grad). Its first such line is kept."""
+        for t in _flat(args):
+            if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and \
+                    id(t) not in self.used_with_grad and len(self.used_with_grad) < MAX_USED:
+                line = self.current_line()
+                if line is not None:
+                    self.used_with_grad[id(t)] = (weakref.ref(t), line)
+
+    def first_use_with_grad(self, tensor: torch.Tensor) -> int | None:
+        entry = self.used_with_grad.get(id(tensor))
+        return entry[1] if entry is not None and entry[0]() is tensor else None
 
     def _note_value_escape(self, name: str, args: tuple, out: Any) -> None:
         """Values taken out of tensors that had a graph, into something that has none: a

@@ -70,3 +70,23 @@ def test_autograd_grad_returns_a_gradient_and_drops_nothing(trace_source):
     doc = trace_source(code)
     (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
     assert "dropped" not in event
+
+
+def test_a_leaf_used_with_grad_but_never_reached_is_not_blamed_on_no_grad(trace_source):
+    """Read under no_grad for a metric, and used with grad on in a loss that was never given
+    to backward: the finding once named only the no_grad line."""
+    code = """
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        b = torch.ones(2, requires_grad=True)
+        with torch.no_grad():
+            metric = (w * 2).sum()
+        forgotten = (w * 3).sum()
+        (b * 2).sum().backward()
+    """
+    assert plain(code)["w"].grad is None  # PyTorch: no gradient for w
+    doc = trace_source(code)
+    (found,) = [d for d in doc["diagnostics"] if d["code"] == "no_gradient"]
+    assert found["params"] == ["w"]
+    assert "used with grad on at line 7, but no backward pass reached" in found["message"]
+    assert "under `torch.no_grad()` (line 6)" in found["message"]

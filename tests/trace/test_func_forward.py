@@ -332,3 +332,24 @@ def test_a_huge_dict_key_names_a_leaf_clipped_and_the_report_stays_valid():
     (view,) = doc["views"]
     names = [n["label"] for n in view["graph"]["nodes"] if n["kind"] in ("param", "leaf")]
     assert names and all(len(n) <= 1000 for n in names), [len(n) for n in names]
+
+
+def test_functorch_is_handled_as_torch_func(trace_source):
+    """The legacy namespace (`functorch.grad`, `functorch.vmap`) holds other objects than
+    torch.func's: its transforms were neither noted nor drawn."""
+    import functorch
+
+    code = """
+        import torch
+        import functorch
+        w = torch.ones(3)
+        g = functorch.grad(lambda v: (v ** 2).sum())(w)
+        print(g.tolist())
+    """
+    assert functorch.grad is not torch.func.grad
+    doc = trace_source(code)
+    assert doc["error"] is None and doc["stdout"].strip() == "[2.0, 2.0, 2.0]"  # as plain
+    [note] = diagnostics(doc, "not_drawn")
+    assert "`torch.func.grad` at line 5" in note["message"]  # the code's first line is blank
+    [view] = doc["views"]
+    assert view["kind"] == "func_forward" and "torch.func.grad" in view["label"]
