@@ -179,6 +179,8 @@ class BackwardEvent(TypedDict):
     # leaves whose requires_grad was switched off after the forward: AccumulateGrad dropped
     # what their uses sent, and .grad kept what it had
     dropped: NotRequired[list[str]]
+    # the gradient each root started from (backward(gradient=...)); absent: autograd's 1
+    seed: NotRequired[list[TensorSummary | None]]
     gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for
     hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
 

@@ -174,7 +174,7 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
         return recorder.around_backward(
             "Tensor.backward", self,
             lambda: tensor_backward(self, gradient, retain_graph, create_graph, inputs),
-            create_graph=bool(create_graph))
+            create_graph=bool(create_graph), seed=gradient)
 
     def backward_function(tensors, *args, **kwargs):
         if _called_by_torch():
@@ -183,7 +183,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             "torch.autograd.backward", tensors,
             lambda: autograd_backward(tensors, *args, **kwargs),
             create_graph=bool(_argument(autograd_backward, (tensors, *args), kwargs,
-                                        "create_graph")))
+                                        "create_graph")),
+            seed=_argument(autograd_backward, (tensors, *args), kwargs, "grad_tensors"))
 
     def grad_function(outputs, *args, **kwargs):
         if _called_by_torch():
@@ -199,7 +200,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             lambda: autograd_grad(outputs, *args, **kwargs), returns_grads=True,
             create_graph=bool(_argument(autograd_grad, (outputs, *args), kwargs,
                                         "create_graph")),
-            inputs=_argument(autograd_grad, (outputs, *args), kwargs, "inputs"))
+            inputs=_argument(autograd_grad, (outputs, *args), kwargs, "inputs"),
+            seed=_argument(autograd_grad, (outputs, *args), kwargs, "grad_outputs"))
 
     backward_method.__doc__ = tensor_backward.__doc__
     backward_function.__doc__ = autograd_backward.__doc__

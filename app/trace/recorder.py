@@ -182,7 +182,8 @@ class Recorder:
     # -- backward --------------------------------------------------------------------------
     def around_backward(self, call: str, outputs: Any, run: Callable[[], Any], *,
                         synthetic: bool = False, returns_grads: bool = False,
-                        create_graph: bool = False, inputs: Any = None) -> Any:
+                        create_graph: bool = False, inputs: Any = None,
+                        seed: Any = None) -> Any:
         if self.busy or self._backward_depth:
             return run()
         self._backward_depth += 1  # Tensor.backward calls torch.autograd.backward: one pass
@@ -212,6 +213,8 @@ class Recorder:
                 recording.remove_hooks()
             try:
                 event = recording.finish(results=result if returns_grads else None)
+                if seed is not None:
+                    self._note_seed(event, seed)
             except BaseException:
                 self._release_steps()  # held steps are the script's: never lost with our event
                 raise
@@ -465,6 +468,14 @@ class Recorder:
                 name in CASTS and isinstance(out, torch.Tensor) and not out.is_floating_point()
                 and not out.is_complex())):
             self._note_value_escape(name, args, out)
+
+    def _note_seed(self, event: dict, seed: Any) -> None:
+        """The gradient the pass started from (`backward(gradient=...)`, `grad_tensors`,
+        `grad_outputs`), one per root, None where autograd's implicit 1 was used."""
+        seeds = seed if isinstance(seed, (list, tuple)) else [seed]
+        with self.guard():
+            event["seed"] = [summarize(s, budget=self.values) if isinstance(s, torch.Tensor)
+                             else None for s in seeds[:100]]
 
     def _note_used_with_grad(self, args: tuple) -> None:
         """Leaves the script used in a computation that records a graph: a leaf that then gets

@@ -29,6 +29,7 @@ export function nodeView(event, node, hooks) {
       `step ${step + 1} of ${event.order.length}`) : node.kind === "output" ? "first: it is where the gradient starts" : "never (not on the path)"]);
   }
   if (node.function) facts.push(["custom Function", h("code", {}, node.function)]);
+  if (node.kind === "output" && event.order) facts.push(["gradient it starts from", seedText(event, node)]);
   body.append(kv(facts));
 
   const diags = (hooks.diagnostics || []).filter((d) => (d.nodes || []).includes(node.id) ||
@@ -71,6 +72,16 @@ export function nodeView(event, node, hooks) {
         h("span.bline", { dataset: { n: String(src.line + i) } }, text + "\n")))));
   }
   return body;
+}
+
+/** The gradient a root starts the pass from, as recorded (backward(gradient=...)); autograd's
+ *  implicit 1 where none was given. */
+function seedText(event, node) {
+  const at = Number(String(node.id).replace(/^out/, ""));
+  const seed = (event.seed || [])[Number.isInteger(at) ? at : 0];
+  if (!event.seed || !seed) return "1, autograd's own start for a single number";
+  if (seed.values !== undefined) return h("code", {}, JSON.stringify(seed.values));
+  return `${shapeText(seed.shape)} ${seed.dtype} · ‖·‖ ${fmt(seed.norm)}`;
 }
 
 /** What one source line made: a list of its nodes, each one click away. */

@@ -413,3 +413,29 @@ def test_a_gradient_autograd_dropped_is_not_drawn_as_accumulated(watched):
     assert "line 5 switched its `requires_grad` off" in notes or \
         "line 5 switched its requires_grad off" in notes, notes
     watched.shot("dropped")
+
+
+SEEDED = """\
+import torch
+
+w = torch.ones(3, requires_grad=True)
+y = w * 2
+y.backward(gradient=torch.tensor([1.0, 0.0, 10.0]))
+"""
+
+
+def test_the_root_says_the_gradient_the_pass_started_from(watched):
+    """backward(gradient=...): the page once said "not recorded". What PyTorch did with it:
+    .grad = 2 × the seed."""
+    import torch
+
+    w = torch.ones(3, requires_grad=True)
+    (w * 2).backward(gradient=torch.tensor([1.0, 0.0, 10.0]))
+    assert w.grad.tolist() == [2.0, 0.0, 20.0]
+
+    paste_and_run(watched, SEEDED)
+    page = watched.page
+    page.goto(page.url.split("?")[0] + "?event=0&node=out0")
+    row = page.locator("#details tr", has_text="gradient it starts from")
+    row.wait_for()
+    assert "[1,0,10]" in row.inner_text().replace(" ", "")

@@ -286,3 +286,26 @@ def test_a_nan_learning_rate_is_said_as_unknown_not_written_as_nan(trace_source)
     (step,) = [e for e in doc["events"] if e["kind"] == "step"]
     assert step["lr"] == [None]
     validate(json.loads(dumps(doc, fast=False)))  # json's strict encoder takes it too
+
+
+def test_the_seed_gradient_of_a_backward_is_recorded(trace_source):
+    """backward(gradient=...) starts the pass from that gradient: the Trace keeps it (it was
+    "not recorded"), and .grad is what PyTorch makes of it."""
+    code = """
+        import torch
+        w = torch.ones(3, requires_grad=True)
+        y = w * 2
+        y.backward(gradient=torch.tensor([1.0, 0.0, 10.0]))
+        (g,) = torch.autograd.grad((w * 3).sum(), [w], grad_outputs=torch.tensor(0.5))
+        (w * 1).sum().backward()
+    """
+    w = torch.ones(3, requires_grad=True)
+    (w * 2).backward(gradient=torch.tensor([1.0, 0.0, 10.0]))
+    assert w.grad.tolist() == [2.0, 0.0, 20.0]  # PyTorch's
+    doc = trace_source(code)
+    validate(json.loads(dumps(doc, fast=False)))
+    first, second, third = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert first["seed"][0]["values"] == [1.0, 0.0, 10.0]
+    assert first["grads"]["w"]["after"]["values"] == [2.0, 0.0, 20.0]
+    assert second["seed"][0]["values"] == 0.5
+    assert "seed" not in third  # autograd's implicit 1
