@@ -179,6 +179,10 @@ class BackwardEvent(TypedDict):
     # leaves whose requires_grad was switched off after the forward: AccumulateGrad dropped
     # what their uses sent, and .grad kept what it had
     dropped: NotRequired[list[str]]
+    # leaves whose .grad changed through no recorded use: a backward torch ran inside this
+    # one (a reentrant checkpoint's); `nested` counts those backward passes
+    inner: NotRequired[list[str]]
+    nested: NotRequired[int]
     # the gradient each root started from (backward(gradient=...)); absent: autograd's 1
     seed: NotRequired[list[TensorSummary | None]]
     gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for

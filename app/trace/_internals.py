@@ -201,6 +201,12 @@ def is_update_call(name: str) -> bool:
     return name.endswith("_") or name.startswith("__i") or name in _ACCESSORS
 
 
+def in_backward_pass() -> bool:
+    """Is the autograd engine running a backward in this thread now (a call made from inside
+    it: a reentrant checkpoint's backward, a hook)?"""
+    return torch._C._current_graph_task_id() != -1
+
+
 def is_requires_grad_setter(func: Any) -> bool:
     """True for the function a TorchFunctionMode sees when code sets `tensor.requires_grad`
     (an attribute, not the `requires_grad_` call)."""

@@ -43,6 +43,7 @@ class BackwardRecording:
         self.walk: Walk = walk(outputs, script_path=script_path, name_leaf=namer.name,
                                storage_names=storage_names, max_nodes=max_nodes)
         self.order: list[str] = []
+        self.nested = 0  # backward passes torch ran inside this one (reentrant checkpoint)
         self.contributions: dict[str, list[dict]] = {}
         self._edge_grads: dict[tuple[str, int], dict] = {}
         self._handles: list[Any] = []
@@ -240,6 +241,12 @@ class BackwardRecording:
                 uses[leaf] = uses.get(leaf, 0) + 1
         graph = self.walk.document()
         graph["cuts"] = self.cuts
+        # a leaf whose .grad changed with no use recorded: its gradient came through a backward
+        # that torch ran inside this one (a reentrant checkpoint's, a hook's), not drawn
+        inner = [name for name in self._tracked
+                 if name not in self.contributions and self.call != "torch.autograd.grad"
+                 and grads[name]["after"] is not None
+                 and grads[name]["after"] != grads[name]["before"]]
         # a leaf whose requires_grad was switched off after the forward: its AccumulateGrad
         # drops what its uses sent (autograd.grad returns gradients and accumulates none)
         dropped = [name for name in self.contributions
@@ -263,6 +270,10 @@ class BackwardRecording:
             event["hooks"] = shares
         if dropped:
             event["dropped"] = dropped
+        if inner:
+            event["inner"] = inner
+        if self.nested:
+            event["nested"] = self.nested
         if result_summaries is not None:
             event["results"] = result_summaries
         if self.cut_by:

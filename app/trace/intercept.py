@@ -169,7 +169,7 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     autograd_grad = torch.autograd.grad
 
     def backward_method(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        if _called_by_torch():
+        if _called_by_torch():  # counted by backward_function, which it calls
             return tensor_backward(self, gradient, retain_graph, create_graph, inputs)
         return recorder.around_backward(
             "Tensor.backward", self,
@@ -178,6 +178,7 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
 
     def backward_function(tensors, *args, **kwargs):
         if _called_by_torch():
+            recorder.saw_nested_backward()
             return autograd_backward(tensors, *args, **kwargs)
         return recorder.around_backward(
             "torch.autograd.backward", tensors,

@@ -99,6 +99,7 @@ class Recorder:
         # (line, variable) of each read of a non-leaf's .grad: the variable the script holds
         # it in, found by identity (a line may read a leaf's .grad beside it: `w.grad, y.grad`)
         self.nonleaf_grad_reads: list[tuple[int, str | None]] = []
+        self._recording: BackwardRecording | None = None  # the pass being recorded now
         # leaf id -> (a weak reference, the line of its first use with grad on)
         self.used_with_grad: dict[int, tuple[weakref.ref, int]] = {}
         # leaves the script hooked: id -> (leaf, [(kind, line)]): each pass draws what their
@@ -201,6 +202,7 @@ class Recorder:
             # steps a hook makes during this pass (an optimizer stepped from a post-accumulate
             # hook) are events after it: the pass took its index when it began
             self._held_steps = []
+            self._recording = recording
             try:
                 result = run()
             except BaseException as exc:
@@ -210,6 +212,7 @@ class Recorder:
                     self._release_steps()
                 raise
             finally:
+                self._recording = None
                 recording.remove_hooks()
             try:
                 event = recording.finish(results=result if returns_grads else None)
@@ -468,6 +471,12 @@ class Recorder:
                 name in CASTS and isinstance(out, torch.Tensor) and not out.is_floating_point()
                 and not out.is_complex())):
             self._note_value_escape(name, args, out)
+
+    def saw_nested_backward(self) -> None:
+        """Torch ran a backward inside the pass being recorded (a reentrant checkpoint
+        recomputes its forward and runs a backward of its own): counted on that pass."""
+        if self._recording is not None and internals.in_backward_pass():
+            self._recording.nested += 1
 
     def _note_seed(self, event: dict, seed: Any) -> None:
         """The gradient the pass started from (`backward(gradient=...)`, `grad_tensors`,

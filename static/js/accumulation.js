@@ -60,7 +60,14 @@ function backwardView(doc, event, name, hooks) {
   const grads = returns ? { before: null, after: (event.results || [])[event.inputs.indexOf(name)] || null }
     : (event.grads || {})[name] || { before: null, after: null };
   const totalName = returns ? "what autograd.grad returned" : ".grad after backward";
-  if (!contribs.length) {
+  // .grad changed with no use in this pass's graph: a backward torch ran inside it added to it
+  const inner = !contribs.length && (event.inner || []).includes(name);
+  if (inner) {
+    out.append(h("p.notice.notice-info.inner-pass", {}, "Its gradient came through a backward that torch ran " +
+      `inside backward #${event.index}` + (event.nested ? " (a reentrant checkpoint recomputes its forward and runs a " +
+      "backward of its own)" : "") + ": its uses there are not drawn one by one, and ", h("code", {}, ".grad"),
+      " changed by what that backward added."));
+  } else if (!contribs.length) {
     out.append(h("p.notice.notice-warning", {}, `Not used in backward #${event.index}: no gradient reaches it, so `,
       h("code", {}, ".grad"), grads.after ? " keeps its earlier value." : " stays None."));
     if (!grads.after) return out;
@@ -74,11 +81,12 @@ function backwardView(doc, event, name, hooks) {
       h("code", {}, "requires_grad"), " was switched off after the forward pass and before this backward, " +
       "so what its uses sent never reached ", h("code", {}, ".grad"), grads.before ? ", which kept its earlier value." : ", which stayed None."));
   }
-  out.append(h("p.lead-in", {}, dropped ? `Used ${contribs.length === 1 ? "once" : `${contribs.length} times`} in the forward pass; nothing of it was added.` :
+  out.append(h("p.lead-in", {}, inner ? "No use of it in this pass's own graph." :
+    dropped ? `Used ${contribs.length === 1 ? "once" : `${contribs.length} times`} in the forward pass; nothing of it was added.` :
     contribs.length === 1 ? "Used once: its gradient is one contribution." :
       `Used ${contribs.length} times: each use sends its own gradient, and `,
-  dropped || contribs.length === 1 ? "" : (returns ? "what autograd.grad returns" : h("code", {}, ".grad")),
-  dropped || contribs.length === 1 ? "" : " is their sum."));
+  inner || dropped || contribs.length === 1 ? "" : (returns ? "what autograd.grad returns" : h("code", {}, ".grad")),
+  inner || dropped || contribs.length === 1 ? "" : " is their sum."));
   out.append(h("div.measure", { role: "radiogroup", "aria-label": "What each bar measures" },
     h("span", {}, "Bars show: "),
     radio("measure", "sum", !cell, "the sum of all entries", () => hooks.onCell(null)),
@@ -102,6 +110,10 @@ function backwardView(doc, event, name, hooks) {
   shares.forEach((s) => {
     rows.push({ kind: "hook", value: measure(s.grad, cell), label: hookLabel(s) });
   });
+  if (inner) {
+    rows.push({ kind: "hook", label: "added by the backward inside this one",
+      value: measure(grads.after, cell) - (grads.before ? measure(grads.before, cell) : 0) });
+  }
   const total = measure(grads.after, cell);
   rows.push({ kind: "total", label: totalName, value: total });
   out.append(waterfall(rows, { onHover: hooks.onHover, onPick: hooks.onPickNode, scale: hooks.chartScale || 1 }));
@@ -112,7 +124,7 @@ function backwardView(doc, event, name, hooks) {
   const close = bothNaN || Math.abs(sum - total) <= 1e-5 * Math.max(1, Math.abs(total));
   out.append(h("p.check", { dataset: { sum: String(sum), grad: String(total) } },
     h("span.check-mark", { "aria-hidden": "true" }, bothNaN ? "! " : close ? "✓ " : "✗ "),
-    `${dropped ? (grads.before ? ".grad before" : "nothing added") : `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"}`}${shares.length ? " + the hooks' share" : ""} = ${fmt(sum, 6)}; `,
+    `${dropped ? (grads.before ? ".grad before" : "nothing added") : inner ? `${grads.before ? ".grad before + " : ""}what the inner backward added` : `${grads.before ? ".grad before + " : ""}${contribs.length > 1 ? "Σ uses" : "the use"}`}${shares.length ? " + the hooks' share" : ""} = ${fmt(sum, 6)}; `,
     returns ? "what autograd.grad returned" : h("code", {}, ".grad"),
     grads.after ? [` ${what} = `, h("strong.grad-value", {}, fmt(total, 6))] : [" is ", h("strong.grad-value", {}, "None")],
     bothNaN ? " — both are NaN: a NaN reached it through these uses." :

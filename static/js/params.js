@@ -39,7 +39,10 @@ export function paramList(doc, event, { selected, diagnostics, onParam }) {
         level ? h(`span.badge.badge-${level}`, { title: `${level}: see “What to notice”` }, level === "info" ? "i" : "!") : "",
         info.requires_grad ? "" : h("span.tag", {}, "no grad")),
         h("td", {}, shapeText(info.shape)),
-        h("td.num", { class: uses > 1 ? "many" : null }, String(uses)),
+        // .grad filled by a backward torch ran inside this one: its uses there are not counted
+        h("td.num", { class: uses > 1 ? "many" : null, title: !uses && innerOf(backward, name) ?
+          "its gradient came through a backward run inside this one, whose uses are not counted" : null },
+        !uses && innerOf(backward, name) ? "inner" : String(uses)),
         h("td.num", {}, grad ? fmt(grad.norm) : "None"))];
     })));
 }
@@ -47,4 +50,9 @@ export function paramList(doc, event, { selected, diagnostics, onParam }) {
 /** A dotted name that may wrap after a dot, never inside a word. */
 function breakable(name) {
   return name.split(".").flatMap((part, i) => (i ? [".", h("wbr"), part] : [part]));
+}
+
+/** Did a backward run inside `backward` (a reentrant checkpoint's) fill this leaf's .grad? */
+function innerOf(backward, name) {
+  return Boolean(backward && (backward.inner || []).includes(name));
 }

@@ -439,3 +439,30 @@ def test_the_root_says_the_gradient_the_pass_started_from(watched):
     row = page.locator("#details tr", has_text="gradient it starts from")
     row.wait_for()
     assert "[1,0,10]" in row.inner_text().replace(" ", "")
+
+
+CHECKPOINTED = """\
+import torch
+from torch.utils.checkpoint import checkpoint
+
+torch.manual_seed(0)
+lin = torch.nn.Linear(3, 3)
+x = torch.randn(2, 3, requires_grad=True)
+y = checkpoint(lambda t: torch.tanh(lin(t)), x, use_reentrant=True)
+y.sum().backward()
+"""
+
+
+def test_a_reentrant_checkpoints_gradient_is_not_called_unused(watched):
+    paste_and_run(watched, CHECKPOINTED)
+    page = watched.page
+    page.goto(page.url.split("?")[0] + "?event=0&param=weight")
+    view = page.locator("#details .accumulation")
+    view.wait_for()
+    text = view.inner_text()
+    assert "came through a backward that torch ran inside backward #0" in text
+    assert "Not used" not in text and "keeps its earlier value" not in text
+    assert "they agree" in page.locator("#details .check").inner_text()
+    row = page.locator("#params tr", has_text="weight")
+    assert row.locator("td.num").first.inner_text() == "inner"  # not "0 uses"
+    watched.shot("checkpoint")

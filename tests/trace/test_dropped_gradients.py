@@ -90,3 +90,38 @@ def test_a_leaf_used_with_grad_but_never_reached_is_not_blamed_on_no_grad(trace_
     assert found["params"] == ["w"]
     assert "used with grad on at line 7, but no backward pass reached" in found["message"]
     assert "under `torch.no_grad()` (line 6)" in found["message"]
+
+
+def test_a_gradient_from_a_reentrant_checkpoints_inner_backward_is_not_called_unused(trace_source):
+    """Reentrant checkpoint accumulates the weights' gradients in a backward of its own, inside
+    the script's: the page once said "uses 0" and ".grad keeps its earlier value" although
+    .grad went from None to a value."""
+    code = """
+        import torch
+        from torch.utils.checkpoint import checkpoint
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 3)
+        x = torch.randn(2, 3, requires_grad=True)
+        y = checkpoint(lambda t: torch.tanh(lin(t)), x, use_reentrant=True)
+        y.sum().backward()
+    """
+    ran = plain(code)
+    assert ran["lin"].weight.grad is not None  # PyTorch: the weight got its gradient
+    doc = trace_source(code)
+    (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert sorted(event["inner"]) == ["bias", "weight"] and event["nested"] == 1
+    assert event["grads"]["weight"]["before"] is None and event["grads"]["weight"]["after"]
+    import torch
+
+    got = torch.tensor(event["grads"]["weight"]["after"]["values"])
+    assert torch.allclose(got, ran["lin"].weight.grad, atol=1e-6)
+
+
+def test_a_plain_backward_has_no_inner_pass(trace_source):
+    doc = trace_source("""
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        (w * 2).sum().backward()
+    """)
+    (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert "inner" not in event and "nested" not in event

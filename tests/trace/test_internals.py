@@ -179,3 +179,35 @@ def test_plain_tensor_reads_an_ordinary_tensor_or_one_sample_of_one_vmap_level()
     torch.func.vmap(torch.func.vmap(look))(x.reshape(2, 3, 1))  # two levels: not one tensor
     torch.func.grad(lambda t: look(t).sum())(x)  # a grad level: not the script's tensor
     assert seen == [(None, False), (None, False)]
+
+
+def test_in_backward_pass_is_true_only_while_the_engine_runs():
+    from app.trace import _internals as internals
+
+    seen = []
+    w = torch.ones(2, requires_grad=True)
+    y = (w * 2).sum()
+    y.register_hook(lambda g: seen.append(internals.in_backward_pass()))
+    assert not internals.in_backward_pass()
+    y.backward()
+    assert seen == [True]
+
+
+def test_a_requires_grad_assignment_is_told_from_other_attribute_sets():
+    from torch.overrides import TorchFunctionMode
+
+    from app.trace import _internals as internals
+
+    funcs = []
+
+    class Seen(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            funcs.append(func)
+            return func(*args, **(kwargs or {}))
+
+    w = torch.nn.Parameter(torch.ones(2))
+    with Seen():
+        w.requires_grad = False
+        w.data = torch.zeros(2)
+    assert [internals.is_requires_grad_setter(f) for f in funcs if
+            getattr(f, "__name__", "") == "__set__"] == [True, False]
