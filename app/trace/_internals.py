@@ -96,8 +96,19 @@ def saved_values(fn: Any) -> list[tuple[str, Any]]:
             value = getattr(fn, attr)
         except RuntimeError as exc:
             value = _unreadable(exc)
-        out.append((attr[len(_SAVED_PREFIX):], value))
+        out.append((attr[len(_SAVED_PREFIX):], _signed(value)))
     return out
+
+
+def _signed(value: Any) -> Any:
+    """An integer torch saved as a signed 64-bit one but hands out read as unsigned
+    (NllLossBackward0's ignore_index of -100 came out as 18446744073709551516): as torch means
+    it. Python ints past 2**63 are nothing torch saves otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and 2**63 <= value < 2**64:
+        return value - 2**64
+    if isinstance(value, tuple):
+        return tuple(_signed(v) for v in value)
+    return value
 
 
 class _Freed:

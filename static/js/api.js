@@ -172,8 +172,17 @@ export function fetchGradientFlow(subject, run, { signal } = {}) {
   return request(subject.flowUrl(run), { signal });
 }
 
-export function fetchDevices({ signal } = {}) {
-  return request("/api/devices", { signal });
+/** The devices a worker can use. The server asks a worker once (seconds: it starts torch) and
+ *  answers 503 with Retry-After while the question is out: asked again then, a few times. */
+export async function fetchDevices({ signal } = {}) {
+  for (let tries = 1; ; tries += 1) {
+    try {
+      return await request("/api/devices", { signal });
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.status !== 503 || tries >= 6) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 1000 * (err.retryAfter || 5)));
+    }
+  }
 }
 
 /** A JSON call whose every HTTP answer is the caller's to judge (a class, classroom.js acts on

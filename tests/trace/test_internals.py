@@ -211,3 +211,17 @@ def test_a_requires_grad_assignment_is_told_from_other_attribute_sets():
         w.data = torch.zeros(2)
     assert [internals.is_requires_grad_setter(f) for f in funcs if
             getattr(f, "__name__", "") == "__set__"] == [True, False]
+
+
+def test_a_saved_integer_is_read_as_torch_means_it():
+    """NLLLoss's ignore_index of -100 was shown as 18446744073709551516."""
+    from app.trace import _internals as internals
+
+    x = torch.randn(3, 4, requires_grad=True)
+    loss = torch.nn.functional.nll_loss(x.log_softmax(1), torch.tensor([0, 1, 2]))
+    assert loss.grad_fn._saved_ignore_index == 2**64 - 100  # torch's own reading of it
+    saved = dict(internals.saved_values(loss.grad_fn))
+    assert saved["ignore_index"] == -100
+    loss2 = torch.nn.functional.nll_loss(x.log_softmax(1), torch.tensor([0, 1, 2]),
+                                         ignore_index=7)
+    assert dict(internals.saved_values(loss2.grad_fn))["ignore_index"] == 7

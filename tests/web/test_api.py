@@ -317,3 +317,18 @@ def test_gradient_flow_of_a_scenario(client):
         assert flow["params"][name]["norm"] == [
             e["grads"][name]["after"]["norm"] if e["grads"][name]["after"] else None
             for e in backward]
+
+
+def test_the_device_list_is_asked_once_and_a_slow_answer_is_no_500(settings):
+    """GET /api/devices started a new worker on every request, and a slow one ended in an
+    unhandled TimeoutExpired. Now one question per process: while it is out a request is told
+    it is still being checked (503, Retry-After), and then every request has the list."""
+    from app.web.runs.trace_service import DevicesUnknown, TraceService
+
+    service = TraceService(settings())
+    with pytest.raises(DevicesUnknown, match="still checking") as caught:
+        service.devices(wait=0)  # the question has only just gone out
+    assert caught.value.still_checking
+    first = service.devices(wait=120)
+    assert "cpu" in first["devices"]
+    assert service.devices(wait=0) is first  # asked once: the same answer, at once

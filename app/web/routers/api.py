@@ -23,6 +23,7 @@ from app.web.errors import AppError
 from app.web.http.responses import MEDIA, document, drawing
 from app.web.http.slow_clients import connection_report
 from app.web.runs.sandbox_status import sandbox_status
+from app.web.runs.trace_service import DevicesUnknown
 
 router = APIRouter(tags=["autograd-lab"])
 
@@ -100,9 +101,9 @@ def devices(traces: TracesDep) -> dict:
     """The devices a worker process can use on this machine (cpu, and cuda:N when present)."""
     try:
         return traces.devices()
-    except (RuntimeError, OSError) as exc:
-        raise AppError(503, f"cannot ask the worker which devices exist: {exc}",
-                       "devices_unknown") from exc
+    except DevicesUnknown as exc:  # asked once per process; never a 500 while it is out
+        raise AppError(503, str(exc), "devices_checking" if exc.still_checking else
+                       "devices_unknown", headers={"Retry-After": "5"}) from exc
 
 
 @router.get("/api/schema/trace")

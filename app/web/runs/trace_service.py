@@ -42,7 +42,7 @@ from app.web.settings import Settings
 
 from .gate import Gate
 
-__all__ = ["TraceService", "DeviceError"]
+__all__ = ["TraceService", "DeviceError", "DevicesUnknown"]
 
 log = logging.getLogger("autograd_lab.web")
 
@@ -60,6 +60,20 @@ def _torch_version() -> str:
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
 
+
+
+# seconds a request waits for the device list, then is told "still checking" (503): a worker
+# starts torch to look, a few seconds even on a busy machine
+DEVICES_WAIT = 20.0
+DEVICES_RETRY_S = 60.0  # after a failed look, the next is not before this
+
+
+class DevicesUnknown(RuntimeError):
+    """The device list is not known (yet): still being asked of a worker, or that failed."""
+
+    def __init__(self, message: str, still_checking: bool = False) -> None:
+        super().__init__(message)
+        self.still_checking = still_checking
 
 
 class DeviceError(ValueError):
@@ -133,6 +147,12 @@ class TraceService:
         self.lessons.fork_server = self.uploads.fork_server = self.fork_server
         self.lessons.alone = self.uploads.alone = self._one_run_on_the_machine
         self._probe: dict | None = None
+        # the device list, asked of a worker once per process, in a thread of its own: every
+        # request meanwhile waits a little for it, then is told it is still being checked
+        self._probe_lock = threading.Lock()
+        self._probe_done = threading.Event()
+        self._probe_failed: tuple[float, str] | None = None  # (when, why)
+        self._probing = False
         self.torch_version = _torch_version()
         self.warmed = threading.Event()
         self.started_at = time.monotonic()
@@ -258,10 +278,40 @@ class TraceService:
                 return
             time.sleep(0.2)
 
-    def devices(self) -> dict:
-        if self._probe is None:
-            self._probe = probe_devices()
-        return self._probe
+    def devices(self, wait: float = DEVICES_WAIT) -> dict:
+        """{"torch", "devices"} as a worker sees them, asked once per process (a fresh worker
+        imports torch: seconds on a busy machine). DevicesUnknown while the question is still
+        out after `wait` seconds, or when it failed (asked again a minute later)."""
+        with self._probe_lock:
+            if self._probe is not None:
+                return self._probe
+            failed = self._probe_failed
+            if failed is not None and time.monotonic() - failed[0] < DEVICES_RETRY_S:
+                raise DevicesUnknown(f"this machine's devices could not be listed: {failed[1]}")
+            if not self._probing:
+                self._probing = True
+                self._probe_done.clear()
+                threading.Thread(target=self._ask_devices, daemon=True,
+                                 name="autograd-lab-devices").start()
+        self._probe_done.wait(max(0.0, wait))
+        if self._probe is not None:
+            return self._probe
+        if self._probe_failed is not None:
+            raise DevicesUnknown(f"this machine's devices could not be listed: "
+                                 f"{self._probe_failed[1]}")
+        raise DevicesUnknown("still checking which devices this machine has (a worker is "
+                             "starting torch to look): try again in a few seconds",
+                             still_checking=True)
+
+    def _ask_devices(self) -> None:
+        try:
+            found, failed = probe_devices(), None
+        except Exception as exc:  # noqa: BLE001 - a timeout, a worker that cannot start torch
+            found, failed = None, (time.monotonic(), str(exc).strip()[:300] or
+                                   type(exc).__name__)
+        with self._probe_lock:
+            self._probe, self._probe_failed, self._probing = found, failed, False
+            self._probe_done.set()
 
     def scenario_trace(self, scenario: Scenario, variant: str | None, options: dict[str, str],
                        device: str) -> tuple[tuple, dict]:
