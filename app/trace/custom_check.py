@@ -7,7 +7,9 @@ script's output silenced: the check must not show up as the script's own prints.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
+import re
 import warnings
 
 import torch
@@ -16,6 +18,28 @@ from torch.autograd.gradcheck import GradcheckError
 from .recorder import Recorder
 
 __all__ = ["check_custom_functions"]
+
+_INPUT = re.compile(r"with respect to input (\d+)")
+
+
+def _named_input(message: str, cls: type, inputs: tuple) -> str:
+    """gradcheck numbers only the inputs that require grad ("input 0" of f(k, x) is x): the
+    input named as the Function's forward names it, and its place among all of them."""
+    m = _INPUT.search(message)
+    if m is None:
+        return message
+    places = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad]
+    k = int(m.group(1))
+    if k >= len(places):
+        return message
+    try:
+        names = list(inspect.signature(cls.forward).parameters)[1:]  # after ctx
+    except (TypeError, ValueError):
+        names = []
+    place = places[k]
+    name = f"`{names[place]}`, " if place < len(names) and not names[place].startswith("*") \
+        else ""
+    return message[:m.end()] + f" ({name}forward's argument {place + 1})" + message[m.end():]
 
 
 def check_custom_functions(recorder: Recorder) -> dict[type, dict]:
@@ -49,6 +73,7 @@ def _check(recorder: Recorder, cls: type, args: tuple, double: bool = False) -> 
         return {"passed": bool(passed), "message": f"{what} matches finite differences"}
     except GradcheckError as exc:
         first = str(exc).strip().splitlines()[0].rstrip(",:") if str(exc).strip() else "mismatch"
+        first = _named_input(first, cls, inputs)
         what = "the derivative of backward" if double else "backward"
         return {"passed": False, "message": f"{what} disagrees with finite differences: {first}"}
     except Exception as exc:  # noqa: BLE001 - a Function gradcheck cannot run is reported, not fatal

@@ -309,3 +309,42 @@ def test_the_check_is_drawn_in_the_sandboxed_worker_and_its_report_is_valid():
     assert ev["gradcheck"]["passed"] is True and ev["gradcheck"]["line"] == CALL_LINE
     assert torch.allclose(values(ev["contributions"]["x"][0]["grad"]),
                           _torch_gradient_of_cube())
+
+
+def test_a_custom_functions_failing_input_is_named_as_its_forward_names_it(trace_source):
+    """gradcheck counts only the inputs that require grad: for forward(ctx, k, x) with k a
+    constant tensor, its "input 0" is x. The page blamed the first argument."""
+    code = """
+        import torch
+
+        class Scaled(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, k, x):
+                ctx.save_for_backward(k)
+                return k * x
+
+            @staticmethod
+            def backward(ctx, g):
+                (k,) = ctx.saved_tensors
+                return None, g * k * 2   # twice the true gradient
+
+        k = torch.tensor([3.0, 3.0])
+        x = torch.ones(2, requires_grad=True)
+        Scaled.apply(k, x).sum().backward()
+    """
+    import textwrap
+
+    import torch
+    from torch.autograd.gradcheck import GradcheckError
+
+    namespace: dict = {}
+    exec(compile(textwrap.dedent(code).split("k = torch")[0], "<plain>", "exec"), namespace)  # noqa: S102
+    k64 = torch.tensor([3.0, 3.0], dtype=torch.float64)
+    x64 = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(GradcheckError, match="with respect to input 0"):  # PyTorch's words: x
+        torch.autograd.gradcheck(lambda k, x: namespace["Scaled"].apply(k, x), (k64, x64))
+    doc = trace_source(code)
+    checks = [n["gradcheck"] for e in doc["events"] if e["kind"] == "backward"
+              for n in e["graph"]["nodes"] if n.get("gradcheck")]
+    assert checks and checks[0]["passed"] is False
+    assert "input 0 (`x`, forward's argument 2)" in checks[0]["message"], checks[0]["message"]
