@@ -60,6 +60,7 @@ VALUE_ESCAPES = frozenset({"tensor", "as_tensor", "argmax", "argmin", "argsort",
                            "__gt__", "__ge__", "__lt__", "__le__", "isclose", "logical_and",
                            "logical_or", "logical_not", "topk_indices"})
 CASTS = frozenset({"long", "int", "short", "byte", "char", "bool", "to", "type"})
+ESCAPE_NAMES = NUMBER_ESCAPES | VALUE_ESCAPES | CASTS  # one look-up per operation
 VALUE_ESCAPE_NAMES = {"__float__": "float()", "__int__": "int()", "__index__": "int()",
                       "__bool__": "bool()", "__array__": "numpy()", "__eq__": "==",
                       "__ne__": "!=", "__gt__": ">", "__ge__": ">=", "__lt__": "<", "__le__": "<=",
@@ -100,6 +101,7 @@ class Recorder:
         # it in, found by identity (a line may read a leaf's .grad beside it: `w.grad, y.grad`)
         self.nonleaf_grad_reads: list[tuple[int, str | None]] = []
         self._recording: BackwardRecording | None = None  # the pass being recorded now
+        self.passes_kept = False  # every backward pass this run records has been recorded
         # leaf id -> (a weak reference, the line of its first use with grad on)
         self.used_with_grad: dict[int, tuple[weakref.ref, int]] = {}
         # leaves the script hooked: id -> (leaf, [(kind, line)]): each pass draws what their
@@ -233,9 +235,13 @@ class Recorder:
                                          input_names)
                 except Exception as exc:  # noqa: BLE001
                     self._internal_error("walking a gradient's graph", exc)
-            if self.backward_count() >= self.limits.max_backward_events and self.anomaly_off:
-                self.anomaly_off()
-                self.anomaly_off = None
+            if self.backward_count() >= self.limits.max_backward_events:
+                # every pass kept: what only explains a kept pass is no longer noted, so the
+                # rest of a training script runs at nearly plain speed
+                self.passes_kept = True
+                if self.anomaly_off:
+                    self.anomaly_off()
+                    self.anomaly_off = None
             return result
         finally:
             self._backward_depth -= 1
@@ -430,7 +436,8 @@ class Recorder:
         if args and isinstance(args[0], torch.Tensor) and internals.is_inplace_call(name):
             made.append(args[0])  # an in-place change gives its target a new node
         self.tag_nodes(made)
-        if made and torch.is_grad_enabled() and any(t.requires_grad for t in made):
+        if not self.passes_kept and made and torch.is_grad_enabled() and \
+                any(t.requires_grad for t in made):
             self._note_used_with_grad(args)
         if torch.is_grad_enabled() and internals.is_inplace_call(name):
             self._note_inplace(name, args, out)
@@ -459,7 +466,8 @@ class Recorder:
                                                else kwargs.get("requires_grad", True)):
             self.cut_log.note_escape(_flat(args[:1]), "requires_grad_(False)", self.current_line,
                                      switched_off=True)
-        elif internals.is_requires_grad_setter(func) and len(args) > 1 and not args[1]:
+        elif name == "__set__" and internals.is_requires_grad_setter(func) and \
+                len(args) > 1 and not args[1]:
             self.cut_log.note_escape(_flat(args[:1]), "requires_grad = False", self.current_line,
                                      switched_off=True)
         elif (not torch.is_grad_enabled() and not self._in_step and not self._custom_forward_depth
@@ -467,9 +475,9 @@ class Recorder:
             how = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             self.cut_log.note_escape(_flat(args), how, self.current_line)
             self._note_cut(args, how)
-        elif torch.is_grad_enabled() and (name in NUMBER_ESCAPES or name in VALUE_ESCAPES or (
-                name in CASTS and isinstance(out, torch.Tensor) and not out.is_floating_point()
-                and not out.is_complex())):
+        elif name in ESCAPE_NAMES and torch.is_grad_enabled() and (
+                name not in CASTS or isinstance(out, torch.Tensor) and not out.is_floating_point()
+                and not out.is_complex()):
             self._note_value_escape(name, args, out)
 
     def saw_nested_backward(self) -> None:
@@ -490,7 +498,10 @@ class Recorder:
         """Leaves the script used in a computation that records a graph: a leaf that then gets
         no gradient was used, and simply never reached by a backward (not only read under
         no_grad). Its first such line is kept."""
-        for t in _flat(args):
+        for t in args:
+            if isinstance(t, (list, tuple)):  # torch.cat([a, b]): one level, as _flat does
+                self._note_used_with_grad(tuple(t)[:1000])
+                continue
             if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad and \
                     id(t) not in self.used_with_grad and len(self.used_with_grad) < MAX_USED:
                 line = self.current_line()
