@@ -196,7 +196,7 @@ class StepCheck(TypedDict):
     matches: NotRequired[bool]
     # why it was not checked: no .grad (the step skipped it), too many weights to copy, or a
     # setting the rule cannot use (a NaN learning rate)
-    unchecked: NotRequired[Literal["no_grad", "too_large", "cannot_apply"]]
+    unchecked: NotRequired[Literal["no_grad", "too_large", "cannot_apply", "closure"]]
     largest_difference: NotRequired[float | None]
     expected_change_norm: NotRequired[float | None]
     observed_change_norm: NotRequired[float | None]

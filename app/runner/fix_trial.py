@@ -13,9 +13,14 @@ from collections.abc import Callable
 
 from app.format import Trace, clip
 
-__all__ = ["apply_edits", "fixes_to_try", "try_fixes"]
+__all__ = ["apply_edits", "forget_trials", "fixes_to_try", "try_fixes"]
 
 MAX_TRIALS = 1  # one more run per failed run: a forged report cannot ask for more
+# failures that are not the script's autograd error: a fix cannot be tried against them (the
+# run's limit, a stop, the server), and a report that claims one is not believed
+NOT_TRIED = frozenset({"Timeout", "Stopped", "MemoryLimit", "WorkerFailed", "WorkerLost",
+                       "TraceTooLarge", "ServerBusy", "ServerError", "NoGraph", "SyntaxError",
+                       "DeviceUnavailable", "InvalidTrace"})
 
 
 def apply_edits(source: str, edits: list[dict]) -> str | None:
@@ -30,18 +35,27 @@ def apply_edits(source: str, edits: list[dict]) -> str | None:
     return "\n".join(lines)
 
 
-def fixes_to_try(doc: Trace) -> list[dict]:
-    """The fixes with edits the run's explanations offer, each once (the failure's explanation
-    is also among the diagnostics), the failure's own first."""
-    found: list[dict] = []
+def forget_trials(doc: Trace) -> None:
+    """Drop every `tried` the worker's report brought: only the server runs a trial, so a
+    report that says its fix was verified is not believed."""
     error = doc.get("error") or {}
-    explanations = [error.get("explanation")] + [d.get("explanation")
-                                                 for d in doc.get("diagnostics") or ()]
-    for ex in explanations:
+    for ex in [error.get("explanation")] + [d.get("explanation")
+                                            for d in doc.get("diagnostics") or ()]:
         fix = (ex or {}).get("fix")
-        if fix and fix.get("edits") and all(fix is not f and fix != f for f in found):
-            found.append(fix)
-    return found
+        if isinstance(fix, dict):
+            fix.pop("tried", None)
+
+
+def fixes_to_try(doc: Trace) -> list[dict]:
+    """The failure's own fix, when the run stopped with an explained error and the fix edits
+    the script: a run that ran to the end has nothing to verify (its findings' fixes would
+    "run to the end" whatever they changed), and a time-out or a stop is not the script's
+    error to fix."""
+    error = doc.get("error") or {}
+    fix = (error.get("explanation") or {}).get("fix")
+    if error.get("type") in NOT_TRIED or not fix or not fix.get("edits"):
+        return []
+    return [fix]
 
 
 def try_fixes(doc: Trace, source: str, run: Callable[[str], Trace]) -> None:
@@ -51,9 +65,18 @@ def try_fixes(doc: Trace, source: str, run: Callable[[str], Trace]) -> None:
         edited = apply_edits(source, fix["edits"])
         if edited is None:
             tried = {"ran": False, "why": "its edits do not match the script's lines"}
-        else:
+            _record(doc, fix, tried)
+            continue
+        try:
             again = run(edited)
+        except Exception as exc:  # noqa: BLE001 - no worker for the trial: the run's Trace stays
+            tried = {"ran": False,
+                     "why": f"no worker could be started for it ({type(exc).__name__})"}
+        else:
             err = again.get("error")
+            if err and err.get("type") == "Stopped":  # its person stopped the run meanwhile
+                _record(doc, fix, {"ran": False, "why": "the run was stopped before it ended"})
+                continue
             backwards = sum(1 for e in again.get("events") or () if e.get("kind") == "backward")
             tried = {"ran": True, "error": err["type"] if err else None,
                      "message": clip(err["message"], 500) if err else None,

@@ -24,7 +24,7 @@ from app.format import Trace
 from . import sandbox
 from .child import START_TIMEOUT, Child
 from .explain import to_document
-from .fix_trial import fixes_to_try, try_fixes
+from .fix_trial import fixes_to_try, forget_trials, try_fixes
 from .fork_server import ForkServer
 from .pool import Pool
 from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
@@ -74,6 +74,7 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         started(child)
     doc = trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
                    max_events=max_events, threads=threads)
+    forget_trials(doc)  # a trial is the server's to run: a report's own claim is dropped
     if fixes_to_try(doc):
         # the fix the page will offer, run first (fix_trial.py): in a worker of its own, with
         # the same limits, stopped with the run if its person stops it

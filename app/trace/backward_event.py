@@ -244,7 +244,8 @@ class BackwardRecording:
         # a leaf whose .grad changed with no use recorded: its gradient came through a backward
         # that torch ran inside this one (a reentrant checkpoint's, a hook's), not drawn
         inner = [name for name in self._tracked
-                 if name not in self.contributions and self.call != "torch.autograd.grad"
+                 if self.nested and not self.walk.truncated
+                 and name not in self.contributions and self.call != "torch.autograd.grad"
                  and grads[name]["after"] is not None
                  and grads[name]["after"] != grads[name]["before"]]
         # a leaf whose requires_grad was switched off after the forward: its AccumulateGrad

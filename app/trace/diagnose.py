@@ -200,9 +200,10 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
             outs = [n["id"] for n in e["graph"]["nodes"] if n["kind"] == "output"]
             taken = any(e["line"] is None or line <= e["line"]
                         for _how, line in recorder.cut_log.history)
-            why = ("values were taken out of a graph before it: the explanation names the line"
-                   if taken else "none of the tensors it was computed from required grad, so "
-                   "autograd recorded no graph for it")
+            why = ("values were taken out of a graph before it (where the error is explained, "
+                   "the explanation names the line)" if taken else
+                   "none of the tensors it was computed from required grad, so autograd "
+                   "recorded no graph for it")
             out.append(_diag(
                 "output_without_grad_fn", "error",
                 f"backward() at line {e['line']} was called on a tensor with no grad_fn: {why}.",

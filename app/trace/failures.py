@@ -241,6 +241,11 @@ _CHOICES = {"argmax", "argmin", "argsort", "argwhere", "nonzero", "==", "!=", ">
 _CASTS = {"long", "int", "short", "byte", "char", "bool", "to", "type"}
 
 
+def _taken_out(how: str) -> bool:
+    """Values taken out of a graph (recorder.py `_note_value_escape`), not a classic cut."""
+    return how in _NUMBERS or how in _CHOICES or how in _CASTS or how.startswith("torch.")
+
+
 def _value_escape(how: str, line: int, script: _Script) -> tuple[str, str, list[dict]]:
     """(cause, fix, edits) for values taken out of a graph by `how` at `line`."""
     text = script.line(line)
@@ -272,8 +277,12 @@ def _graph_cut(doc, err, script: _Script, rec: Recorder):
         return None
     before = [(how, line) for how, line in rec.cut_log.history
               if err["line"] is None or line <= err["line"]]
-    if any(how not in _NUMBERS for how, _ in before):  # a printed .item() is no culprit
-        before = [(how, line) for how, line in before if how not in _NUMBERS]
+    # no_grad, detach(), .data, requires_grad off: the classic cuts come first; values taken
+    # out (a comparison, argmax, a cast) only where none came before (an accuracy line's
+    # `argmax` is no culprit for a loss computed under no_grad); a printed `.item()` last
+    classic = [(how, line) for how, line in before if not _taken_out(how)]
+    taken = [(how, line) for how, line in before if _taken_out(how) and how not in _NUMBERS]
+    before = classic or taken or before
     failed = _failed_event(doc)
     outputs = [n["id"] for n in failed["graph"]["nodes"] if n["kind"] == "output"] \
         if failed else []
@@ -303,7 +312,7 @@ def _graph_cut(doc, err, script: _Script, rec: Recorder):
     elif how == "requires_grad_(False)":
         edits = [script.edit(line, text.replace("requires_grad_(False)", "requires_grad_(True)"))]
         say, code, cause = "let the tensor require grad", "graph_cut", "by requires_grad_(False)"
-    elif how in _NUMBERS or how in _CHOICES or how in _CASTS or how.startswith("torch."):
+    elif _taken_out(how):
         cause, say, edits = _value_escape(how, line, script)
         code = "values_without_graph"
     else:

@@ -124,6 +124,11 @@ def _argument(function: Any, args: tuple, kwargs: dict, name: str) -> Any:
     return bound.arguments.get(name)
 
 
+def _closure(args: tuple, kwargs: dict) -> bool:
+    """Was the step given a closure? (A step hook's args begin with the optimizer itself.)"""
+    return (len(args) > 1 and args[1] is not None) or kwargs.get("closure") is not None
+
+
 def _one_pass(x: Any) -> bool:
     """An iterator (a generator such as model.parameters()): it can be read only once."""
     return hasattr(x, "__next__") and not isinstance(x, torch.Tensor)
@@ -248,7 +253,7 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
 
     handles = [
         optim_module.register_optimizer_step_pre_hook(
-            lambda opt, args, kwargs: recorder.before_step(opt)),
+            lambda opt, args, kwargs: recorder.before_step(opt, closure=_closure(args, kwargs))),
         optim_module.register_optimizer_step_post_hook(
             lambda opt, args, kwargs: recorder.after_step(opt)),
         nn_module.register_module_forward_pre_hook(

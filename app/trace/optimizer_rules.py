@@ -20,7 +20,7 @@ import torch
 
 __all__ = ["CHECK_MAX_NUMEL", "StepCopies", "group_settings", "state_read", "take_copies"]
 
-CHECK_MAX_NUMEL = 1_000_000  # elements copied to check a step (in float64); past it, not checked
+CHECK_MAX_NUMEL = 2_000_000  # float64 numbers copied to check a step (weights, grads, state)
 RULES = ("SGD", "Adam", "AdamW")
 _STATE_KEYS = ("step", "momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
@@ -82,6 +82,7 @@ class StepCopies:
         self.groups = groups
         self.copies: dict[int, tuple[int, torch.Tensor, torch.Tensor, dict]] = {}
         self.too_large = False  # past CHECK_MAX_NUMEL: nothing copied, the step unchecked
+        self.closure = False  # step(closure): .grad recomputed inside the step, unchecked
 
     def check(self, p: torch.Tensor) -> dict | None:
         """After the step: the rule's change against PyTorch's, for `p`; None if not taken, or
@@ -94,7 +95,7 @@ class StepCopies:
     def _check(self, p: torch.Tensor) -> dict:
         taken = self.copies.get(id(p))
         if taken is None:
-            why = "too_large" if self.too_large else (
+            why = "closure" if self.closure else "too_large" if self.too_large else (
                 "no_grad" if p.grad is None else "cannot_apply")
             return {"rule": self.kind, "unchecked": why}
         group_index, before, grad, state = taken
@@ -103,7 +104,7 @@ class StepCopies:
             expected = _rule(self.kind, group, before, grad, state)
             if not torch.isfinite(expected).all() and torch.isfinite(p).all():
                 return {"rule": self.kind, "unchecked": "cannot_apply"}
-            after = p.detach().to(torch.float64)
+            after = p.detach().to("cpu", torch.float64)
             observed = after - before
             wanted = expected - before
             # NaN where both are NaN is no difference; NaN on one side only is one
@@ -114,19 +115,27 @@ class StepCopies:
             scale = max((t.max().item() for t in finite[:2] if t.numel()), default=0.0)
         # float32 weights round each step: a relative tolerance, and a floor for tiny steps
         size = finite[2].max().item() if finite[2].numel() else 0.0
-        matches = difference <= 1e-4 * scale + 1e-6 * max(1.0, size)
+        # the weights' own rounding: a float32 step is exact to ~1e-7 of the weight, a bfloat16
+        # one to ~1e-2 (the rule is computed in float64)
+        grain = max(1e-6, 8 * torch.finfo(p.dtype).eps) if p.is_floating_point() else 1e-6
+        matches = difference <= 1e-4 * scale + grain * max(1.0, size)
         return {"rule": self.kind, "matches": bool(matches),
                 "largest_difference": _finite(difference),
                 "expected_change_norm": _finite(wanted.norm().item()),
                 "observed_change_norm": _finite(observed.norm().item())}
 
 
-def take_copies(optimizer: torch.optim.Optimizer) -> StepCopies | None:
+def take_copies(optimizer: torch.optim.Optimizer, closure: bool = False) -> StepCopies | None:
     """Copies for the check, or None where no rule here applies. Parameters too many to copy,
-    or a copy that failed, leave the step recorded and said to be unchecked."""
+    or a copy that failed, leave the step recorded and said to be unchecked. A step given a
+    closure recomputes `.grad` inside itself, after these copies: not checked."""
     kind = type(optimizer).__name__
     if kind not in RULES or type(optimizer).__module__.split(".")[:2] != ["torch", "optim"]:
         return None
+    if closure:
+        copies = StepCopies(kind, [])
+        copies.closure = True
+        return copies
     try:
         return _copies(optimizer)
     except Exception:  # noqa: BLE001 - a parameter we cannot copy (meta, a subclass): no check
@@ -143,16 +152,20 @@ def _copies(optimizer: torch.optim.Optimizer) -> StepCopies:
             for p in group["params"]:
                 if p.grad is None or p.grad.is_sparse or p.is_complex():
                     continue
-                budget -= p.numel()
+                state = optimizer.state.get(p, {})
+                budget -= p.numel() * (2 + sum(isinstance(v, torch.Tensor) and v.numel() > 1
+                                               for v in state.values()))
                 if budget < 0:
                     copies.copies.clear()
                     copies.too_large = True
                     return copies
-                state = {k: (v.detach().to(torch.float64).clone()
-                             if isinstance(v, torch.Tensor) else v)
-                         for k, v in optimizer.state.get(p, {}).items()}
-                copies.copies[id(p)] = (index, p.detach().to(torch.float64).clone(),
-                                        p.grad.detach().to(torch.float64).clone(), state)
+                # on the CPU, in float64: a GPU's memory is the script's, and the rule is
+                # computed more exactly than the step it checks
+                state = {k: (v.detach().to("cpu", torch.float64, copy=True)
+                             if isinstance(v, torch.Tensor) else v) for k, v in state.items()}
+                copies.copies[id(p)] = (index, p.detach().to("cpu", torch.float64, copy=True),
+                                        p.grad.detach().to("cpu", torch.float64, copy=True),
+                                        state)
     return copies
 
 

@@ -319,7 +319,7 @@ class Recorder:
                 nonleaf_inputs=[(t, n) for t, n in input_names or () if t.grad_fn is not None])
 
     # -- optimizer steps -------------------------------------------------------------------
-    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def before_step(self, optimizer: torch.optim.Optimizer, closure: bool = False) -> None:
         self._in_step += 1
         if self.busy:
             return
@@ -342,7 +342,7 @@ class Recorder:
                     "lr": [g.get("lr") for g in optimizer.param_groups],
                     "settings": [group_settings(g) for g in optimizer.param_groups[:MAX_GROUPS]],
                     # the weights, .grad and state copied, to check the step by its rule
-                    "copies": take_copies(optimizer),
+                    "copies": take_copies(optimizer, closure=closure),
                     "versions": {name: p._version for name, (p, *_) in params.items()}}
         except Exception as exc:  # noqa: BLE001
             self._internal_error("recording an optimizer step", exc)

@@ -55,7 +55,9 @@ export function ruleSentences(event, change) {
       "gradient divided by the root of the running mean of its square, so the size of a step does " +
       `not follow the gradient's scale (lr = ${fmt(lr)}, betas = (${fmt(b1)}, ${fmt(b2)}), ` +
       `eps = ${fmt(settings.eps)})${up}.`];
-    if (first) out.push("On this first step every weight whose gradient is not 0 moves by lr itself.");
+    if (first && !wd) {
+      out.push("On this first step each weight whose gradient is well above eps moves by about lr itself.");
+    }
     if (wd) {
       out.push(name === "AdamW" || settings.decoupled_weight_decay ?
         `Weight decay (decoupled) first shrinks each weight by lr × ${fmt(wd)} × the weight.` :
@@ -75,6 +77,7 @@ export function checkSentence(event, change) {
   if (!check) return ["", "Not checked: this run was recorded before steps were checked."];
   if (check.unchecked === "no_grad") return ["", `Not checked: it had no .grad, so ${check.rule} skipped it.`];
   if (check.unchecked === "too_large") return ["", "Not checked: the model is too large to copy before every step."];
+  if (check.unchecked === "closure") return ["", "Not checked: the step was given a closure, which computes .grad again inside the step."];
   if (check.unchecked) {
     return ["", `Not checked: ${check.rule}'s rule cannot be applied to these settings (a learning ` +
       "rate or another setting that is not a number, for example)."];

@@ -67,3 +67,36 @@ def test_edits_that_do_not_match_the_script_are_not_run():
         "a = 1\nb = 3\n"
     assert apply_edits("a = 1\n", [{"line": 1, "before": "a = 2", "after": "x"}]) is None
     assert apply_edits("a = 1\n", [{"line": 7, "before": "", "after": "x"}]) is None
+
+
+def test_only_an_explained_failure_is_tried_and_a_reports_own_claim_is_dropped(trace_source):
+    """From a review: a run that ran to the end was run again for its findings' fixes (and
+    "verified", which proved nothing); a `tried` written by the report was kept."""
+    from app.runner.fix_trial import fixes_to_try, forget_trials
+
+    ran = trace_source("import torch\nw = torch.ones(2, requires_grad=True)\nh = w * 2\n"
+                       "h.sum().backward()\nprint(h.grad)\n")
+    assert ran["error"] is None and any(d.get("explanation") for d in ran["diagnostics"])
+    assert fixes_to_try(ran) == []
+    failed = trace_source(STALE, name="stale.py")
+    fix = failed["error"]["explanation"]["fix"]
+    assert fixes_to_try(failed) == [fix]
+    fix["tried"] = {"ran": True, "error": None}  # as a forged report would say
+    forget_trials(failed)
+    assert "tried" not in failed["error"]["explanation"]["fix"]
+    failed["error"]["type"] = "Timeout"  # the limit, not the script's autograd error
+    assert fixes_to_try(failed) == []
+
+
+def test_a_trial_that_cannot_start_keeps_the_runs_trace(trace_source):
+    from app.runner.fix_trial import try_fixes
+
+    failed = trace_source(STALE, name="stale.py")
+
+    def no_worker(edited: str):
+        raise OSError("no free uid")  # what a machine out of run uids raises
+
+    try_fixes(failed, STALE, no_worker)
+    tried = failed["error"]["explanation"]["fix"]["tried"]
+    assert tried == {"ran": False, "why": "no worker could be started for it (OSError)"}
+    assert failed["error"]["type"] == "RuntimeError"  # the run's own Trace, kept

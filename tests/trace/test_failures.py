@@ -402,3 +402,18 @@ def test_a_second_backward_outside_a_loop_still_keeps_its_graph(trace_source):
     retain_graph fix (CASES' graph_freed runs it)."""
     doc = trace_source(textwrap.dedent(CASES["graph_freed"][0]).lstrip("\n"))
     assert doc["error"]["explanation"]["code"] == "graph_freed"
+
+
+def test_a_comparison_after_a_no_grad_forward_is_not_blamed(trace_source):
+    """From a review: values taken out (a comparison) after the real cut (no_grad) were named
+    instead of it; the classic cut comes first."""
+    code = textwrap.dedent("""
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        with torch.no_grad():
+            y = w * 2
+        mask = w > 0
+        y.sum().backward()
+    """).lstrip("\n")
+    ex = trace_source(code)["error"]["explanation"]
+    assert ex["code"] == "no_grad_forward" and ex["line"] == 3, ex

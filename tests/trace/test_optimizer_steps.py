@@ -156,3 +156,33 @@ def test_a_nan_gradient_steps_to_nan_as_the_rule_says(trace_source):
     """))
     check = step["params"]["w"]["check"]
     assert check["matches"] is True, check  # NaN beside NaN is the rule, not a difference
+
+
+def test_a_step_with_a_closure_is_not_checked_and_says_why(trace_source):
+    """step(closure) computes .grad again inside the step, after the copies were taken: a
+    check would compare against the wrong gradient (a review found "✗ differs")."""
+    (step,) = steps_of(trace_source("""
+        import torch
+        w = torch.nn.Parameter(torch.ones(2))
+        opt = torch.optim.SGD([w], lr=0.1)
+        (w * 5).sum().backward()  # a stale gradient, replaced by the closure's
+        def closure():
+            opt.zero_grad()
+            loss = (w * 2).sum()
+            loss.backward()
+            return loss
+        opt.step(closure)
+    """))
+    assert step["params"]["w"]["check"] == {"rule": "SGD", "unchecked": "closure"}
+
+
+def test_a_low_precision_step_is_held_to_its_own_rounding(trace_source):
+    (step,) = steps_of(trace_source("""
+        import torch
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(torch.randn(64).to(torch.bfloat16))
+        opt = torch.optim.Adam([w], lr=0.01)
+        (w.float() * torch.randn(64)).sum().backward()
+        opt.step()
+    """))
+    assert step["params"]["w"]["check"]["matches"] is True

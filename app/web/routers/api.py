@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -23,7 +26,7 @@ from app.web.errors import AppError
 from app.web.http.responses import MEDIA, document, drawing
 from app.web.http.slow_clients import connection_report
 from app.web.runs.sandbox_status import sandbox_status
-from app.web.runs.trace_service import DevicesUnknown
+from app.web.runs.trace_service import DEVICES_WAIT, DevicesUnknown
 
 router = APIRouter(tags=["autograd-lab"])
 
@@ -97,13 +100,19 @@ def scenario_gradient_flow(request: Request, scenario: ScenarioDep, traces: Trac
 
 
 @router.get("/api/devices")
-def devices(traces: TracesDep) -> dict:
-    """The devices a worker process can use on this machine (cpu, and cuda:N when present)."""
-    try:
-        return traces.devices()
-    except DevicesUnknown as exc:  # asked once per process; never a 500 while it is out
-        raise AppError(503, str(exc), "devices_checking" if exc.still_checking else
-                       "devices_unknown", headers={"Retry-After": "5"}) from exc
+async def devices(traces: TracesDep) -> dict:
+    """The devices a worker process can use on this machine (cpu, and cuda:N when present).
+    Asked of a worker once per process: the first requests wait for it (on the event loop,
+    holding no thread), then are told it is still being checked."""
+    deadline = time.monotonic() + DEVICES_WAIT
+    while True:
+        try:
+            return traces.devices(wait=0)
+        except DevicesUnknown as exc:  # never a 500 while the question is out
+            if not exc.still_checking or time.monotonic() >= deadline:
+                raise AppError(503, str(exc), "devices_checking" if exc.still_checking else
+                               "devices_unknown", headers={"Retry-After": "5"}) from exc
+        await asyncio.sleep(0.1)
 
 
 @router.get("/api/schema/trace")

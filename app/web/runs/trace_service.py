@@ -290,6 +290,7 @@ class TraceService:
                 raise DevicesUnknown(f"this machine's devices could not be listed: {failed[1]}")
             if not self._probing:
                 self._probing = True
+                self._probe_failed = None  # asked again: a later request says "still checking"
                 self._probe_done.clear()
                 threading.Thread(target=self._ask_devices, daemon=True,
                                  name="autograd-lab-devices").start()
@@ -304,14 +305,15 @@ class TraceService:
                              still_checking=True)
 
     def _ask_devices(self) -> None:
+        found, failed = None, (time.monotonic(), "the look ended early")
         try:
             found, failed = probe_devices(), None
         except Exception as exc:  # noqa: BLE001 - a timeout, a worker that cannot start torch
-            found, failed = None, (time.monotonic(), str(exc).strip()[:300] or
-                                   type(exc).__name__)
-        with self._probe_lock:
-            self._probe, self._probe_failed, self._probing = found, failed, False
-            self._probe_done.set()
+            failed = (time.monotonic(), str(exc).strip()[:300] or type(exc).__name__)
+        finally:
+            with self._probe_lock:
+                self._probe, self._probe_failed, self._probing = found, failed, False
+                self._probe_done.set()
 
     def scenario_trace(self, scenario: Scenario, variant: str | None, options: dict[str, str],
                        device: str) -> tuple[tuple, dict]:
