@@ -22,3 +22,41 @@ def test_a_report_written_by_the_script_is_refused():
     assert doc["error"]["type"] == "WorkerFailed"
     assert "not a valid trace" in doc["error"]["message"]
     assert doc["events"] == []  # nothing of the forged report is kept
+
+
+def _forging(claim: dict, kind: str = "RuntimeError") -> str:
+    """A script that writes a schema-valid report of its own: a failure explained with a fix
+    that edits the script's line `x = 1`, and a `tried` that claims it was verified."""
+    import json
+
+    from app.format import error_record, new_document
+
+    doc = new_document("forge.py", "", "cpu", None)
+    doc["error"] = error_record(kind, "forged", 3, explanation={
+        "code": "graph_freed", "what": "forged", "line": 3, "nodes": [], "event": None,
+        "lesson": None, "fix": {"say": "forged", "edits": [
+            {"line": 3, "before": "x = 1", "after": "x = 2"}], "tried": claim}})
+    text = json.dumps(json.dumps(doc))
+    return ("import json, os\nreport = json.loads(" + text + ")\nx = 1\n"
+            "with open('trace.json', 'w') as f:\n    json.dump(report, f)\nos._exit(0)\n")
+
+
+def test_a_report_cannot_claim_its_fix_was_verified():
+    """A fix is "verified" only by the server's own trial (app/runner/fix_trial.py): a report's
+    claim is dropped, and the one trial runs the person's own script, edited."""
+    claim = {"ran": True, "error": None, "message": None, "backwards": 1}
+    doc = trace_in_sandbox(source=_forging(claim), name="forge.py", timeout=30)
+    assert doc["error"]["type"] == "RuntimeError", doc["error"]
+    tried = doc["error"]["explanation"]["fix"]["tried"]
+    assert tried != claim
+    # the trial ran the edited script, which forged a failure of its own again: not verified
+    assert tried["ran"] is True and tried["error"] == "RuntimeError", tried
+
+
+def test_a_fix_no_trial_runs_for_keeps_no_claim():
+    """A failure the server does not try (a time-out): the report's "verified" is dropped and
+    nothing stands in its place, so the page says the change was not run."""
+    claim = {"ran": True, "error": None, "message": None, "backwards": 1}
+    doc = trace_in_sandbox(source=_forging(claim, kind="Timeout"), name="forge.py", timeout=30)
+    assert doc["error"]["type"] == "Timeout", doc["error"]
+    assert "tried" not in doc["error"]["explanation"]["fix"]
