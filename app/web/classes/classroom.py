@@ -22,7 +22,7 @@ from app.web.client_keys import is_browser
 from .session import ClassSession
 from .state import CODE_ALPHABET, CODE_LENGTH, ClassError, ClassState
 
-__all__ = ["Classroom", "enter", "new_code", "require_teacher"]
+__all__ = ["Classroom", "ProcessStreams", "enter", "new_code", "require_teacher"]
 
 T = TypeVar("T")
 
@@ -70,6 +70,24 @@ class Classroom(Protocol):
     async def listen(self) -> None:
         """Until cancelled, hear what other processes changed (returns at once where no other
         process shares the classes)."""
+
+
+class ProcessStreams:
+    """This process's event streams over all its classes, counted for the server-wide cap
+    (the same for both classrooms: streams are each process's own)."""
+
+    def __init__(self) -> None:
+        self.open_streams = 0
+
+    def open_stream(self, session: ClassSession, client: str, following: bool,
+                    address: str = "") -> None:
+        session.open_stream(client, following, self.open_streams, address)
+        self.open_streams += 1
+
+    def close_stream(self, session: ClassSession, client: str, following: bool,
+                     address: str = "") -> None:
+        session.close_stream(client, following, address)
+        self.open_streams -= 1
 
 
 def require_teacher(session: ClassSession, client: str) -> ClassSession:

@@ -15,7 +15,7 @@ from typing import TypeVar
 from app.web.client_keys import is_browser
 from app.web.settings import default_of
 
-from .classroom import enter, new_code, require_teacher
+from .classroom import ProcessStreams, enter, new_code, require_teacher
 from .session import ClassSession
 from .state import CODE_PATTERN, ClassError, ClassState
 from .wrong_codes import WrongCodes
@@ -25,17 +25,17 @@ __all__ = ["InProcessClassroom"]
 T = TypeVar("T")
 
 
-class InProcessClassroom:
+class InProcessClassroom(ProcessStreams):
     """Every open class session of this server process."""
 
     def __init__(self, max_sessions: int = default_of("max_classes"),
                  idle_hours: float = 12,
                  people_per_address: int = default_of("per_address_people")) -> None:
+        super().__init__()
         self.max_sessions = max_sessions
         self.people_per_address = people_per_address
         self.idle_seconds = idle_hours * 3600
         self.sessions: dict[str, ClassSession] = {}
-        self.open_streams = 0  # event streams of every class, for the server-wide cap
         self.wrong_codes = WrongCodes()
 
     def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
@@ -82,15 +82,6 @@ class InProcessClassroom:
         self.change(session, lambda s: s.end())
         self.sessions.pop(session.code, None)
 
-    def open_stream(self, session: ClassSession, client: str, following: bool,
-                    address: str = "") -> None:
-        session.open_stream(client, following, self.open_streams, address)
-        self.open_streams += 1
-
-    def close_stream(self, session: ClassSession, client: str, following: bool,
-                     address: str = "") -> None:
-        session.close_stream(client, following, address)
-        self.open_streams -= 1
 
     async def listen(self) -> None:
         """No other process shares these classes: nothing to hear."""

@@ -33,7 +33,7 @@ from app.web.client_keys import is_browser
 from app.web.settings import default_of
 from app.web.store.database import Database, Lock, lock
 
-from .classroom import enter, new_code, require_teacher
+from .classroom import ProcessStreams, enter, new_code, require_teacher
 from .session import ClassSession
 from .state import CODE_PATTERN, ClassError, ClassState
 from .wrong_codes import WrongCodes
@@ -46,16 +46,16 @@ CHANNEL = "autograd_lab_classes"
 T = TypeVar("T")
 
 
-class SharedClassroom:
+class SharedClassroom(ProcessStreams):
     def __init__(self, database: Database, max_sessions: int = default_of("max_classes"),
                  idle_hours: float = 12,
                  people_per_address: int = default_of("per_address_people")) -> None:
+        super().__init__()
         self.database = database
         self.max_sessions = max_sessions
         self.people_per_address = people_per_address
         self.idle_seconds = idle_hours * 3600
         self.sessions: dict[str, ClassSession] = {}  # the classes this process serves
-        self.open_streams = 0  # this process's event streams, for its cap
         self.wrong_codes = WrongCodes()
 
     # ---- changes ---------------------------------------------------------------------------
@@ -170,15 +170,6 @@ class SharedClassroom:
 
     # ---- streams: this process's own ------------------------------------------------------------
 
-    def open_stream(self, session: ClassSession, client: str, following: bool,
-                    address: str = "") -> None:
-        session.open_stream(client, following, self.open_streams, address)
-        self.open_streams += 1
-
-    def close_stream(self, session: ClassSession, client: str, following: bool,
-                     address: str = "") -> None:
-        session.close_stream(client, following, address)
-        self.open_streams -= 1
 
     # ---- what other processes' classes say ------------------------------------------------------
 
