@@ -146,20 +146,24 @@ def cmd_serve(args) -> int:
     return 0
 
 
-def cmd_worker(args) -> int:
+def cmd_upload_host(args) -> int:
     import asyncio
     import logging
 
-    from app.web.runs.upload_worker import UploadWorker
+    from app.web.runs.upload_host import UploadHost
     from app.web.settings import Settings, SettingsError
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    if args.command == "worker":
+        # its former name: "worker" now means only the sandboxed process that runs a script
+        print("autograd-lab worker is now called autograd-lab upload-host; starting it",
+              file=sys.stderr)
     try:
-        worker = UploadWorker(Settings.from_env(), name=args.name)
+        host = UploadHost(Settings.from_env(), name=args.name)
     except (ValueError, SettingsError) as exc:
-        print(f"autograd-lab worker: {exc}", file=sys.stderr)
+        print(f"autograd-lab upload-host: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(worker.serve())
+    return asyncio.run(host.serve())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,11 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: AUTOGRAD_LAB_TOKEN)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("worker", help="run uploads from the shared line (with "
-                       "AUTOGRAD_LAB_DATABASE_URL set, on any number of machines)")
-    p.add_argument("--name", help="how this worker is named in the line (default: "
+    p = sub.add_parser("upload-host", aliases=["worker"], help="run uploads from the shared "
+                       "line on this machine (with AUTOGRAD_LAB_DATABASE_URL set, on any number "
+                       "of machines; `worker` is its former name)")
+    p.add_argument("--name", help="how this upload host is named in the line (default: "
                    "host:pid)")
-    p.set_defaults(func=cmd_worker)
+    p.set_defaults(func=cmd_upload_host)
     return parser
 
 

@@ -1,23 +1,23 @@
 """Past one machine, measured on one: the shared line (PostgreSQL + Procrastinate,
-`autograd-lab worker`) with one worker process and with two, each pinned to a core of its own,
+`autograd-lab upload-host`) with one upload host and with two, each pinned to a core of its own,
 and the line's added latency per run against the embedded default (the in-process queue).
 Prints tables; not a timed test. Everything runs on loopback: a PostgreSQL cluster of its own
-(Debian's, as the tests start it), the workers, and the runs' senders in this process.
+(Debian's, as the tests start it), the upload hosts, and the runs' senders in this process.
 
     .venv/bin/python bench/scale_out.py [--runs 60] [--rounds 5] [--latency-runs 10] [--slots 3]
 
 1. throughput: --runs scripts, each from a person of its own, all sent at once (from 8
    threads): a small one (a linear layer's forward and backward), then a short training
    script (30 steps of a small MLP); the time from the first send to the last Trace stored,
-   with one worker (pinned to core 0; the second paused) and with two (cores 0 and 1), each
-   with --slots runs at once; --rounds batches each, one worker's and two's in turn to the
-   same warm workers, and their medians shown (a batch of 60 small runs lasts a second or
-   two, and this machine's speed drifts). The ratio is two workers' runs per second over
+   with one upload host (pinned to core 0; the second paused) and with two (cores 0 and 1), each
+   with --slots runs at once; --rounds batches each, one upload host's and two's in turn to the
+   same warm upload hosts, and their medians shown (a batch of 60 small runs lasts a second or
+   two, and this machine's speed drifts). The ratio is two upload hosts' runs per second over
    one's.
 2. latency: --latency-runs of the small script one after the other (nothing else running),
    from the send to the stored Trace in hand: the in-process queue (the upload lane of a
    TraceService in this process, with its fork server, as `autograd-lab serve` runs it) and
-   the shared line with one worker; the difference is what the line adds per run.
+   the shared line with one upload host; the difference is what the line adds per run.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from app.web.runs.in_process_queue import InProcessQueue  # noqa: E402
 from app.web.runs.queue import Submission  # noqa: E402
 from tests.postgres import cluster, fresh_database  # noqa: E402
 from tests.server import ARTIFACTS  # noqa: E402
-from tests.worker_process import queue_result, upload_worker  # noqa: E402
+from tests.upload_host_process import queue_result, upload_host  # noqa: E402
 
 SMALL = ("import torch\ntorch.manual_seed(0)\nlayer = torch.nn.Linear(3, 2)\n"
          "loss = layer(torch.randn(4, 3)).pow(2).sum()\nloss.backward()\n")
@@ -68,7 +68,7 @@ def _shared(database: str, queue_size: int):
 
 
 def _machine_cpu_s() -> float:
-    """CPU seconds the whole machine has spent busy (every process: workers, runs, PostgreSQL,
+    """CPU seconds the whole machine has spent busy (every process: upload hosts, runs, PostgreSQL,
     this one), from /proc/stat."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     ticks = [int(f) for f in fields]
@@ -93,26 +93,26 @@ def _open_runs(store) -> int:
                           ).fetchone()[0]
 
 
-FACTS: dict[str, float] = {}  # per small run, from the first one-worker batch
+FACTS: dict[str, float] = {}  # per small run, from the first one-host batch
 CPU_PER_RUN: dict[str, float] = {}  # the machine's CPU seconds per run, each script, the same
 
 
 def throughput(url: str, runs: int, slots: int, folder: Path, rounds: int,
                script: str = SMALL) -> tuple[list[float], list[float]]:
-    """Seconds from the first send to the last stored Trace, with one worker and with two,
-    for each of `rounds` pairs of batches. Two workers are started (pinned to cores 0 and 1)
-    and warmed once; for a one-worker batch the second is paused (SIGSTOP: it takes no job
+    """Seconds from the first send to the last stored Trace, with one upload host and with two,
+    for each of `rounds` pairs of batches. Two upload hosts are started (pinned to cores 0 and 1)
+    and warmed once; for a one-host batch the second is paused (SIGSTOP: it takes no job
     and spends no CPU), and the two kinds of batch alternate: this machine's speed drifts by
     a fifth over minutes (its host's other guests), which batches measured minutes apart
-    would take for a difference between one worker and two."""
+    would take for a difference between one upload host and two."""
     database = fresh_database(url)
     store, queue = _shared(database, queue_size=runs)
     from contextlib import ExitStack
 
     one, two = [], []
     with ExitStack() as stack:
-        first, second = (stack.enter_context(upload_worker(
-            database, folder, f"bench/scale-worker-{n}", cpus=str(n),
+        first, second = (stack.enter_context(upload_host(
+            database, folder, f"bench/scale-upload-host-{n}", cpus=str(n),
             UPLOAD_WORKERS=str(slots), UPLOAD_TIMEOUT=str(LIMIT))) for n in range(2))
         for other in (second, first):
             with _paused(other, store):  # each one's fork server has served runs, once
@@ -140,20 +140,20 @@ def throughput(url: str, runs: int, slots: int, folder: Path, rounds: int,
 
 
 @contextmanager
-def _paused(worker, store):
-    """`worker` stopped (SIGSTOP to its process group) once the line has no job left (its
-    last job's end recorded: a job held while stopped would be seen as a dead worker's), and
+def _paused(host, store):
+    """`host` stopped (SIGSTOP to its process group) once the line has no job left (its
+    last job's end recorded: a job held while stopped would be seen as a dead upload host's), and
     continued afterwards. Its fork server, idle, is left as it is."""
     while True:
         with store.database.transaction() as db:
             if not db.execute("SELECT COUNT(*) FROM procrastinate_jobs").fetchone()[0]:
                 break
         time.sleep(0.02)
-    os.killpg(worker.pid, signal.SIGSTOP)
+    os.killpg(host.pid, signal.SIGSTOP)
     try:
         yield
     finally:
-        os.killpg(worker.pid, signal.SIGCONT)
+        os.killpg(host.pid, signal.SIGCONT)
 
 
 def _batch(queue, store, name: str, runs: int, script: str) -> float:
@@ -177,7 +177,7 @@ def _batch(queue, store, name: str, runs: int, script: str) -> float:
 
 
 def _warm(queue, count: int) -> None:
-    """One run per slot first: each worker's fork server has torch loaded before the clock."""
+    """One run per slot first: each upload host's fork server has torch loaded before the clock."""
     ids = [queue.submit(Submission(f"warm-{i}", "warm.py", SMALL, "cpu", LIMIT))
            for i in range(count)]
     for run_id in ids:
@@ -269,7 +269,7 @@ def _alone(slots: int) -> None:
 def latency_shared(url: str, n: int, folder: Path) -> list[float]:
     database = fresh_database(url)
     store, queue = _shared(database, queue_size=4)
-    with upload_worker(database, folder, "bench/latency-worker", cpus="0", UPLOAD_WORKERS="1",
+    with upload_host(database, folder, "bench/latency-upload-host", cpus="0", UPLOAD_WORKERS="1",
                        UPLOAD_TIMEOUT=str(LIMIT)):
         _warm(queue, 1)
         times = _one_after_another(queue, n)
@@ -311,7 +311,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--latency-runs", type=int, default=10)
-    parser.add_argument("--slots", type=int, default=3, help="runs at once per worker")
+    parser.add_argument("--slots", type=int, default=3, help="runs at once per upload host")
     parser.add_argument("--rounds", type=int, default=5,
                         help="batches per measurement; the median is shown")
     parser.add_argument("--alone", type=int, help=argparse.SUPPRESS)  # runs_alone's lanes
@@ -320,7 +320,7 @@ def main() -> int:
         _alone(args.alone)
         return 0
     if (os.cpu_count() or 1) < 2:
-        raise SystemExit("two workers pinned to two cores need a machine with two")
+        raise SystemExit("two upload hosts pinned to two cores need a machine with two")
     with tempfile.TemporaryDirectory() as tmp, cluster() as db:
         folder = Path(tmp)
         measured = {name: throughput(db.url, args.runs, args.slots, folder, args.rounds, script)
@@ -330,23 +330,24 @@ def main() -> int:
         embedded = latency_in_process(args.latency_runs, folder)
         shared = latency_shared(db.url, args.latency_runs, folder)
 
-    print(f"\n{args.runs} runs sent at once, {args.slots} slots per worker, each worker "
-          f"pinned to a core of its own; the median of {args.rounds} batches each, one worker's "
+    print(f"\n{args.runs} runs sent at once, {args.slots} slots per upload host, each pinned "
+          f"to a core of its own; the median of {args.rounds} batches each, one upload host's "
           "and two's taken in turn:\n")
-    print("| script | CPU per run (s) | workers | seconds (median) | fastest – slowest | "
-          "runs per second | ratio to one worker | ratio, each round's pair |")
+    print("| script | CPU per run (s) | upload hosts | seconds (median) | fastest – slowest | "
+          "runs per second | ratio to one upload host | ratio, each round's pair |")
     print("|---|---|---|---|---|---|---|---|")
     for name, (one, two) in measured.items():
         # each round's two batches ran back to back: their ratio is least moved by the drift
         pairs = sorted(a / b for a, b in zip(one, two, strict=True))
-        for workers, times in ((1, one), (2, two)):
+        for hosts, times in ((1, one), (2, two)):
             took = statistics.median(times)
-            paired = "" if workers == 1 else \
+            paired = "" if hosts == 1 else \
                 f"{statistics.median(pairs):.2f}× ({pairs[0]:.2f} – {pairs[-1]:.2f})"
-            print(f"| {name} | {CPU_PER_RUN[SCRIPTS[name]]:.3f} | {workers} | {took:.2f} | "
+            print(f"| {name} | {CPU_PER_RUN[SCRIPTS[name]]:.3f} | {hosts} | {took:.2f} | "
                   f"{min(times):.2f} – {max(times):.2f} | {args.runs / took:.1f} | "
                   f"{statistics.median(one) / took:.2f}× | {paired} |")
-    print("\nCPU per run: the whole machine's (worker, runs, PostgreSQL, sender), one worker. "
+    print("\nCPU per run: the whole machine's (upload host, runs, PostgreSQL, sender), one "
+          "upload host. "
           f"A small run: PostgreSQL {FACTS['commits']:.1f} transactions committed, "
           f"{FACTS['rows']:.1f} rows written (the sender's question every 50 ms, how many "
           "runs are open, included)")
@@ -367,7 +368,7 @@ def main() -> int:
     print("| queue | median (s) | p90 (s) |")
     print("|---|---|---|")
     for name, times in (("in-process (embedded default)", embedded),
-                        ("shared line, one worker", shared)):
+                        ("shared line, one upload host", shared)):
         p90 = sorted(times)[max(0, int(len(times) * 0.9) - 1)]
         print(f"| {name} | {statistics.median(times):.3f} | {p90:.3f} |")
     print(f"\nadded by the shared line per run: {s - e:+.3f} s (median)")

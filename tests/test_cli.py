@@ -87,7 +87,7 @@ def test_errors_name_the_script_line_not_a_traceback(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_scenarios_lists_the_lessons():
+def test_scenarios_lists_the_scenarios():
     done = cli("scenarios")
     assert done.returncode == 0
     assert "reused_layer" in done.stdout
@@ -115,3 +115,17 @@ def test_render_draws_a_big_model_by_module_unless_asked_for_every_node(tmp_path
     assert done.returncode == 0, done.stderr and "by module" not in done.stdout
     flat = out.read_text()
     assert flat.count("AddmmBackward0 —") == 60 and "×" not in flat  # its tooltips
+
+
+def test_the_upload_host_keeps_its_former_name_and_says_so(tmp_path):
+    # `autograd-lab worker` was its name: a unit file or compose file written for it still
+    # starts it, told the new name; without the shared line both refuse, naming the setting
+    env = {k: v for k, v in __import__("os").environ.items()
+           if not k.startswith("AUTOGRAD_LAB_")}
+    env["AUTOGRAD_LAB_STORE_PATH"] = str(tmp_path / "runs.sqlite3")
+    for command in ("upload-host", "worker"):
+        done = subprocess.run([sys.executable, "-m", "app.cli", command], capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert done.returncode == 2, done.stderr
+        assert "AUTOGRAD_LAB_DATABASE_URL" in done.stderr, done.stderr
+        assert ("now called autograd-lab upload-host" in done.stderr) == (command == "worker")

@@ -1,6 +1,6 @@
-"""deploy/ (issues 19 and 23): the systemd units of the server and of a course's workers are
+"""deploy/ (issues 19 and 23): the systemd units of the server and of a course's upload hosts are
 read by systemd without a complaint, delegate the service's cgroup subtree and start this
-version's `serve` and `worker` commands; the compose file of a course names only settings that
+version's `serve` and `upload-host` commands; the compose file of a course names only settings that
 exist and commands this CLI has; the Dockerfile copies every package the wheel holds."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from app.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-UNITS = {"autograd-lab.service": "cmd_serve", "autograd-lab-worker.service": "cmd_worker"}
+UNITS = {"autograd-lab.service": "cmd_serve", "autograd-lab-upload-host.service": "cmd_upload_host"}
 
 
 def _unit(name: str) -> configparser.ConfigParser:
@@ -76,7 +76,8 @@ def test_the_compose_file_names_real_settings_and_commands():
             assert service["command"][0] == "autograd-lab"
             commands[name] = build_parser().parse_args(service["command"][1:]).func.__name__
             assert service["build"]["args"]["EXTRAS"] == "[shared]"  # psycopg, Procrastinate
-    assert sorted(commands.values()) == ["cmd_serve", "cmd_serve", "cmd_worker"]
+    assert sorted(commands.values()) == ["cmd_serve", "cmd_serve", "cmd_upload_host"]
+    assert "upload-host" in services
     # the image they build holds every package the wheel does
     dockerfile = (ROOT / "Dockerfile").read_text()
     wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
             use_signing_key(app.state.store.secret(SIGNING_KEY))
         announce(settings, app.state.selftest)
         folder = app.state.scenarios_dir
-        # the shared mode's uploads run in `autograd-lab worker` processes, not here
+        # the shared mode's uploads run in `autograd-lab upload-host` processes, not here
         app.state.traces.start(lambda: load_catalog(folder), uploads=not mode.shared)
         # the shared mode's classes: every web process's changes, heard here (on one machine
         # there is nothing to hear, and listen returns at once)
@@ -120,7 +120,7 @@ class Mode:
 
 def _mode(settings: Settings, traces: TraceService, drawings: Drawings) -> Mode:
     """One machine: a SQLite file, classes in memory, uploads queued and run in this process.
-    With `database_url`: PostgreSQL shared by every web process and `autograd-lab worker`
+    With `database_url`: PostgreSQL shared by every web process and `autograd-lab upload-host`
     (runs, classes, the line), each scenario traced once for all of them. Either way a class
     whose room shares one network address counts its members there in the queue
     (`people_at`)."""

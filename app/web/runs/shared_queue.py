@@ -1,6 +1,6 @@
 """The upload queue past one machine (`AUTOGRAD_LAB_DATABASE_URL`): a `RunQueue` whose line is
-in PostgreSQL and whose workers are `autograd-lab worker` processes on any machine
-(upload_worker.py), through Procrastinate, a maintained job queue on PostgreSQL.
+in PostgreSQL and whose upload hosts are `autograd-lab upload-host` processes on any machine
+(upload_host.py), through Procrastinate, a maintained job queue on PostgreSQL.
 
 What lives where:
 - the `uploads` table holds each run's submission and its state (queued, running, done,
@@ -11,15 +11,15 @@ What lives where:
   `per_client_running` says: in this mode it bounds a person's runs running and waiting
   together, with `per_client_queued`);
 - the Trace goes to the shared run store (store/postgres.py), keyed by the run;
-- `upload_hosts`: each worker process's slots and last heartbeat, so the line's capacity is the
-  live workers' slots plus `queue_size`.
+- `upload_hosts`: each upload host process's slots and last heartbeat, so the line's capacity is the
+  live upload hosts' slots plus `queue_size`.
 These tables, like every table of the database, are made by its one owner, the Database
 (store/database.py), which also names the advisory locks taken here.
 
 A person's share and the line's capacity are checked and booked under one advisory lock
 (Lock.QUEUE), so two web processes never both admit the run that fills them. A stop of a
 waiting run takes it out of the line at once (its Procrastinate job cancelled, its Trace says
-so); a running one is aborted: Procrastinate tells its worker (LISTEN/NOTIFY), which kills
+so); a running one is aborted: Procrastinate tells its upload host (LISTEN/NOTIFY), which kills
 the run's process group and stores what it recorded, within seconds.
 """
 
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 TASK = "autograd_lab.run_upload"
 QUEUE = "uploads"
-HOST_SEEN_S = 30  # a worker process not heard from for this long has no slots
+HOST_SEEN_S = 30  # an upload host process not heard from for this long has no slots
 # a result's wait asks the table first after 10 ms, then half as often again each time, up to
 # every 0.25 s: a small run is done in a few tens of ms, a long one costs a question 4 times a
 # second (a LISTEN for runs' ends would save those: docs/SCALING.md)
@@ -58,7 +58,7 @@ POLL_S = (0.01, 0.25)
 
 def procrastinate_app(url: str | None = None, *, sync: bool = True):
     """The Procrastinate app both sides use: the web's with a sync connector (opened on the
-    store's pool), a worker's async. The task is named, not imported, on the web side."""
+    store's pool), an upload host's async. The task is named, not imported, on the web side."""
     import procrastinate
 
     connector = procrastinate.SyncPsycopgConnector() if sync else \
@@ -75,7 +75,7 @@ def prepare_schema(store: PostgresRunStore) -> None:
 
 def end_without_trace(store: PostgresRunStore, db, run_id: str, submission: tuple,
                       state: str, kind: str, message: str) -> None:
-    """End a run that left no Trace of its own (stopped before it started, its worker lost):
+    """End a run that left no Trace of its own (stopped before it started, its upload host lost):
     its script (`submission`: name, source, device, notebook) stored with an error record
     that says why, and its row closed in `db`'s transaction."""
     name, source, device, notebook = submission
@@ -98,7 +98,7 @@ def _now() -> datetime:
 
 
 class SharedQueue:
-    """`RunQueue` over PostgreSQL and Procrastinate; the runs happen in worker processes."""
+    """`RunQueue` over PostgreSQL and Procrastinate; the runs happen in upload host processes."""
 
     def __init__(self, store: PostgresRunStore, running: int, queued: int,
                  queue_size: int = default_of("queue_size"),
@@ -160,7 +160,7 @@ class SharedQueue:
             if booked >= slots + self.queue_size:
                 place = booked - slots + 1  # where it would have waited
                 raise Busy(f"the line is full: {booked} runs are running or waiting for "
-                           f"{slots} worker slot(s) and {self.queue_size} place(s) in line; "
+                           f"{slots} upload host slot(s) and {self.queue_size} place(s) in line; "
                            f"this one would have been number {place} in line. Try again in a "
                            "few seconds", place=place)
             db.execute(
@@ -170,7 +170,7 @@ class SharedQueue:
                  json.dumps(run.notebook) if run.notebook is not None else None))
         try:
             with self._line() as line:
-                # its job's id is written by the worker that claims it (upload_worker.py):
+                # its job's id is written by the upload host that claims it (upload_host.py):
                 # one transaction less for every run sent
                 line.configure_task(TASK, queue=QUEUE, lock=_lock(run.client)) \
                     .defer(run_id=run_id)
@@ -263,7 +263,7 @@ class SharedQueue:
                     if job.task_kwargs.get("run_id") == run_id:
                         line.job_manager.cancel_job_by_id(job.id, abort=False)
             return self.status(run_id)
-        # running on some worker: Procrastinate tells it to abort; it kills the run and
+        # running on some upload host: Procrastinate tells it to abort; it kills the run and
         # stores what the run recorded
         if row["job_id"] is not None:
             with self._line() as line:
@@ -277,8 +277,8 @@ class SharedQueue:
         return self.status(run_id)
 
     def _end_unstarted(self, run_id: str, state: str, kind: str, message: str) -> bool:
-        """End a run no worker has started: its Trace (the script and why) stored, its row
-        closed. False if a worker took it first."""
+        """End a run no upload host has started: its Trace (the script and why) stored, its row
+        closed. False if an upload host took it first."""
         with self.store.database.transaction() as db:
             row = db.execute("SELECT name, source, device, notebook FROM uploads "
                              "WHERE id = %s AND state = 'queued' FOR UPDATE",

@@ -1,13 +1,13 @@
 """The one owner of the shared mode's PostgreSQL database (`AUTOGRAD_LAB_DATABASE_URL`): its
 connection pool, every table the app keeps there, the advisory-lock keys its processes agree
 on, and the schema's version. The run store (postgres.py), the shared line (runs/shared_queue.py,
-runs/upload_worker.py) and the shared classes (classes/shared.py) each ask it for a transaction
+runs/upload_host.py) and the shared classes (classes/shared.py) each ask it for a transaction
 and write their own statements in it; none of them connects, creates a table or picks a lock
 key of its own.
 
 The schema is made in numbered steps (`STEPS`), recorded in `autograd_lab_schema`, one row per
 step applied. `open()` applies the steps the database lacks, under the schema lock, in one
-transaction: every web process and worker that starts at once agrees, and each step is applied
+transaction: every web process and upload host that starts at once agrees, and each step is applied
 once. Step 1 is the tables as the releases before the version table made them, written with
 IF NOT EXISTS: a database one of those made is adopted as version 1 as it is. A later change
 is a new step appended to `STEPS`, never an edit of one already released; a step is additive
@@ -50,7 +50,7 @@ class Lock(IntEnum):
     PRUNE = 0x6167_6C61_6202  # two storing at once would each drop for the other's run too
     QUEUE = 0x6167_6C61_6203  # a person's share and the line's capacity, checked and booked
     CLASS_START = 0x6167_6C61_6206  # a teacher's one class, and the server's cap on classes
-    LOOK_FOR_DEAD = 0x6167_6C61_6207  # one worker at a time puts dead workers' runs back
+    LOOK_FOR_DEAD = 0x6167_6C61_6207  # one upload host at a time puts dead upload hosts' runs back
 
 
 def lock(db, key: Lock, wait: bool = True) -> bool:
@@ -271,7 +271,7 @@ class Database:
     def procrastinate_schema(self) -> None:
         """Procrastinate's tables (the shared line's jobs), made from the installed
         Procrastinate's own schema if they are missing, under the schema lock. Not a step of
-        ours: its schema is its release's, and only a web process or a worker of the shared
+        ours: its schema is its release's, and only a web process or an upload host of the shared
         line needs it (the run store alone does not import Procrastinate)."""
         with self.transaction() as db:
             lock(db, Lock.SCHEMA)
@@ -313,4 +313,4 @@ class Database:
                 db.execute("SELECT 1")
         except StoreUnavailable as exc:
             return False, str(exc)
-        return True, "PostgreSQL, shared by this course's web processes and workers"
+        return True, "PostgreSQL, shared by this course's web processes and upload hosts"

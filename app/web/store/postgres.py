@@ -81,7 +81,7 @@ class PostgresRunStore(RunStore):
     def write(self, db, run_id: str, packed: tuple) -> bool:
         """Write a Trace packed by `pack` (outside any transaction: gzip takes a while) in
         `db`'s transaction: the shared line closes the run's row in the same one
-        (runs/upload_worker.py). True if the store is now past its bounds (asked without a lock:
+        (runs/upload_host.py). True if the store is now past its bounds (asked without a lock:
         nearly always it is not, and nothing waits for anyone): then the caller prunes once
         this transaction is committed."""
         stored, blob, _, figures = packed

@@ -132,7 +132,7 @@ class RunStore:
         """(what is stored, its gzip JSON, whether it is the whole Trace, its figures): a
         Trace past `max_run_bytes` is stored as its script and an error that says why. Public:
         the shared line packs a Trace (gzip takes a while) before it locks the run's row, and
-        hands the result to PostgresRunStore.write (runs/upload_worker.py)."""
+        hands the result to PostgresRunStore.write (runs/upload_host.py)."""
         stored = _linked(doc, run_id)
         blob = _pack(stored)
         whole = len(blob) <= self.max_run_bytes

@@ -1,5 +1,5 @@
 """A class across web processes (issue 23): one real PostgreSQL, web processes A and B, one
-worker, a token on both. The teacher teaches on B; a student joins and follows on A:
+upload host, a token on both. The teacher teaches on B; a student joins and follows on A:
 - the teacher's view changes reach the student's stream on A (LISTEN/NOTIFY);
 - the student reconnects to B with Last-Event-ID and gets the newer state at once, and nothing
   when it has seen the newest;
@@ -20,7 +20,7 @@ import pytest
 
 from tests.postgres import fresh_database
 from tests.server import serve
-from tests.worker_process import upload_worker
+from tests.upload_host_process import upload_host
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -77,10 +77,10 @@ class Stream:
 def test_a_student_on_one_web_process_follows_a_teacher_on_another(tmp_path_factory,
                                                                     postgres_url):
     database = fresh_database(postgres_url)
-    folder = tmp_path_factory.mktemp("worker")
+    folder = tmp_path_factory.mktemp("upload-host")
     with _web(tmp_path_factory, "class-web-a", database) as a, \
             _web(tmp_path_factory, "class-web-b", database) as b, \
-            upload_worker(database, folder, "shared/class-worker", UPLOAD_WORKERS="1"):
+            upload_host(database, folder, "shared/class-upload-host", UPLOAD_WORKERS="1"):
         teacher = httpx.Client(base_url=b, timeout=60)
         student = httpx.Client(timeout=60)
         try:

@@ -1,10 +1,10 @@
 """What every upload queue must do (app/web/runs/queue.py, `RunQueue`), run against each
-implementation with real workers: submit and get the stored Trace, a place in line behind a
+implementation with real upload hosts: submit and get the stored Trace, a place in line behind a
 running run, a stop while waiting and while running, a person's share (429) and a full line
 (503).
 
-To test another implementation (a queue whose workers are on other machines), add a factory to
-IMPLEMENTATIONS: it yields a `QueueUnderTest` whose queue has ONE worker, lets each person run
+To test another implementation (a queue whose upload hosts are on other machines), add a factory to
+IMPLEMENTATIONS: it yields a `QueueUnderTest` whose queue has ONE upload host, lets each person run
 one and queue one, and has room for two runs in all (one running, one waiting).
 """
 
@@ -27,7 +27,7 @@ from app.web.runs.run_book import TooMany
 from app.web.runs.trace_service import TraceService
 from app.web.settings import Settings
 from app.web.store.sqlite import RunStore
-from tests.worker_process import queue_result
+from tests.upload_host_process import queue_result
 
 SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
 # runs until stopped (or its limit): "running" for as long as a test needs
@@ -59,16 +59,16 @@ def in_process(folder: Path) -> Iterator[QueueUnderTest]:
 
 @contextmanager
 def shared(folder: Path, postgres_url: str) -> Iterator[QueueUnderTest]:
-    """The queue past one machine: the line in a real PostgreSQL (Procrastinate), its one
-    worker an `autograd-lab worker` process with one slot (shared_queue.py, upload_worker.py)."""
+    """The queue past one machine: the line in a real PostgreSQL (Procrastinate), its one upload
+    host an `autograd-lab upload-host` process with one slot (shared_queue.py, upload_host.py)."""
     from app.web.runs.shared_queue import SharedQueue
     from app.web.store.postgres import PostgresRunStore
     from tests.postgres import fresh_database
-    from tests.worker_process import upload_worker
+    from tests.upload_host_process import upload_host
 
     database = fresh_database(postgres_url)
     store = PostgresRunStore(database, pool_size=4).open()
-    with upload_worker(database, folder, "contract-worker", UPLOAD_WORKERS="1",
+    with upload_host(database, folder, "contract-upload-host", UPLOAD_WORKERS="1",
                        UPLOAD_TIMEOUT=str(LIMIT)):
         queue = SharedQueue(store, running=1, queued=1, queue_size=1)
         try:
@@ -113,7 +113,7 @@ def state(queue: RunQueue, run_id: str) -> str:
 @pytest.fixture
 def queue(under_test) -> Iterator[RunQueue]:
     """The queue, emptied after each test: whatever a test left queued or running is stopped
-    (so that the next test finds the one worker free)."""
+    (so that the next test finds the one upload host free)."""
     submitted: list[str] = []
     real_submit = under_test.queue.submit
 
@@ -168,7 +168,7 @@ def test_a_script_that_failed_before_recording_says_so_in_its_status(queue):
 def test_a_second_run_waits_its_place_and_a_stop_takes_it_out_of_line(queue, under_test):
     first = submit(queue, "ann", LOOP)
     wait_for(lambda: state(queue, first) == "running")
-    second = submit(queue, "bob", SMALL)  # another person: it waits for the one worker
+    second = submit(queue, "bob", SMALL)  # another person: it waits for the one upload host
     time.sleep(0.5)
     status = queue.status(second)
     assert status["state"] == "queued" and status["place"] == 1, status
@@ -187,16 +187,16 @@ def test_a_second_run_waits_its_place_and_a_stop_takes_it_out_of_line(queue, und
 def test_a_stop_ends_a_running_run_within_seconds(queue, under_test):
     run_id = submit(queue, "ann", LOOP)
     wait_for(lambda: state(queue, run_id) == "running")
-    time.sleep(1.0)  # its worker is started and looping
+    time.sleep(1.0)  # its upload host is started and looping
     asked = time.monotonic()
     assert queue.cancel(run_id)["state"] == "stopped"
     assert time.monotonic() - asked < 10
     doc = result(queue, run_id)
-    # stopped in its worker, which had run it for a while (not taken out of the line)
+    # stopped in its upload host, which had run it for a while (not taken out of the line)
     assert doc["error"]["type"] == "Stopped" and "stopped on request after" in doc["error"][
         "message"] and doc["script"]["source"] == LOOP
     assert under_test.store.get(run_id)["error"]["type"] == "Stopped"
-    # the worker is free again: the next run runs to its Trace
+    # the upload host is free again: the next run runs to its Trace
     after = submit(queue, "bob", SMALL)
     assert result(queue, after)["error"] is None
 

@@ -76,7 +76,7 @@ def test_processes_opening_one_database_at_once_apply_each_step_once(url, monkey
     failed: list[BaseException] = []
     together = threading.Barrier(6)
 
-    def start() -> None:  # a web process or a worker starting with the others
+    def start() -> None:  # a web process or an upload host starting with the others
         made = Database(url, pool_size=1)
         opened.append(made)
         together.wait()

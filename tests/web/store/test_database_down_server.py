@@ -1,5 +1,5 @@
 """The shared store's PostgreSQL goes away, and comes back (issue 23), against a real web
-process and worker: a run going on keeps its Trace until the database returns; uploads answer
+process and upload host: a run going on keeps its Trace until the database returns; uploads answer
 503 with Retry-After, a stored run's page says the store
 cannot be reached, /healthz says "degraded", a lesson already traced is still served; once the
 database is back, the next run goes through as before. And a full line answers 503 with the
@@ -14,7 +14,7 @@ import pytest
 
 from tests.postgres import cluster
 from tests.server import serve
-from tests.worker_process import upload_worker
+from tests.upload_host_process import upload_host
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
     with cluster() as db, \
             serve(tmp_path, name="shared/db-down-web", DATABASE_URL=db.url,
                   WARM_LESSONS="false", POOL_SIZE="0", TRACE_TIMEOUT="90") as web, \
-            upload_worker(db.url, tmp_path, "shared/db-down-worker", UPLOAD_WORKERS="1"):
+            upload_host(db.url, tmp_path, "shared/db-down-upload-host", UPLOAD_WORKERS="1"):
         first = httpx.post(f"{web}/api/runs", json={"source": SMALL}, timeout=120)
         assert first.status_code == 200, first.text
         run_id = first.json()["run"]["id"]
@@ -58,12 +58,12 @@ def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
         lesson = httpx.get(web + LESSON, timeout=60)  # the lessons are still served
         assert lesson.status_code == 200 and lesson.json()["error"] is None
         # away for longer than Procrastinate's worker waits for a connection (30 s), after
-        # which it ends: the worker process must outlive it and take runs again
+        # which it ends: the upload host process must outlive it and take runs again
         time.sleep(36)
 
         db.start()
         deadline = time.monotonic() + 90
-        while True:  # the pool reconnects; the worker's heartbeat resumes
+        while True:  # the pool reconnects; the upload host's heartbeat resumes
             again = httpx.post(f"{web}/api/runs", json={"source": SMALL}, timeout=120)
             if again.status_code == 200 or time.monotonic() > deadline:
                 break
@@ -84,7 +84,7 @@ def test_a_full_line_says_where_the_run_would_have_been(tmp_path):
     with cluster() as db, \
             serve(tmp_path, name="shared/full-web", DATABASE_URL=db.url, WARM_LESSONS="false",
                   POOL_SIZE="0", QUEUE_SIZE="1", PER_ADDRESS_PEOPLE="10") as web, \
-            upload_worker(db.url, tmp_path, "shared/full-worker", UPLOAD_WORKERS="1"):
+            upload_host(db.url, tmp_path, "shared/full-upload-host", UPLOAD_WORKERS="1"):
         people = [httpx.Client(base_url=web, timeout=60) for _ in range(3)]
         try:
             for person in people:

@@ -83,12 +83,12 @@ def test_the_private_members_are_found():
 
 @pytest.mark.parametrize("module, line", [
     ("app/web/runs/shared_queue.py", "store._connect()"),  # the sqlite store's, still
-    ("app/web/runs/upload_worker.py", "self.store.database._pool.connection()"),
+    ("app/web/runs/upload_host.py", "self.store.database._pool.connection()"),
     ("app/web/classes/shared.py", "self.store._prune(db, keep)"),
     ("app/web/runs/shared_queue.py", "from app.web.store.database import _first_line"),
     ("app/web/store/postgres.py", "db.execute('CREATE TABLE IF NOT EXISTS notes (n INT)')"),
     ("app/web/classes/shared.py", "db.execute('alter table classes add column x int')"),
-    ("app/web/runs/upload_worker.py", "db.execute('SELECT pg_try_advisory_xact_lock(7)')"),
+    ("app/web/runs/upload_host.py", "db.execute('SELECT pg_try_advisory_xact_lock(7)')"),
     ("app/web/runs/shared_queue.py", "_QUEUE_LOCK = 0x6167_6C61_6203"),
 ])
 def test_a_line_only_the_database_may_write_breaks_the_rule(module, line):

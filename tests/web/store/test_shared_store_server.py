@@ -1,9 +1,9 @@
 """Past one machine, for real (issue 23): one PostgreSQL (Debian's, on loopback), two web
-processes and two `autograd-lab worker` processes, all started as they are served.
+processes and two `autograd-lab upload-host` processes, all started as they are served.
 
-- runs three people post to web A run on the workers and are all read, whole, from web B;
+- runs three people post to web A run on the upload hosts and are all read, whole, from web B;
 - a cookie web A signed is one web B knows (a forged one is not);
-- a looping run posted to A and running on a worker is stopped through B within 2 s, once;
+- a looping run posted to A and running on an upload host is stopped through B within 2 s, once;
 - a web process started later (A restarted) has every run and knows the cookies.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from app.web.http.clients import COOKIE
 from tests.postgres import fresh_database
 from tests.server import serve
-from tests.worker_process import upload_worker
+from tests.upload_host_process import upload_host
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -41,14 +41,14 @@ def _new_cookie(response: httpx.Response) -> bool:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory, postgres_url):
-    """(database, web A, web B): two web processes and two workers on one database."""
+    """(database, web A, web B): two web processes and two upload hosts on one database."""
     database = fresh_database(postgres_url)
-    folder = tmp_path_factory.mktemp("workers")
+    folder = tmp_path_factory.mktemp("upload-hosts")
     with _web(tmp_path_factory, "web-a", database) as a, \
             _web(tmp_path_factory, "web-b", database) as b, \
-            upload_worker(database, folder, "shared/worker-1", UPLOAD_WORKERS="2",
+            upload_host(database, folder, "shared/upload-host-1", UPLOAD_WORKERS="2",
                           UPLOAD_TIMEOUT="60"), \
-            upload_worker(database, folder, "shared/worker-2", UPLOAD_WORKERS="2",
+            upload_host(database, folder, "shared/upload-host-2", UPLOAD_WORKERS="2",
                           UPLOAD_TIMEOUT="60"):
         yield database, a, b
 
@@ -107,9 +107,9 @@ def test_a_stop_sent_to_the_other_web_process_ends_a_running_run_once(course):
     run_id = sent.json()["id"]
     deadline = time.monotonic() + 60
     while httpx.get(f"{b}/api/runs/{run_id}/status", timeout=30).json()["state"] != "running":
-        assert time.monotonic() < deadline, "the run never started on a worker"
+        assert time.monotonic() < deadline, "the run never started on an upload host"
         time.sleep(0.1)
-    time.sleep(1.0)  # looping in its worker
+    time.sleep(1.0)  # looping in its upload host
     asked = time.monotonic()
     stopped = token_free.delete(f"{b}/api/runs/{run_id}")
     took = time.monotonic() - asked
@@ -125,7 +125,7 @@ def test_a_stop_sent_to_the_other_web_process_ends_a_running_run_once(course):
                                      (run_id,)).fetchone()
         job = db.execute("SELECT status FROM procrastinate_jobs WHERE args->>'run_id' = %s",
                          (run_id,)).fetchone()
-    # run once and ended: its job aborted, or already deleted (a worker deletes ended jobs)
+    # run once and ended: its job aborted, or already deleted (an upload host deletes ended jobs)
     assert (attempts, state) == (1, "stopped") and job in (None, ("aborted",))
 
 

@@ -1,4 +1,4 @@
-"""`autograd-lab worker` as a real process for tests: started with the shared line's database,
+"""`autograd-lab upload-host` as a real process for tests: started with the shared line's database,
 its output in test-artifacts/NAME.log, and waited for until it says it is alive in the line
 (its row in `upload_hosts`); stopped (its whole process group) afterwards."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.server import ARTIFACTS, ROOT
 
-__all__ = ["upload_worker", "alive_workers", "queue_result"]
+__all__ = ["upload_host", "alive_hosts", "queue_result"]
 
 
 def queue_result(queue, run_id: str, timeout: float = 120) -> dict:
@@ -30,7 +30,7 @@ def queue_result(queue, run_id: str, timeout: float = 120) -> dict:
                            asyncio.wait_for(queue.result(run_id), timeout)).result()
 
 
-def alive_workers(database: str) -> list[str]:
+def alive_hosts(database: str) -> list[str]:
     import psycopg
 
     with psycopg.connect(database, connect_timeout=5) as db:
@@ -42,11 +42,11 @@ def alive_workers(database: str) -> list[str]:
 
 
 @contextmanager
-def upload_worker(database: str, folder: Path, name: str, start_timeout: float = 60,
+def upload_host(database: str, folder: Path, name: str, start_timeout: float = 60,
                   cpus: str | None = None, wrap=None, **settings: str
                   ) -> Iterator[subprocess.Popen]:
     """`cpus`: the cores it and everything it starts may use (taskset's list, "0" or "0,1"):
-    bench/scale_out.py pins each worker to a core of its own."""
+    bench/scale_out.py pins each upload host to a core of its own."""
     log = ARTIFACTS / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "AUTOGRAD_LAB_DATABASE_URL": database,
@@ -54,7 +54,7 @@ def upload_worker(database: str, folder: Path, name: str, start_timeout: float =
            "AUTOGRAD_LAB_POOL_SIZE": "0", "AUTOGRAD_LAB_SELFTEST": "false",
            **{f"AUTOGRAD_LAB_{k.upper()}": str(v) for k, v in settings.items()}}
     with log.open("wb") as out:
-        command = [sys.executable, "-m", "app.cli", "worker", "--name", name]
+        command = [sys.executable, "-m", "app.cli", "upload-host", "--name", name]
         if cpus is not None:
             command = ["taskset", "-c", cpus, *command]
         if wrap is not None:  # tests/unprivileged.py: as another user
@@ -64,9 +64,9 @@ def upload_worker(database: str, folder: Path, name: str, start_timeout: float =
                                 start_new_session=True)
     try:
         deadline = time.monotonic() + start_timeout
-        while name not in alive_workers(database):
+        while name not in alive_hosts(database):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not start; see {log}:\n"
+                raise RuntimeError(f"the upload host did not start; see {log}:\n"
                                    + log.read_text()[-3000:])
             time.sleep(0.2)
         yield proc

@@ -1,7 +1,7 @@
-"""A worker that dies mid-run (issue 23): SIGKILL of one `autograd-lab worker`'s whole process
-group while it runs a script → the run is retried on the other worker and completes there,
-exactly once more; nothing of the killed worker is left running (its run's processes, its
-cgroups); a run whose worker dies twice is failed with a message that says so."""
+"""An upload host that dies mid-run (issue 23): SIGKILL of one `autograd-lab upload-host`'s whole
+process group while it runs a script → the run is retried on the other upload host and completes
+there, exactly once more; nothing of the killed upload host is left running (its run's processes,
+its cgroups); a run whose upload host dies twice is failed with a message that says so."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from app.web.runs.queue import Submission
 from app.web.runs.shared_queue import SharedQueue
 from app.web.store.postgres import PostgresRunStore
 from tests.postgres import fresh_database
-from tests.worker_process import upload_worker
+from tests.upload_host_process import upload_host
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-# long enough to be killed in, short enough to finish on the second worker
+# long enough to be killed in, short enough to finish on the second upload host
 SLOW = ("import time\nimport torch\ntime.sleep(3)\nw = torch.ones(3, requires_grad=True)\n"
         "(w * w).sum().backward()\n")
 LOOP = "import time\nwhile True:\n    time.sleep(0.05)\n"
@@ -42,7 +42,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
 
 
 def _processes_of(worker_pid: int) -> dict[int, str]:
-    """The worker's descendants and every process in its runs' cgroups: pid -> start time
+    """The upload host's descendants and every process in its runs' cgroups: pid -> start time
     (so that a pid used again later is not taken for the same process)."""
     parents: dict[int, int] = {}
     found: dict[int, str] = {}
@@ -92,21 +92,21 @@ def line(tmp_path, postgres_url):
     store.close()
 
 
-def test_a_run_whose_worker_is_killed_completes_on_the_other_and_nothing_is_left(line,
+def test_a_run_whose_upload_host_is_killed_completes_on_the_other_and_nothing_is_left(line,
                                                                                  tmp_path):
     database, store, queue = line
-    with upload_worker(database, tmp_path, "failover/worker-1", UPLOAD_WORKERS="1",
+    with upload_host(database, tmp_path, "failover/upload-host-1", UPLOAD_WORKERS="1",
                        UPLOAD_TIMEOUT="60") as one, \
-            upload_worker(database, tmp_path, "failover/worker-2", UPLOAD_WORKERS="1",
+            upload_host(database, tmp_path, "failover/upload-host-2", UPLOAD_WORKERS="1",
                           UPLOAD_TIMEOUT="60") as two:
         run_id = queue.submit(Submission("ann", "slow.py", SLOW, "cpu", 60.0))
         _wait(lambda: _row(database, run_id)["state"] == "running", 60, "never started")
-        time.sleep(1.0)  # in its sleep, on one worker
+        time.sleep(1.0)  # in its sleep, on one upload host
         first = _row(database, run_id)["host"]
-        killed, other = (one, "failover/worker-2") if first == "failover/worker-1" else \
-            (two, "failover/worker-1")
+        killed, other = (one, "failover/upload-host-2") if first == "failover/upload-host-1" else \
+            (two, "failover/upload-host-1")
         left = _processes_of(killed.pid)
-        assert len(left) >= 2  # the worker and at least its run
+        assert len(left) >= 2  # the upload host and at least its run
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait(10)
 
@@ -117,23 +117,23 @@ def test_a_run_whose_worker_is_killed_completes_on_the_other_and_nothing_is_left
         assert doc["error"] is None and doc["params"]["w"]["uses"] == {"0": 2}
         assert len(store) == 1  # exactly one stored Trace
         _wait(lambda: not [p for p, t in left.items() if _alive(p, t)], 20,
-              f"the killed worker's processes live on: {left}")
+              f"the killed upload host's processes live on: {left}")
         _wait(lambda: not _cgroup_folders(killed.pid), 20, "its cgroups are left")
 
 
-def test_a_run_whose_worker_dies_twice_is_failed_and_says_why(line, tmp_path):
+def test_a_run_whose_upload_host_dies_twice_is_failed_and_says_why(line, tmp_path):
     database, store, queue = line
     run_id = queue.submit(Submission("bob", "loop.py", LOOP, "cpu", 60.0))
-    # the first worker takes it and dies; the second sees the first is dead, puts the run
+    # the first upload host takes it and dies; the second sees the first is dead, puts the run
     # back in line, takes it, and dies too
     for n in (1, 2):
-        with upload_worker(database, tmp_path, f"failover/doomed-{n}", UPLOAD_WORKERS="1",
+        with upload_host(database, tmp_path, f"failover/doomed-{n}", UPLOAD_WORKERS="1",
                            UPLOAD_TIMEOUT="60") as doomed:
             _wait(lambda n=n: _row(database, run_id)["state"] == "running" and
                   _row(database, run_id)["attempts"] == n, 60, f"attempt {n} never started")
             os.killpg(doomed.pid, signal.SIGKILL)
             doomed.wait(10)
-    with upload_worker(database, tmp_path, "failover/last", UPLOAD_WORKERS="1",
+    with upload_host(database, tmp_path, "failover/last", UPLOAD_WORKERS="1",
                        UPLOAD_TIMEOUT="60"):
         _wait(lambda: _row(database, run_id)["state"] == "failed", 60, "not failed")
     row = _row(database, run_id)

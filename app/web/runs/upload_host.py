@@ -1,20 +1,20 @@
-"""`autograd-lab worker`: runs uploads from the shared line (shared_queue.py) on this machine,
+"""`autograd-lab upload-host`: runs uploads from the shared line (shared_queue.py) on this machine,
 with this machine's sandbox exactly as a web process runs them: the upload lane of a
 `TraceService` (its fork server, pool and confinement), as many at once as its slots.
 
-Each run comes as a Procrastinate job carrying only the run's id. The worker claims the run
-(queued → running, in one UPDATE: a run stopped before it started is not run), runs it, stores
-its Trace in the shared run store (an upsert keyed by the run) and closes its row. An abort
-(a stop from any web process) cancels the task: the run's process group is killed and what it
-recorded is stored, saying it was stopped. Every few seconds the worker says it is alive and how
-many slots it has (`upload_hosts`), which is the line's capacity.
+Each run comes as a Procrastinate job carrying only the run's id. The upload host claims the run
+(queued → running, in one UPDATE: a run stopped before it started is not run), runs it, stores its
+Trace in the shared run store (an upsert keyed by the run) and closes its row. An abort (a stop from
+any web process) cancels the task: the run's process group is killed and what it recorded is stored,
+saying it was stopped. Every few seconds the upload host says it is alive and how many slots it has
+(`upload_hosts`), which is the line's capacity.
 
-A worker that dies mid-run (its machine lost, its processes killed) stops sending Procrastinate
-its heartbeat. Every live worker looks for such stalled jobs: a run is retried once on whichever
-worker takes it next (a run has no effect outside its sandbox, so running it again is safe), and
-failed with a message that says so if its worker dies a second time. Before retrying, a worker
-sweeps what dead servers on its own machine left (their runs' cgroups and uids), so a run killed
-with its worker does not go on in the background.
+An upload host that dies mid-run (its machine lost, its processes killed) stops sending
+Procrastinate its heartbeat. Every live upload host looks for such stalled jobs: a run is retried
+once on whichever upload host takes it next (a run has no effect outside its sandbox, so running it
+again is safe), and failed with a message that says so if its upload host dies a second time. Before
+retrying, an upload host sweeps what dead servers on its own machine left (their runs' cgroups and
+uids), so a run killed with its upload host does not go on in the background.
 """
 
 from __future__ import annotations
@@ -40,30 +40,30 @@ from .run_book import BookedRun
 from .shared_queue import QUEUE, TASK, end_without_trace, prepare_schema, procrastinate_app
 from .trace_service import DeviceError, TraceService
 
-__all__ = ["UploadWorker"]
+__all__ = ["UploadHost"]
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0  # Procrastinate's heartbeat and ours (upload_hosts)
-STALLED_S = 10.0  # a worker not heard from for this long is dead: its runs are retried
-ATTEMPTS = 2  # a run whose worker dies twice is failed, not run a third time
-STOPPED = ("The run was stopped on request; its worker stopped too before it could say what "
-           "the run had recorded.")
+STALLED_S = 10.0  # an upload host not heard from for this long is dead: its runs are retried
+ATTEMPTS = 2  # a run whose upload host dies twice is failed, not run a third time
+STOPPED = ("The run was stopped on request; the process running it stopped too before it could "
+           "say what the run had recorded.")
 STORE_PATIENCE_S = 300.0  # how long a finished run's Trace waits for the database to return
-RECONNECT_S = 5.0  # after the database went away, how soon the worker takes runs again
-LOST = ("This run's worker stopped twice while running it (its machine was lost or its process "
-        "killed), so it was not run a third time. The script is kept: run it again, and if "
+RECONNECT_S = 5.0  # after the database went away, how soon the upload host takes runs again
+LOST = ("The process running this run stopped twice while running it (its machine was lost or "
+        "it was killed), so it was not run a third time. The script is kept: run it again, and if "
         "this keeps happening, tell whoever runs the server.")
 
 
-class UploadWorker:
+class UploadHost:
     def __init__(self, settings: Settings, name: str | None = None) -> None:
         if not settings.database_url:
-            raise ValueError("autograd-lab worker takes its runs from the shared line: set "
+            raise ValueError("autograd-lab upload-host takes its runs from the shared line: set "
                              "AUTOGRAD_LAB_DATABASE_URL=postgresql://… as the web processes do")
-        # a worker machine serves no lessons: none warmed, none pooled
+        # an upload host machine serves no lessons: none warmed, none pooled
         self.settings = replace(settings, warm_lessons=False)
-        # a random part: a worker restarted in a container has the same host name and pid 1,
+        # a random part: an upload host restarted in a container has the same host name and pid 1,
         # and must not be taken for the one that died (its runs would never be retried)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._beating_since: float | None = None  # our heartbeats reach the database since
@@ -79,7 +79,7 @@ class UploadWorker:
     # ---- one run ------------------------------------------------------------------------------
 
     def claim(self, run_id: str, job_id: int) -> dict | None:
-        """The run's submission, now marked running on this worker (with its job's id, by
+        """The run's submission, now marked running on this upload host (with its job's id, by
         which a stop reaches it); None if it is no longer waiting (stopped before it
         started, or run already)."""
         with self.store.database.transaction() as db:
@@ -109,12 +109,12 @@ class UploadWorker:
         except DeviceError as exc:  # asked for a device this machine lacks: said in its Trace
             doc = new_document(name, source, device, None)
             doc["error"] = error_record("DeviceUnavailable", str(exc))
-        except Exception:  # noqa: BLE001 - the worker failed, not the script
+        except Exception:  # noqa: BLE001 - the upload host failed, not the script
             log.exception("run %s could not be run", run_id)
             state = "failed"
             doc = new_document(name, source, device, None)
             doc["error"] = error_record("ServerError", "The server could not run this run (its "
-                                        "worker's log says why). The script is kept: run it "
+                                        "upload host's log says why). The script is kept: run it "
                                         "again.")
         notebook = submission.get("notebook")
         annotate(doc, json.loads(notebook) if notebook else None)
@@ -124,14 +124,14 @@ class UploadWorker:
 
     def _close(self, run_id: str, doc: dict, state: str) -> None:
         """Store the Trace and close the run's row in one transaction, if the run is still
-        this worker's: one that was taken from it while it ran (it was thought dead: the
+        this upload host's: one that was taken from it while it ran (it was thought dead: the
         database was away too long) is stored by its other attempt, not from here."""
         packed = self.store.pack(doc, run_id)  # gzip, before the row is locked
         error = doc.get("error")
         with self.store.database.transaction() as db:
             if db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'running' "
                           "AND host = %s FOR UPDATE", (run_id, self.name)).fetchone() is None:
-                log.warning("run %s was given to another worker meanwhile: its Trace is not "
+                log.warning("run %s was given to another upload host meanwhile: its Trace is not "
                             "stored from here", run_id)
                 return
             over = self.store.write(db, run_id, packed)
@@ -145,7 +145,7 @@ class UploadWorker:
 
     def _until_stored(self, run_id: str, store) -> None:
         """`store()`, tried again while the database cannot be reached, for up to
-        STORE_PATIENCE_S; then given up (logged: the run's row says running until its worker
+        STORE_PATIENCE_S; then given up (logged: the run's row says running until its upload host
         is seen to have died)."""
         from app.web.store.common import StoreUnavailable
 
@@ -178,17 +178,17 @@ class UploadWorker:
             await work
             raise
 
-    # ---- a worker that died -------------------------------------------------------------------
+    # ---- an upload host that died --------------------------------------------------------------
 
     def after_death(self, run_id: str, job_id: int) -> str:
-        """What becomes of a run whose worker died (its job `job_id` stalled):
+        """What becomes of a run whose upload host died (its job `job_id` stalled):
         - "retry": back in line, once (the job is put back by the caller);
-        - "fetch again": its worker died between taking the job and claiming the run;
-        - "failed": its worker died a second time, or a stop was asked (then "stopped"):
+        - "fetch again": its upload host died between taking the job and claiming the run;
+        - "failed": its upload host died a second time, or a stop was asked (then "stopped"):
           its Trace says so, and the caller ends the job;
-        - "finish": the run had ended (its row says so) before its worker died: only the job
+        - "finish": the run had ended (its row says so) before its upload host died: only the job
           is left, and it holds its person's lock until it is ended;
-        - "skip": the job is no longer stalled (another worker saw to it first)."""
+        - "skip": the job is no longer stalled (another upload host saw to it first)."""
         with self.store.database.transaction() as db:
             job = db.execute("SELECT j.status, j.abort_requested FROM procrastinate_jobs j "
                              "LEFT JOIN procrastinate_workers w ON w.id = j.worker_id "
@@ -204,7 +204,7 @@ class UploadWorker:
                 "WHERE h.name = u.host AND h.seen > now() - make_interval(secs => %s)) "
                 "FOR UPDATE OF u", (run_id, STALLED_S)).fetchone()
             if row is None:
-                return "skip"  # its worker is alive after all
+                return "skip"  # its upload host is alive after all
             state, attempts, name, source, device, notebook = row
             if state not in ("queued", "running"):
                 return "finish"
@@ -247,31 +247,31 @@ class UploadWorker:
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the database is away: look again later
-                log.warning("could not look for runs of dead workers", exc_info=True)
+                log.warning("could not look for runs of dead upload hosts", exc_info=True)
 
     async def _one_look(self, jobs, loop) -> None:
-        """One pass over the stalled jobs, by one worker at a time (an advisory lock held for
-        the pass: two workers must not both put one run back in line)."""
+        """One pass over the stalled jobs, by one upload host at a time (an advisory lock held for
+        the pass: two upload hosts must not both put one run back in line)."""
         from procrastinate.jobs import Status
 
         from app.runner.sandbox import cgroups, identity
 
         with self.store.database.transaction() as db:
             if not lock(db, Lock.LOOK_FOR_DEAD, wait=False):
-                return  # another worker is looking now
+                return  # another upload host is looking now
             await loop.run_in_executor(self._threads, self._fail_unqueued)
             stalled = await jobs.job_manager.get_stalled_jobs(
                 queue=QUEUE, seconds_since_heartbeat=STALLED_S)
             if not stalled:
                 return
-            # a dead worker on this machine left its runs going: end them first
+            # a dead upload host on this machine left its runs going: end them first
             await loop.run_in_executor(self._threads, cgroups.sweep)
             await loop.run_in_executor(self._threads, identity.sweep_orphans)
             for job in stalled:
                 run_id = job.task_kwargs.get("run_id")
                 decision = await loop.run_in_executor(self._threads, self.after_death,
                                                       run_id, job.id)
-                log.warning("run %s: its worker stopped heartbeating: %s", run_id, decision)
+                log.warning("run %s: its upload host stopped heartbeating: %s", run_id, decision)
                 if decision in ("retry", "fetch again"):
                     await jobs.job_manager.retry_job(job)
                 elif decision in ("failed", "finish"):
@@ -299,22 +299,22 @@ class UploadWorker:
                     self._beating_since = time.monotonic()
             except Exception:  # noqa: BLE001 - the database is away: try again, keep running
                 self._beating_since = None
-                log.warning("could not tell the shared line this worker is alive",
+                log.warning("could not tell the shared line this upload host is alive",
                             exc_info=True)
             await asyncio.sleep(HEARTBEAT_S)
 
     def _may_judge_others(self) -> bool:
-        """Only a worker whose own heartbeats have reached the database for longer than
-        STALLED_S judges others dead: after an outage every heartbeat is old, and a worker
-        must not take runs from workers that were merely cut off with it."""
+        """Only an upload host whose own heartbeats have reached the database for longer than
+        STALLED_S judges others dead: after an outage every heartbeat is old, and an upload host
+        must not take runs from upload hosts that were merely cut off with it."""
         return self._beating_since is not None and \
             time.monotonic() - self._beating_since > STALLED_S
 
     def sandbox_refusal(self) -> str | None:
-        """Why this worker must not take runs, or None: its sandbox self-test (every layer
+        """Why this upload host must not take runs, or None: its sandbox self-test (every layer
         tried, as a web process tries them) found a layer missing or not holding. A web
         process whose sandbox is incomplete still runs its own machine's people's code; a
-        worker runs strangers' code only. With the self-test off (AUTOGRAD_LAB_SELFTEST=0: a
+        upload host runs strangers' code only. With the self-test off (AUTOGRAD_LAB_SELFTEST=0: a
         machine the operator trusts), it takes runs with what it has and says so."""
         from app.runner.selftest import SelfTest, run_selftest
 
@@ -329,11 +329,11 @@ class UploadWorker:
         if status["ok"]:
             return None
         if not self.settings.selftest:
-            log.warning("autograd-lab worker %s: %s; taking runs anyway", self.name,
+            log.warning("autograd-lab upload-host %s: %s; taking runs anyway", self.name,
                         status["summary"])
             return None
-        return (f"this machine's sandbox is not complete ({status['summary']}), so this worker "
-                "takes no runs (they are other people's code); give it the missing layers "
+        return (f"this machine's sandbox is not complete ({status['summary']}), so this upload "
+                "host takes no runs (they are other people's code); give it the missing layers "
                 "(docs/how-a-script-is-run.md), or, on a machine you trust, start it with "
                 "AUTOGRAD_LAB_SELFTEST=0")
 
@@ -345,7 +345,7 @@ class UploadWorker:
         refusal = await asyncio.get_running_loop().run_in_executor(self._threads,
                                                                    self.sandbox_refusal)
         if refusal is not None:
-            log.error("autograd-lab worker %s: %s", self.name, refusal)
+            log.error("autograd-lab upload-host %s: %s", self.name, refusal)
             self.traces.stop()
             self.store.close()
             self._threads.shutdown(wait=False)
@@ -358,7 +358,7 @@ class UploadWorker:
             loop.add_signal_handler(sig, stop.set)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            log.warning("autograd-lab worker %s: %d slot(s), taking runs", self.name,
+            log.warning("autograd-lab upload-host %s: %d slot(s), taking runs", self.name,
                         self.slots)
             while not stop.is_set():
                 try:
