@@ -64,7 +64,7 @@ def _report_error(doc: dict) -> int:
 
 
 def _explained(ex: dict) -> str:
-    """An explained failure as the terminal shows it: what, where, the fix as a diff, lesson."""
+    """An explained failure as the terminal shows it: what, where, the fix as a diff, scenario."""
     out = [f"  what happened [{ex['code']}]: {ex['what']}"]
     if ex.get("line"):
         out.append(f"  where: line {ex['line']}")
@@ -75,9 +75,9 @@ def _explained(ex: dict) -> str:
             out.append(f"    line {e['line']}:")
             out.append(f"    - {e['before']}")
             out += [f"    + {line}" for line in e["after"].split("\n")]
-    if ex.get("lesson"):
-        out.append(f"  the lesson about it: autograd-lab trace {ex['lesson']}  (or "
-                   f"/scenarios/{ex['lesson']} in the app)")
+    if ex.get("scenario"):
+        out.append(f"  the scenario that shows it: autograd-lab trace {ex['scenario']}  (or "
+                   f"/scenarios/{ex['scenario']} in the app)")
     return "\n".join(out)
 
 

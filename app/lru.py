@@ -1,4 +1,4 @@
-"""One small, thread-safe LRU: every cache in the app is one of these (lessons' Traces,
+"""One small, thread-safe LRU: every cache in the app is one of these (scenarios' Traces,
 drawings, grouping analyses), so eviction and locking are written once.
 
 Not `functools.lru_cache` (it caches a function's calls, and our keys are computed by the

@@ -3,7 +3,7 @@
 1. burst: 30 students press Run on a small script at the same moment: how many runs were
    answered or refused, and p50/p95/max seconds to the answer;
 2. loops: 3 of them paste a script that never ends and 27 a small one, while the teacher opens
-   a lesson: the same figures for the small runs, and how long the lesson took;
+   a scenario: the same figures for the small runs, and how long the scenario took;
 3. follow: 100 students (--followers, e.g. 100,500: each count in turn) follow a class while
    the teacher changes the view every 2 s for 60 s (their streams read over plain sockets by
    four processes, so that the clients take as little of the two cores as they can):
@@ -53,7 +53,7 @@ from tests.unprivileged import as_unprivileged  # noqa: E402
 LOOP = "import torch\nw = torch.ones(2, requires_grad=True)\nwhile True:\n    (w * w).sum()\n"
 SMALL = ("import torch\ntorch.manual_seed(0)\nlayer = torch.nn.Linear(3, 2)\n"
          "loss = layer(torch.randn(4, 3)).pow(2).sum()\nloss.backward()\n")
-LESSON = "/api/scenarios/reused_layer/trace?k=1"  # a non-default option: not warmed at start
+SCENARIO = "/api/scenarios/reused_layer/trace?k=1"  # a non-default option: not warmed at start
 
 
 def _archive(rev: str, into: Path) -> Path:
@@ -263,14 +263,14 @@ def _room(base: str, limit: float) -> dict:
         barrier.wait()
         time.sleep(1.0)  # the room's runs have started
         t0 = time.monotonic()
-        code = httpx.get(base + LESSON, timeout=limit * 4 + 60).status_code
+        code = httpx.get(base + SCENARIO, timeout=limit * 4 + 60).status_code
         out.update(code=code, seconds=time.monotonic() - t0)
 
-    lesson: dict = {}
+    scenario: dict = {}
     threads = [threading.Thread(target=student, args=(i, LOOP if i < 3 else SMALL,
                                                       "loop" if i < 3 else "normal"))
                for i in range(30)]
-    threads.append(threading.Thread(target=teacher, args=(lesson,)))
+    threads.append(threading.Thread(target=teacher, args=(scenario,)))
     for t in threads:
         t.start()
     for t in threads:
@@ -281,7 +281,8 @@ def _room(base: str, limit: float) -> dict:
     return {"answered": len(results) - refused, "refused": refused,
             "p50": statistics.median(normal) if normal else float("nan"), "p95": q[18],
             "max": normal[-1] if normal else float("nan"),
-            "lesson": lesson.get("seconds", float("nan")), "lesson_code": lesson.get("code")}
+            "scenario": scenario.get("seconds", float("nan")),
+            "scenario_code": scenario.get("code")}
 
 
 def _measure(name: str, tree: Path, limit: float, follow_seconds: float,
@@ -304,7 +305,7 @@ def _measure(name: str, tree: Path, limit: float, follow_seconds: float,
             started = time.monotonic()
             early = asyncio.run(_follow(base, info["pid"], 100, early_follow, 2.0)) \
                 if early_follow > 0 else None
-            # the pools (and the lessons, and a fork server) are ready first
+            # the pools (and the scenarios, and a fork server) are ready first
             time.sleep(max(0.0, 20 - (time.monotonic() - started)))
             health = httpx.get(base + "/healthz", timeout=10).json()
             burst = room = None
@@ -317,7 +318,7 @@ def _measure(name: str, tree: Path, limit: float, follow_seconds: float,
                       if follow_seconds > 0 else {"skipped": "--follow-seconds 0"}
                       for n in followers}
             return {"burst": burst, "room": room, "follow": follow, "early": early,
-                    "workers": health.get("workers", {}), "lessons": health.get("lessons", {})}
+                    "workers": health.get("workers", {}), "scenarios": health.get("scenarios", {})}
 
 
 def _print_burst_and_room(rows: dict, limit: float) -> None:
@@ -330,14 +331,14 @@ def _print_burst_and_room(rows: dict, limit: float) -> None:
         print(f"| {name} | {b['answered']} | {b['refused']} | {b['p50']:.1f} | {b['p95']:.1f} "
               f"| {b['max']:.1f} |")
     print(f"\n3 looping scripts + 27 small ones at once, wall-clock limit {limit:g} s, "
-          f"and a lesson opened during it\n")
+          f"and a scenario opened during it\n")
     print("| server | answered | refused | normal p50 s | normal p95 s | normal max s | "
-          "lesson s |")
+          "scenario s |")
     print("|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         m = r["room"]
         print(f"| {name} | {m['answered']} | {m['refused']} | {m['p50']:.1f} | {m['p95']:.1f} "
-              f"| {m['max']:.1f} | {m['lesson']:.2f} |")
+              f"| {m['max']:.1f} | {m['scenario']:.2f} |")
 
 
 def _shared_follow(followers: int, seconds: float) -> dict:
@@ -347,7 +348,7 @@ def _shared_follow(followers: int, seconds: float) -> dict:
 
     with tempfile.TemporaryDirectory() as store, cluster() as db:
         os.chmod(store, 0o755)
-        settings = {"DATABASE_URL": db.url, "WARM_LESSONS": "false", "POOL_SIZE": "0",
+        settings = {"DATABASE_URL": db.url, "WARM_SCENARIOS": "false", "POOL_SIZE": "0",
                     "PER_ADDRESS_PEOPLE": "200",
                     "PER_ADDRESS_CONNECTIONS": str(2 * followers + 64)}
         info: dict = {}
@@ -395,12 +396,12 @@ def main() -> int:
                     f"previous-as-{args.as_user}", tree, args.limit, args.follow_seconds,
                     args.early_follow, uid=pwd.getpwnam(args.as_user).pw_uid)
     print("\nHow each server starts its workers (its /healthz, 20 s after start)\n")
-    print("| server | forked | uploads at once | lessons warm after s |")
+    print("| server | forked | uploads at once | scenarios warm after s |")
     print("|---|---|---|---|")
     for name, r in rows.items():
-        w, lessons = r["workers"], r["lessons"]
+        w, scenarios = r["workers"], r["scenarios"]
         print(f"| {name} | {w.get('forked', '?')} | {w.get('uploads_at_once', '?')} | "
-              f"{lessons.get('warmed_in_s', '?')} |")
+              f"{scenarios.get('warmed_in_s', '?')} |")
     if not args.follow_only:
         _print_burst_and_room(rows, args.limit)
     for n in followers:
@@ -420,7 +421,7 @@ def main() -> int:
                   f"{f['missed']} | {f['rss_before']:.0f} → {f['rss_peak']:.0f} |")
     if args.early_follow:
         print(f"\nThe same class from the server's first answer, for {args.early_follow:g} s "
-              "(while it starts and warms the lessons), against later\n")
+              "(while it starts and warms the scenarios), against later\n")
         print("| server | delivered p50 ms early | p95 ms early | p95 ms later | errors early |")
         print("|---|---|---|---|---|")
         for name, r in rows.items():
@@ -445,8 +446,8 @@ def main() -> int:
         root, user = rows[this], rows[f"this ({args.as_user})"]
         print(f"\nratios {args.as_user} / root: burst p95 "
               f"{user['burst']['p95'] / root['burst']['p95']:.2f}, room normal p95 "
-              f"{user['room']['p95'] / root['room']['p95']:.2f}, lesson "
-              f"{user['room']['lesson'] / root['room']['lesson']:.2f}")
+              f"{user['room']['p95'] / root['room']['p95']:.2f}, scenario "
+              f"{user['room']['scenario'] / root['room']['scenario']:.2f}")
     if args.against and args.as_user:
         old_user = rows[f"{args.against} ({args.as_user})"]
         user = rows[f"this ({args.as_user})"]
@@ -457,8 +458,8 @@ def main() -> int:
         this, old = rows[this], rows[args.against]
         print(f"\nratios this / {args.against}: burst p95 "
               f"{this['burst']['p95'] / old['burst']['p95']:.2f}, room normal p95 "
-              f"{this['room']['p95'] / old['room']['p95']:.2f}, lesson "
-              f"{this['room']['lesson'] / old['room']['lesson']:.2f}")
+              f"{this['room']['p95'] / old['room']['p95']:.2f}, scenario "
+              f"{this['room']['scenario'] / old['room']['scenario']:.2f}")
     return 0
 
 

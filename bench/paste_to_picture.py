@@ -103,12 +103,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 def _quiet(client: httpx.Client) -> None:
-    """Until the server has traced its lessons (it does at start, on both cores) and its
+    """Until the server has traced its scenarios (it does at start, on both cores) and its
     start-up self-test is done: a run measured meanwhile measures those too."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         health = client.get("/healthz").json()
-        if health["lessons"]["warm"] and health["sandbox"].get("state") != "running":
+        if health["scenarios"]["warm"] and health["sandbox"].get("state") != "running":
             return
         time.sleep(0.5)
     raise SystemExit("the server did not finish warming up in 5 minutes")

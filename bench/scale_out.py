@@ -246,8 +246,8 @@ def _alone(slots: int) -> None:
     from app.web.settings import Settings
 
     traces = TraceService(Settings(upload_workers=slots, queue_size=1000, pool_size=0,
-                                   warm_lessons=False, selftest=False, upload_timeout=LIMIT))
-    traces.start(lessons=False)
+                                   warm_scenarios=False, selftest=False, upload_timeout=LIMIT))
+    traces.start(scenarios=False)
     lane = traces.uploads
 
     def one(script: str) -> None:
@@ -283,10 +283,10 @@ def latency_in_process(n: int, folder: Path) -> list[float]:
     from app.web.settings import Settings
     from app.web.store.sqlite import RunStore
 
-    settings = Settings(upload_workers=1, queue_size=4, pool_size=1, warm_lessons=False,
+    settings = Settings(upload_workers=1, queue_size=4, pool_size=1, warm_scenarios=False,
                         selftest=False, upload_timeout=LIMIT)
     traces = TraceService(settings)
-    traces.start(lessons=False)
+    traces.start(scenarios=False)
     try:
         queue = InProcessQueue(traces.uploads, RunStore(folder / "runs.sqlite3").open(), 1, 1)
         _warm(queue, 1)

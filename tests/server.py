@@ -1,7 +1,7 @@
 """A real server for tests: uvicorn in a subprocess on a free loopback port, started the way
 `autograd-lab serve` starts it, with its settings given as AUTOGRAD_LAB_* variables.
 
-    with serve(tmp_path, TOKEN="s3cret", MAX_WORKERS="1") as base:
+    with serve(tmp_path, TOKEN="s3cret", MAX_DRAWINGS="1") as base:
         httpx.get(base + "/healthz")
 
 The run store goes to the given folder (never the user's home); the server's output goes to

@@ -19,7 +19,7 @@ from app.catalog import (
 
 
 def test_docstring_and_literals_are_read_without_running(tmp_path):
-    path = tmp_path / "lesson.py"
+    path = tmp_path / "scenario.py"
     path.write_text('"""Title here\n\nQuestion: why?\n\nAnswer: because.\n\nMore words."""\n'
                     'VARIANTS = {"a": "first", "b": "second"}\n'
                     'OPTIONS = {"k": {"default": 1, "choices": [1, 2]}}\n'
@@ -46,9 +46,9 @@ def test_every_shipped_scenario_has_title_question_and_answer():
 
 @pytest.mark.parametrize("option", ["variant", "device", "event", "node", "step"])
 def test_an_option_named_like_a_page_parameter_is_refused(tmp_path, option):
-    path = tmp_path / "lesson.py"
+    path = tmp_path / "scenario.py"
     path.write_text(f'"""Title"""\nOPTIONS = {{"{option}": {{"default": 1}}}}\n')
-    with pytest.raises(ScenarioError, match=f"lesson.py: option '{option}'.*rename it"):
+    with pytest.raises(ScenarioError, match=f"scenario.py: option '{option}'.*rename it"):
         parse_scenario(path)
 
 
@@ -65,7 +65,7 @@ def test_the_reserved_names_are_the_page_s_own_query_parameters():
 
 
 def test_show_lines_become_steps_and_leave_the_text(tmp_path):
-    path = tmp_path / "lesson.py"
+    path = tmp_path / "scenario.py"
     path.write_text('"""Title\n\nQuestion: why?\nShow: param w; line 3\n\nMore `code`.\n'
                     'Show: node MulBackward0; line y = w * 2\n"""\n'
                     'CLASS_QUESTION = {"prompt": "How many?", "choices": ["1", "2"], '
@@ -85,7 +85,7 @@ def test_show_lines_become_steps_and_leave_the_text(tmp_path):
     '"""T"""\nCLASS_QUESTION = {"prompt": "p", "choices": ["a", "b"], "answer": 2}\n',
 ])
 def test_a_bad_show_line_or_class_question_is_refused_with_the_file_named(tmp_path, source):
-    path = tmp_path / "lesson.py"
+    path = tmp_path / "scenario.py"
     path.write_text(source)
-    with pytest.raises(ScenarioError, match="lesson.py"):
+    with pytest.raises(ScenarioError, match="scenario.py"):
         parse_scenario(path)

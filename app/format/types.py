@@ -265,7 +265,7 @@ class Explanation(TypedDict):
     nodes: list[str]
     event: int | None
     fix: Fix | None
-    lesson: str | None   # the built-in scenario that teaches it
+    scenario: str | None   # the built-in scenario that teaches it
 
 
 class Diagnostic(TypedDict):

@@ -1,6 +1,6 @@
 """Autograd's common failures, explained in the script's own terms: what happened, the line that
 made the problem (not just the line of `backward()`), the nodes involved, the fix as the changed
-lines of the script, and the lesson that teaches it.
+lines of the script, and the scenario that teaches it.
 
 `explain(doc, source, recorder)` adds `error["explanation"]` and a diagnostic with the failure's
 stable code. A failure it does not know keeps torch's message, and the explanation says
@@ -46,10 +46,10 @@ class _Script:
 
 
 def _explanation(code: str, what: str, line: int | None, fix_say: str, edits: list[dict],
-                 lesson: str | None, nodes: list[str] = (), event: int | None = None) -> dict:
+                 scenario: str | None, nodes: list[str] = (), event: int | None = None) -> dict:
     return {"code": code, "what": clip(what), "line": line, "nodes": list(nodes)[:1000],
             "event": event, "fix": {"say": clip(fix_say), "edits": edits} if fix_say else None,
-            "lesson": lesson}
+            "scenario": scenario}
 
 
 def _backward_events(doc: dict) -> list[dict]:
@@ -458,7 +458,7 @@ def explain(doc: dict, source: str, recorder: Recorder) -> None:
                 break
         if found is None:
             err["explanation"] = {"code": "unrecognised", "what": None, "line": err["line"],
-                                  "nodes": [], "event": None, "fix": None, "lesson": None}
+                                  "nodes": [], "event": None, "fix": None, "scenario": None}
         else:
             err["explanation"] = found
             offered = f" {SUGGESTED}{found['fix']['say']}." if found["fix"] else ""

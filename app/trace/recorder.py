@@ -69,7 +69,7 @@ VALUE_ESCAPE_NAMES = {"__float__": "float()", "__int__": "int()", "__index__": "
 # hooks a script registers on a leaf, which change its gradient between its uses and .grad
 LEAF_HOOKS = {"register_hook": "hook", "register_post_accumulate_grad_hook":
               "post-accumulate-grad hook"}
-# nodes made with anomaly mode on: every lesson (the largest makes 22) and small script, whose
+# nodes made with anomaly mode on: every scenario (the largest makes 22) and small script, whose
 # failed backward then also prints the forward stack that made the bad node. Past that it is
 # switched off: its stack capture (about 1 ms a node) made tracing a 12-layer transformer take
 # 0.35 s instead of 0.19, and the recorder's own tags give every node its line anyway

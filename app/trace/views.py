@@ -4,7 +4,7 @@
   with the same walk as a backward pass, and the names in its `params` name their leaves, so
   the page draws the picture the script asked for, from the same data as the Trace's graphs.
 - `gradient`: the graph a `create_graph=True` gradient carries (its `grad_fn` and what it
-  reaches): the point of a double-backward lesson.
+  reaches): the point of a double-backward scenario.
 
 The worker runs no programs, so the `Digraph` make_dot returns is handed back with `render` and
 `view` writing only the DOT source: the picture is on the run page.

@@ -132,7 +132,7 @@ def _mode(settings: Settings, traces: TraceService, drawings: Drawings) -> Mode:
                                     people_per_address=settings.per_address_people)
         queue = SharedQueue(store, *share, settings.queue_size, settings.per_address_people,
                             classroom.people_at)
-        traces.shared_lessons = store
+        traces.shared_scenarios = store
         return Mode(True, store, classroom, queue)
     store = RunStore(Path(settings.store_path).expanduser(), *bounds)
     classroom = InProcessClassroom(settings.max_classes,

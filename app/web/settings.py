@@ -11,6 +11,7 @@ Bad values are refused at start with a message naming the setting.
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 from dataclasses import MISSING, dataclass, field, fields
@@ -21,6 +22,12 @@ from app.runner import ResourceLimits
 __all__ = ["Settings", "SettingsError", "settings_table"]
 
 _ENV_PREFIX = "AUTOGRAD_LAB_"
+log = logging.getLogger(__name__)
+
+# settings renamed so that each word means one thing (docs/ARCHITECTURE.md, "Words"): an
+# environment written for the former name still works, and the server says the new one
+FORMER_NAMES = {"lesson_workers": "scenario_workers", "warm_lessons": "warm_scenarios",
+                "max_workers": "max_drawings"}
 
 
 class SettingsError(ValueError):
@@ -61,25 +68,26 @@ def setting(default, help: str, shown: str | None = None, factory=None):
 class Settings:
     host: str = setting("127.0.0.1", "address the server binds")
     port: int = setting(8000, "port the server binds")
-    trace_timeout: float = setting(60.0, "wall-clock limit of a lesson's run, seconds")
+    trace_timeout: float = setting(60.0, "wall-clock limit of a scenario's run, seconds")
     upload_timeout: float = setting(
-        20.0, "wall-clock limit of uploaded code, seconds: the lessons take under 2 s in a warm "
+        20.0, "wall-clock limit of uploaded code, seconds: the scenarios take under 2 s in a warm "
         "worker and a tutorial-style script a few seconds; 20 s leaves room on a busy 2-core "
         "machine and bounds what a stuck script costs the room")
     per_client_running: int = setting(
         1, "runs one person may have running (the session cookie the pages set, else the "
         "client's address); past it and per_client_queued, 429")
     per_client_queued: int = setting(2, "runs one person may have waiting")
-    lesson_workers: int = setting(
-        1, "workers kept for lessons: lessons have workers, a queue and a cache of their own "
+    scenario_workers: int = setting(
+        1, "workers kept for scenarios: scenarios have workers, a queue and a cache of their own "
         "and never wait behind uploaded code")
-    warm_lessons: bool = setting(True, "trace every lesson at start-up")
-    max_workers: int = setting(None, "drawings (graphviz) at once", shown="cores", factory=_cores)
+    warm_scenarios: bool = setting(True, "trace every scenario at start-up")
+    max_drawings: int = setting(None, "drawings (graphviz) at once", shown="cores",
+                                factory=_cores)
     upload_workers: int = setting(
-        0, "uploads running at once; 0 (auto): 3 x max_workers with a fork server (a forked run "
-        "costs little to start, so a few endless scripts cannot hold every worker), max_workers "
+        0, "uploads running at once; 0 (auto): 3 x max_drawings with a fork server (a forked run "
+        "costs little to start, so a few endless scripts cannot hold every worker), max_drawings "
         "without", shown="0 (auto)")
-    cache_size: int = setting(64, "lesson Traces kept in memory (drawings: twice as many)")
+    cache_size: int = setting(64, "scenario Traces kept in memory (drawings: twice as many)")
     queue_size: int = setting(32, "runs that may wait for a worker (then 503)")
     token: str = setting(
         "", "when set, every upload needs it, on loopback too; bound to another address, "
@@ -155,13 +163,13 @@ class Settings:
         if self.per_client_running < 1 or self.per_client_queued < 0:
             raise SettingsError("per_client_running must be at least 1 and per_client_queued "
                                 "0 or more")
-        if self.lesson_workers < 1:
-            raise SettingsError(f"lesson_workers must be at least 1, not {self.lesson_workers}")
+        if self.scenario_workers < 1:
+            raise SettingsError(f"scenario_workers must be at least 1, not {self.scenario_workers}")
         if self.upload_workers < 0:
             raise SettingsError(f"upload_workers must be 0 (auto) or more, not "
                                 f"{self.upload_workers}")
-        if self.max_workers < 1:
-            raise SettingsError(f"max_workers must be at least 1, not {self.max_workers}")
+        if self.max_drawings < 1:
+            raise SettingsError(f"max_drawings must be at least 1, not {self.max_drawings}")
         if self.cache_size < 1:
             raise SettingsError(f"cache_size must be at least 1, not {self.cache_size}")
         if self.queue_size < 0:
@@ -200,6 +208,8 @@ class Settings:
         for f in fields(cls):
             raw = environ.get(env_name(f.name))
             if raw is None:
+                raw = _read_former_name(environ, f.name)
+            if raw is None:
                 continue
             kind = type(default_of(f.name))
             try:
@@ -209,6 +219,16 @@ class Settings:
                                     f"{kind.__name__}") from exc
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _read_former_name(environ, name: str) -> str | None:
+    """The value set under the setting's former name, if any, with a warning that names both."""
+    for former, now in FORMER_NAMES.items():
+        if now == name and env_name(former) in environ:
+            log.warning("%s is now called %s; its value is used", env_name(former),
+                        env_name(now))
+            return environ[env_name(former)]
+    return None
 
 
 def env_name(name: str) -> str:

@@ -151,8 +151,8 @@ function loadRoster(soon = 0) {
 }
 
 async function ask(question) {
-  // the lesson's own question is asked by name: its answer is not in the page
-  const body = question.lesson ? { lesson: question.lesson } :
+  // the scenario's own question is asked by name: its answer is not in the page
+  const body = question.scenario ? { scenario: question.scenario } :
     { prompt: question.prompt, choices: question.choices, answer: question.answer };
   const answer = await call("POST", `/api/classes/${mine.code}/question`, body);
   if (!answer.ok) say(`Could not ask: ${(answer.data && answer.data.detail) || answer.status}`);
@@ -356,11 +356,11 @@ function render() {
 }
 
 function askButtons() {
-  // the lesson's own question (CLASS_QUESTION in its source), then those made from the run
-  const questions = shown ? [...(shown.lesson ? [{ key: "lesson", ...shown.lesson }] : []),
+  // the scenario's own question (CLASS_QUESTION in its source), then those made from the run
+  const questions = shown ? [...(shown.scenario ? [{ key: "scenario", ...shown.scenario }] : []),
     ...questionsFor(shown.doc, shown.event)] : [];
   if (!questions.length) return null;
-  const labels = { lesson: "the lesson's question", uses: "uses?", grads: "how many get .grad?", first: "first node?" };
+  const labels = { scenario: "the scenario's question", uses: "uses?", grads: "how many get .grad?", first: "first node?" };
   return h("span.class-ask", {}, " · ask the class: ",
     questions.map((question) => h("button", { type: "button", dataset: { ask: question.key },
       onclick: () => ask(question) }, labels[question.key])));

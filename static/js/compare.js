@@ -1,6 +1,6 @@
-// Every variant of one lesson side by side: each column is one run, its graph as the server
+// Every variant of one scenario side by side: each column is one run, its graph as the server
 // draws it, and per parameter its number of uses and the size of its gradient. Rows where the
-// variants disagree are marked, since that difference is the lesson.
+// variants disagree are marked, since that difference is the scenario.
 
 import { fetchTrace, graphUrl } from "./api.js";
 import { fill, fmt, h, richText } from "./dom.js";

@@ -269,7 +269,7 @@ export class GraphView {
   }
 
   /**
-   * The view a lesson (or a presenter's step) opens with: the whole graph if its labels are
+   * The view a scenario (or a presenter's step) opens with: the whole graph if its labels are
    * then at least `floor` px on screen; else `focus` (node ids, the first the one that must
    * be seen whole) at labels of `floor` px or more (up to `comfy` when it fits at that), the
    * rest of the graph a pan away. Never blown up past `most` px.

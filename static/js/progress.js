@@ -1,6 +1,6 @@
 // Progress while a page waits for a run or a drawing: the graph area says what is happening and
 // for how long, instead of freezing. It says nothing of how the server works (a stored run is
-// only read back; a lesson may come from the cache or a worker).
+// only read back; a scenario may come from the cache or a worker).
 
 export class Progress {
   constructor(box, text) {

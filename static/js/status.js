@@ -63,7 +63,7 @@ export function errorHeadline(err, onLine) {
 }
 
 /** An autograd failure explained: what happened, where (a button to the line), the fix as
- *  the script's changed lines, and the lesson that teaches it. */
+ *  the script's changed lines, and the scenario that teaches it. */
 export function explanationParts(ex, onLine) {
   const fix = ex.fix;
   return h("div.explanation", { "data-code": ex.code },
@@ -75,8 +75,8 @@ export function explanationParts(ex, onLine) {
     fix ? h("p.fix-tried", {}, fixTried(fix)) : "",
     fix && fix.edits.length ? h("pre.explanation-fix", {}, fix.edits.map((e) =>
       `${lineLabel(e.line)}\n- ${e.before}\n${e.after.split("\n").map((l) => `+ ${l}`).join("\n")}\n`).join("\n")) : "",
-    ex.lesson ? h("p", {}, h("strong", {}, "The lesson about it: "),
-      h("a.explanation-lesson", { href: `/scenarios/${encodeURIComponent(ex.lesson)}` }, ex.lesson.replaceAll("_", " "))) : "");
+    ex.scenario ? h("p", {}, h("strong", {}, "The scenario that shows it: "),
+      h("a.explanation-scenario", { href: `/scenarios/${encodeURIComponent(ex.scenario)}` }, ex.scenario.replaceAll("_", " "))) : "");
 }
 
 /** "Fix: " only for a fix that was run and got the script to the end (app/runner/fix_trial.py). */

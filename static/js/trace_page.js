@@ -67,7 +67,7 @@ const graph = new GraphView($("graph"), {
 const source = new SourceView($("source"), { onLine: selectLine });
 // a stored run has no settings to change: it is what ran
 const controls = subject.fixed ? null : new Controls($("controls"), subject, {
-  // a new run keeps the chosen parameter (its bars in the other variant are the lesson), but
+  // a new run keeps the chosen parameter (its bars in the other variant are the scenario), but
   // node ids belong to one graph, so node, line, step and event start afresh
   onChange: (next) => {
     run = next;
@@ -230,9 +230,9 @@ function presenterLabels() {
 
 // ---- the opening view ---------------------------------------------------------------------
 
-/** The lesson's target: the parameter its `Show:` lines name first (the one it asks you to
+/** The scenario's target: the parameter its `Show:` lines name first (the one it asks you to
  *  click), else the node they name first, else the parameter this graph uses most. */
-function lessonTarget() {
+function scenarioTarget() {
   const nodes = shown.graph.nodes;
   const shows = steps.flatMap((step) => step.show);
   for (const item of shows) {
@@ -256,12 +256,12 @@ function outputId() {
   return out ? out.id : null;
 }
 
-/** What the page opens on: the node the address picked (or the replay's), else the lesson's
+/** What the page opens on: the node the address picked (or the replay's), else the scenario's
  *  target, and the loss, where backward starts. */
 function pageFocus() {
   const replay = replayState(shown, view.step);
   const picked = (view.node && nodeById(view.node) ? view.node : null) || (replay && replay.current);
-  return [...new Set([picked || lessonTarget(), outputId()].filter(Boolean))];
+  return [...new Set([picked || scenarioTarget(), outputId()].filter(Boolean))];
 }
 
 /** The part of the graph a presenter's step is about: a parameter and the uses that feed it,
@@ -286,7 +286,7 @@ function stepFocus(n) {
   return ids.length ? [...new Set(ids)] : pageFocus();
 }
 
-/** Give the graph the view it opens with: a lesson's target and its loss with labels of at
+/** Give the graph the view it opens with: a scenario's target and its loss with labels of at
  *  least PAGE_LABELS px, or the presenter's step in projector-size labels; a big graph
  *  readable from its output (graph.js initialView). */
 function openingView() {
@@ -388,7 +388,7 @@ async function loadRun(newEntry = false) {
       if (pending !== controller) return;
     }
     reportRun();
-    render(); // it opens the graph on the lesson's target (a permalink's node, the step's part)
+    render(); // it opens the graph on the scenario's target (a permalink's node, the step's part)
   } catch (err) {
     if (err.name === "AbortError") return;
     doc = null;
@@ -565,7 +565,7 @@ function render() {
   renderFlowSection();
   // classroom.js asks the class about what is shown
   setShown({ doc, event: ev,
-    lesson: page.class_question ? { ...page.class_question, lesson: page.scenario.name } : null });
+    scenario: page.class_question ? { ...page.class_question, scenario: page.scenario.name } : null });
   const url = viewUrl(subject, run, view);
   if (doc) writeUrl(url);
   $("permalink").value = location.origin + url;

@@ -49,7 +49,7 @@ export function changedByPerson() {
   for (const listener of changed) listener(view);
 }
 
-/** The page says what it draws ({doc, event, lesson}). */
+/** The page says what it draws ({doc, event, scenario}). */
 export function setShown(detail) {
   lastShown = detail;
   for (const listener of shownListeners) listener(detail);

@@ -98,7 +98,7 @@ def test_students_follow_the_teacher_and_catch_up_after_the_network_drops(room):
     join(student, code, "reused_layer")
     followers(teacher, 1)
 
-    # a scenario change: the student's page opens the next lesson
+    # a scenario change: the student's page opens the next scenario
     teacher.page.click("nav.neighbours >> text=next →")
     teacher.page.wait_for_url(re.compile(r".*/scenarios/stop_gradient(\?.*)?$"))
     student.page.wait_for_url(re.compile(r".*/scenarios/stop_gradient(\?.*)?$"))
@@ -332,7 +332,7 @@ HOSTILE = "<img src=x onerror=alert(1)>\u202eBob\u0007"
 @pytest.fixture(scope="module")
 def token_server(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="browser/class-token-server",
-               TOKEN=TOKEN, TRACE_TIMEOUT="120", WARM_LESSONS="false", SELFTEST="false") as base:
+               TOKEN=TOKEN, TRACE_TIMEOUT="120", WARM_SCENARIOS="false", SELFTEST="false") as base:
         yield base
 
 

@@ -35,10 +35,10 @@ def _upload(watched, name: str, cells: list) -> None:
 
 def test_a_notebook_runs_and_its_lines_are_its_cells(watched):
     page = watched.page
-    _upload(watched, "lesson.ipynb", CELLS)
-    assert page.input_value("#name") == "lesson.ipynb"
+    _upload(watched, "scenario.ipynb", CELLS)
+    assert page.input_value("#name") == "scenario.ipynb"
     doc = run_and_read(watched)
-    assert page.locator("h1").inner_text() == "Your notebook: lesson.ipynb"
+    assert page.locator("h1").inner_text() == "Your notebook: scenario.ipynb"
     assert page.locator("#source li.cell-head").all_inner_texts() == ["cell 2", "cell 3", "cell 4"]
     assert "!pip install torchviz" in page.locator("#source li.skipped-line").inner_text()
 

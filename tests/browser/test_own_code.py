@@ -214,7 +214,7 @@ h.sum().backward()
 
 def test_an_in_place_failure_is_explained_where_it_was_made(watched):
     """The page names the in-place line (not the backward's), marks the node that needed the
-    value, shows the fix, and its lesson link opens the inplace_version scenario."""
+    value, shows the fix, and its scenario link opens the inplace_version scenario."""
     page = watched.page
     paste_and_run(watched, INPLACE)
     page.wait_for_selector(".explanation[data-code=saved_tensor_modified]")
@@ -236,7 +236,7 @@ def test_an_in_place_failure_is_explained_where_it_was_made(watched):
     node = page.locator("#graph svg g.node.is-selected")
     assert node.count() == 1 and "SigmoidBackward0" in node.text_content()
     watched.shot("explained")
-    page.click(".explanation-lesson")
+    page.click(".explanation-scenario")
     page.wait_for_url(re.compile(r".*/scenarios/inplace_version(\?.*)?$"))
     page.wait_for_selector("#graph svg g.node")
     assert "/scenarios/inplace_version" in page.url

@@ -117,7 +117,7 @@ def test_a_phone_opens_on_the_graph_and_a_tap_shows_a_sheet(phone):
     labels = label_px(page)
     assert labels >= 12, f"labels are {labels:.1f} px at the opening zoom"
     phone.shot("opening", full_page=False)
-    # the lesson's parameter is in view: tap it
+    # the scenario's parameter is in view: tap it
     node = page.locator("#graph svg g.node", has_text="middle_linear.weight")
     tapped = node.bounding_box()
     assert inside({**tapped, "right": tapped["x"] + tapped["width"],

@@ -1,4 +1,4 @@
-"""Presenter mode: the lesson's paragraphs one at a time in large type, each highlighting what
+"""Presenter mode: the scenario's paragraphs one at a time in large type, each highlighting what
 its `Show:` line names, then the backward replay, all from the keyboard."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .conftest import api_trace, box, inside, label_px, open_scenario, screen, s
 pytestmark = pytest.mark.browser
 
 
-def test_arrows_walk_the_lesson_then_the_replay(watched):
+def test_arrows_walk_the_scenario_then_the_replay(watched):
     page = watched.page
     steps = load_catalog(SCENARIOS)["reused_layer"].steps
     open_scenario(watched, "reused_layer")
@@ -89,11 +89,11 @@ def test_the_projector_gets_large_labels_and_the_bars(watched, size, least):
     page = watched.page
     page.set_viewport_size({"width": size[0], "height": size[1]})
     open_scenario(watched, "reused_layer")
-    lesson_type = presenter_drawing(page)
+    scenario_type = presenter_drawing(page)
     page.click("#present-toggle")
     page.wait_for_function(f"() => parseFloat(document.querySelector("
                            f"'#graph svg g.node text[font-size]').getAttribute('font-size'))"
-                           f" > {lesson_type}")
+                           f" > {scenario_type}")
     projector_type = presenter_drawing(page)
     assert projector_type >= 3 * 14  # the server drew it for the room: 3 x the 1x type
     # the same drawing straight from the API (cached like any other)
@@ -119,7 +119,7 @@ def test_the_projector_gets_large_labels_and_the_bars(watched, size, least):
         assert labels >= least, f"step {step}: labels are {labels:.1f} px"
         watched.shot(f"step{step}", full_page=False)
 
-    check(1, [weight, "out0"] if size[1] >= 1080 else [weight])  # the lesson's target
+    check(1, [weight, "out0"] if size[1] >= 1080 else [weight])  # the scenario's target
     assert page.is_hidden(".col-panel")  # nothing named yet: the graph and the text only
     page.keyboard.press("ArrowRight")  # the answer: Show: node MseLossBackward0, and its edges
     page.wait_for_selector("#graph svg g.node.is-selected")

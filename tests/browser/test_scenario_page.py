@@ -300,7 +300,7 @@ def test_api_page_works_offline(watched):
 
 @pytest.mark.parametrize("size", [(1280, 800), (1366, 768)], ids=["1280x800", "1366x768"])
 def test_the_first_screen_teaches(watched, size):
-    """Issue 21: the lesson's question and what to look at, the node it asks about and the loss,
+    """Issue 21: the scenario's question and what to look at, the node it asks about and the loss,
     all on the first screen, the labels at least 12 px, without scrolling."""
     page = watched.page
     page.set_viewport_size({"width": size[0], "height": size[1]})
@@ -312,7 +312,7 @@ def test_the_first_screen_teaches(watched, size):
     look = box(page, ".narration .para-what-to-look-at")
     assert inside(question, first), f"the question is at {question}, below the fold"
     assert inside(look, first), f"what to look at is at {look}, below the fold"
-    # the lesson's target: the parameter its Show: lines name (the one it asks you to click)
+    # the scenario's target: the parameter its Show: lines name (the one it asks you to click)
     steps = load_catalog(SCENARIOS)["reused_layer"].steps
     param = next(item["param"] for step in steps for item in step["show"] if "param" in item)
     event = backward(api_trace(watched, "reused_layer", "k=3"))

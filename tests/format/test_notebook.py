@@ -24,7 +24,7 @@ from app.format.notebook import (
 )
 
 CELLS = [
-    new_markdown_cell("# A lesson\nsome words"),
+    new_markdown_cell("# A scenario\nsome words"),
     new_code_cell("import math\n!pip install torchviz\ntotal = 0"),
     new_code_cell("%%bash\necho not python\nls -l"),
     new_code_cell("for i in range(3):\n    %time total += i\n    !echo \\\n        continued\n"
@@ -93,8 +93,8 @@ def test_outputs_are_ignored():
 
 def test_the_trace_carries_the_map_and_the_note():
     nb = script_from_notebook(notebook())
-    doc = new_document("lesson.py", nb.source, "cpu", None)
-    annotate(doc, nb.document_part("lesson.ipynb"))
+    doc = new_document("scenario.py", nb.source, "cpu", None)
+    annotate(doc, nb.document_part("scenario.ipynb"))
     validate(doc)  # the schema takes what the server adds
     note = doc["diagnostics"][0]
     assert note["code"] == SKIPPED_CODE

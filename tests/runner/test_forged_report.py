@@ -34,7 +34,7 @@ def _forging(claim: dict, kind: str = "RuntimeError") -> str:
     doc = new_document("forge.py", "", "cpu", None)
     doc["error"] = error_record(kind, "forged", 3, explanation={
         "code": "graph_freed", "what": "forged", "line": 3, "nodes": [], "event": None,
-        "lesson": None, "fix": {"say": "forged", "edits": [
+        "scenario": None, "fix": {"say": "forged", "edits": [
             {"line": 3, "before": "x = 1", "after": "x = 2"}], "tried": claim}})
     text = json.dumps(json.dumps(doc))
     return ("import json, os\nreport = json.loads(" + text + ")\nx = 1\n"

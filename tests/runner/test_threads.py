@@ -39,7 +39,7 @@ def test_the_server_gives_the_cores_to_a_run_alone_and_one_to_each_under_load(tm
     from app.web.runs.trace_service import TraceService
     from app.web.settings import Settings
 
-    service = TraceService(Settings(max_workers=2, pool_size=0, warm_lessons=False,
+    service = TraceService(Settings(max_drawings=2, pool_size=0, warm_scenarios=False,
                                     forkserver=False, store_path=str(tmp_path / "r.sqlite3")))
     service.start()
     try:

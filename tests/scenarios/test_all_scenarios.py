@@ -83,7 +83,7 @@ def test_runs_standalone(standalone, case):
     result = standalone[case]
     assert result["returncode"] == 0, result["stderr"]
     assert "Traceback" not in result["stderr"]
-    assert result["stdout"].strip(), "a lesson prints what it shows"
+    assert result["stdout"].strip(), "a scenario prints what it shows"
 
 
 @pytest.mark.parametrize("name", AS_TYPED)
@@ -129,13 +129,13 @@ def test_first_variant_is_the_default(traced, name):
         [e["graph"]["nodes"] for e in backward_events(first)]
 
 
-SEED_LESSONS = ("reused_layer", "weight_dropout", "stop_gradient", "masked_gradient",
+SEED_SCENARIOS = ("reused_layer", "weight_dropout", "stop_gradient", "masked_gradient",
                 "custom_function")
 
 
-@pytest.mark.parametrize("name", SEED_LESSONS)
-def test_presenter_steps_point_at_what_the_lesson_records(traced, name):
-    """Each seed lesson's `Show:` lines name a parameter the run has, a node some backward graph
+@pytest.mark.parametrize("name", SEED_SCENARIOS)
+def test_presenter_steps_point_at_what_the_scenario_records(traced, name):
+    """Each seed scenario's `Show:` lines name a parameter the run has, a node some backward graph
     of the default variant contains, and a source line that exists: presenter mode highlights
     them, so a renamed layer or an edited line must fail here, not silently on the projector."""
     scenario = CATALOG[name]

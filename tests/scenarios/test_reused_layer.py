@@ -67,7 +67,7 @@ def test_the_step_moves_the_weight_once_by_lr_times_the_summed_gradient(traced, 
         assert not torch.allclose(moved, -lr * k * grad, atol=1e-6)
 
 
-def test_the_lessons_class_question_has_the_answer_the_run_shows(traced):
+def test_the_scenarios_class_question_has_the_answer_the_run_shows(traced):
     """CLASS_QUESTION's answer is what the run records: with k = 3 the optimizer moves the
     weight in exactly one step, although the weight was used three times."""
     from app.catalog import load_catalog

@@ -109,7 +109,7 @@ def _explanation(doc: dict, code: str) -> dict:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_failure_is_explained_and_its_fix_works(trace_source, name):
-    code, line, lesson = CASES[name]
+    code, line, scenario = CASES[name]
     code = textwrap.dedent(code).lstrip("\n")
     expected = name.removesuffix("_data")
     doc = trace_source(code)
@@ -117,7 +117,7 @@ def test_a_failure_is_explained_and_its_fix_works(trace_source, name):
     ex = _explanation(doc, expected)
     assert ex["code"] == expected
     assert ex["line"] == line, ex
-    assert ex["lesson"] == lesson
+    assert ex["scenario"] == scenario
     assert ex["what"] and ex["fix"]["say"] and ex["fix"]["edits"]
     # the same finding is in the list a page shows, under its stable code
     assert any(d["code"] == expected and d.get("explanation") == ex for d in doc["diagnostics"])

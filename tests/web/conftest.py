@@ -62,8 +62,8 @@ def settings(tmp_path_factory):
     """settings(**changes) -> Settings for a test app, with its own store file."""
     def make(**changes) -> Settings:
         # TestClient's requests name the host "testserver"
-        # lessons are traced when a test asks, not all at start (warm_lessons: their tests)
-        values = {"trace_timeout": 120, "pool_size": 0, "selftest": False, "warm_lessons": False,
+        # scenarios are traced when a test asks, not all at start (warm_scenarios: their tests)
+        values = {"trace_timeout": 120, "pool_size": 0, "selftest": False, "warm_scenarios": False,
                   "allowed_hosts": "testserver",
                   "store_path": str(tmp_path_factory.mktemp("store") / "runs.sqlite3")}
         return Settings(**{**values, **changes})

@@ -106,11 +106,11 @@ def test_busy_workers_are_503_with_retry_after(tiny_dir, settings):
 
     from app.web.app import create_app
 
-    app = create_app(settings(lesson_workers=1, queue_size=0), scenarios_dir=tiny_dir)
+    app = create_app(settings(scenario_workers=1, queue_size=0), scenarios_dir=tiny_dir)
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        with app.state.traces.lessons.gate.enter():
+        with app.state.traces.scenarios.gate.enter():
             held.set()
             release.wait(30)
 
@@ -231,14 +231,14 @@ def test_every_html_page_forbids_inline_script(client):
     assert "content-security-policy" not in client.get("/api/scenarios").headers
 
 
-def test_lessons_are_traced_at_start_and_kept(tiny_dir, settings):
-    """Every variant of every lesson, at its default options, is in the cache once the server
-    has started: the first visitor of a lesson waits for no worker."""
+def test_scenarios_are_traced_at_start_and_kept(tiny_dir, settings):
+    """Every variant of every scenario, at its default options, is in the cache once the server
+    has started: the first visitor of a scenario waits for no worker."""
     from fastapi.testclient import TestClient
 
     from app.web.app import create_app
 
-    app = create_app(settings(warm_lessons=True), scenarios_dir=tiny_dir)
+    app = create_app(settings(warm_scenarios=True), scenarios_dir=tiny_dir)
     with TestClient(app) as c:
         traces = app.state.traces
         assert traces.warmed.wait(180)

@@ -148,7 +148,7 @@ def test_parallel_requests_read_the_catalogue_safely(client):
 
 
 def test_catalogue_is_read_again_when_a_scenario_changes(client, tiny_dir):
-    (tiny_dir / "extra.py").write_text('"""An extra lesson\n\nQuestion: new?\n"""\n')
+    (tiny_dir / "extra.py").write_text('"""An extra scenario\n\nQuestion: new?\n"""\n')
     try:
         assert "extra" in [s["name"] for s in client.get("/api/scenarios").json()]
     finally:

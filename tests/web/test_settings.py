@@ -41,7 +41,7 @@ def test_serve_flags_restate_no_default(monkeypatch):
     monkeypatch.delenv("AUTOGRAD_LAB_HOST")
     args = build_parser().parse_args(["serve"])
     assert serve_settings(args).port == Settings().port
-    # the CLI's trace limit is the lesson limit the server uses, declared once
+    # the CLI's trace limit is the scenario limit the server uses, declared once
     trace = build_parser().parse_args(["trace", "x.py"])
     assert trace.timeout == Settings().trace_timeout
 
@@ -74,11 +74,11 @@ def test_uploads_run_three_per_core_with_a_fork_server_one_without(monkeypatch):
     from app.web.runs.trace_service import TraceService
 
     monkeypatch.setattr(traces, "fork_server_supported", lambda: (True, "root"))
-    assert TraceService(Settings(max_workers=2)).uploads.gate.workers == 6
-    assert TraceService(Settings(max_workers=2, forkserver=False)).uploads.gate.workers == 2
-    assert TraceService(Settings(max_workers=2, upload_workers=3)).uploads.gate.workers == 3
+    assert TraceService(Settings(max_drawings=2)).uploads.gate.workers == 6
+    assert TraceService(Settings(max_drawings=2, forkserver=False)).uploads.gate.workers == 2
+    assert TraceService(Settings(max_drawings=2, upload_workers=3)).uploads.gate.workers == 3
     monkeypatch.setattr(traces, "fork_server_supported", lambda: (False, "no user namespaces"))
-    service = TraceService(Settings(max_workers=2))
+    service = TraceService(Settings(max_drawings=2))
     assert service.uploads.gate.workers == 2
     # /healthz says runs start fresh workers, and why
     assert service.workers()["forked"] is False
@@ -114,3 +114,20 @@ def test_all_runs_share_three_quarters_of_the_machine_unless_told_otherwise():
     assert told.all_runs_memory_bytes() == 4096 << 20
     with pytest.raises(SettingsError, match="all_runs_memory_mb"):
         Settings(all_runs_memory_mb=600, run_memory_mb=1024)
+
+
+def test_a_setting_set_under_its_former_name_still_applies_and_the_new_name_is_said(caplog):
+    from app.web.settings import FORMER_NAMES
+
+    assert set(FORMER_NAMES.values()) <= {f.name for f in fields(Settings)}
+    assert not set(FORMER_NAMES) & {f.name for f in fields(Settings)}
+    with caplog.at_level("WARNING", logger="app.web.settings"):
+        settings = Settings.from_env({"AUTOGRAD_LAB_MAX_WORKERS": "3",
+                                      "AUTOGRAD_LAB_WARM_LESSONS": "false",
+                                      "AUTOGRAD_LAB_LESSON_WORKERS": "2"})
+    assert (settings.max_drawings, settings.warm_scenarios, settings.scenario_workers) == \
+        (3, False, 2)
+    assert "AUTOGRAD_LAB_MAX_WORKERS is now called AUTOGRAD_LAB_MAX_DRAWINGS" in caplog.text
+    # the new name, where both are set, is the one that counts
+    both = Settings.from_env({"AUTOGRAD_LAB_MAX_WORKERS": "3", "AUTOGRAD_LAB_MAX_DRAWINGS": "5"})
+    assert both.max_drawings == 5

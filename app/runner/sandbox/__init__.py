@@ -40,7 +40,7 @@ class Policy:
     seccomp: bool = True
     rlimits: bool = True
     cgroups: bool = True
-    nice: int = 0  # CPU priority of the run (uploads go after lessons)
+    nice: int = 0  # CPU priority of the run (uploads go after scenarios)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
 
 

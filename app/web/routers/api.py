@@ -47,15 +47,15 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
 def healthz(settings: SettingsDep, selftest: SelfTestDep, traces: TracesDep,
             store: StoreDep) -> dict:
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
-    until it is done); `workers` says whether runs are forked from the fork server; `lessons`
-    whether every lesson is traced yet, and how many seconds after start that was done;
+    until it is done); `workers` says whether runs are forked from the fork server; `scenarios`
+    whether every scenario is traced yet, and how many seconds after start that was done;
     `connections` whether slow clients and connection counts are bounded (http/slow_clients.py);
     `store` where runs are kept and whether it answers (a shared store's database may be down:
-    the status is then "degraded", and lessons are still served)."""
+    the status is then "degraded", and scenarios are still served)."""
     reachable, where = store.reachable()
     return {"status": "ok" if reachable else "degraded",
             "sandbox": sandbox_status(settings, selftest),
-            "workers": traces.workers(), "lessons": traces.warmth(),
+            "workers": traces.workers(), "scenarios": traces.warmth(),
             "connections": connection_report(),
             "store": {"reachable": reachable, "detail": where}}
 

@@ -169,12 +169,12 @@ async def show_view(request: Request, session: TeacherSessionDep,
 async def ask(request: Request, session: TeacherSessionDep, classroom: ClassroomDep,
               catalog: CatalogDep) -> dict:
     body = await _body(request)
-    if "lesson" in body:
+    if "scenario" in body:
         # a scenario's own CLASS_QUESTION: its answer stays on the server until the reveal
-        scenario = catalog.get(str(body["lesson"]))
+        scenario = catalog.get(str(body["scenario"]))
         asked = scenario.class_question if scenario else None
         if asked is None:
-            raise AppError(404, f"no lesson {str(body['lesson'])[:64]!r} with a question",
+            raise AppError(404, f"no scenario {str(body['scenario'])[:64]!r} with a question",
                            "no_question")
         body = asked
     question = classroom.change(session, lambda s: s.ask(body.get("prompt"), body.get("choices"),

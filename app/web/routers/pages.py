@@ -51,7 +51,7 @@ def scenario_page(request: Request, templates: TemplatesDep, scenario: ScenarioD
                   "next": catalog[names[at + 1]].summary() if at + 1 < len(names) else None}
     return _page(request, templates, "scenario.html", scenario=scenario.summary(),
                  narration=scenario.narration, steps=scenario.steps,
-                 # the page names the lesson's question; its answer stays on the server
+                 # the page names the scenario's question; its answer stays on the server
                  class_question={"prompt": scenario.class_question["prompt"],
                                  "choices": scenario.class_question["choices"]}
                  if scenario.class_question else None,
@@ -60,7 +60,7 @@ def scenario_page(request: Request, templates: TemplatesDep, scenario: ScenarioD
 
 @router.get("/scenarios/{name}/compare", response_class=HTMLResponse)
 def compare_page(request: Request, templates: TemplatesDep, scenario: ScenarioDep):
-    """Every variant of one lesson side by side (its runs are fetched by the browser)."""
+    """Every variant of one scenario side by side (its runs are fetched by the browser)."""
     return _page(request, templates, "compare.html", scenario=scenario.summary())
 
 

@@ -53,7 +53,7 @@ class Layout:
 
 class Drawings:
     def __init__(self, settings: Settings) -> None:
-        self.gate = Gate(settings.max_workers, settings.queue_size)
+        self.gate = Gate(settings.max_drawings, settings.queue_size)
         # a graph that cannot be drawn is kept as its RenderError: not drawn again and again
         self._drawn: LRU[bytes | RenderError] = LRU(settings.cache_size * 2)
         self._analyses: LRU[Analysis] = LRU(ANALYSES_KEPT)
@@ -79,7 +79,7 @@ class Drawings:
                 view: int | None = None, layout: Layout | None = None) -> bytes:
         """The graph of one event (or one of the script's views) as svg, png, dot, or json
         (its units and grouping), drawn as `layout` asks: by default a big graph by module
-        (RenderError, EventNotFound, Busy). `key` names the Trace for good (a lesson's
+        (RenderError, EventNotFound, Busy). `key` names the Trace for good (a scenario's
         inputs, a stored run's id); `load` gives the Trace, called only when not kept."""
         layout = layout or Layout()
         rkey = (key, event, view, layout, fmt)

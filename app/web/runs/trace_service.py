@@ -1,16 +1,16 @@
-"""Traces for the web app, computed by the runner in two lanes, and the lessons' cache (their
+"""Traces for the web app, computed by the runner in two lanes, and the scenarios' cache (their
 drawings are drawings.py's).
 
-- Lessons (the built-in scenarios) have a lane of their own: workers, a pool and a queue that
+- Scenarios (the built-in scenarios) have a lane of their own: workers, a pool and a queue that
   uploads never take, their runs at normal CPU priority, and a cache, warmed at start-up with
-  every variant at default options. A teacher's lesson opens at once whatever the room's code
+  every variant at default options. A teacher's scenario opens at once whatever the room's code
   is doing.
 - Uploads have the upload lane: its own workers and pool, a shorter wall-clock limit, a lower
   CPU priority. The in-process queue (in_process_queue.py) runs them in it, behind each person's
   share; the upload service (uploads.py) owns their life.
 
 The web process is stateless apart from the caches (and the run store), so several can run side
-by side. Two requests for the same lesson wait for one run instead of starting two.
+by side. Two requests for the same scenario wait for one run instead of starting two.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ log = logging.getLogger("autograd_lab.web")
 # errors of the machine rather than of the script: worth another try
 _PASSING = {"Timeout", "WorkerCrashed", "WorkerFailed", "SandboxFailed", "MemoryLimit",
             "TraceTooLarge", "Stopped"}
-UPLOAD_NICE = 10  # uploads yield the CPU to lessons
+UPLOAD_NICE = 10  # uploads yield the CPU to scenarios
 UPLOADS_PER_CORE_FORKED = 3
 
 
@@ -119,9 +119,9 @@ class TraceService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._cache: LRU[dict] = LRU(settings.cache_size)
-        # the shared mode's store (store/postgres.py: lesson, keep_lesson): a lesson traced once
-        # for every web process; None on one machine
-        self.shared_lessons = None
+        # the shared mode's store (store/postgres.py: kept_scenario_trace, keep_scenario_trace): a
+        # scenario traced once for every web process; None on one machine
+        self.shared_scenarios = None
         self._lock = threading.Lock()  # guards _key_locks
         self._key_locks: dict[tuple, threading.Lock] = {}
         limits = ResourceLimits(run_memory_mb=settings.run_memory_mb)
@@ -137,15 +137,15 @@ class TraceService:
                 log.warning("no fork server: %s", why)
         # one ready worker more than may run at once: the warm-up below uses only that spare,
         # so a teacher's request finds a worker with torch loaded
-        self.lessons = Lane(Gate(settings.lesson_workers, settings.queue_size),
+        self.scenarios = Lane(Gate(settings.scenario_workers, settings.queue_size),
                             Policy(limits=limits),
-                            settings.lesson_workers + 1 if settings.pool_size else 0,
+                            settings.scenario_workers + 1 if settings.pool_size else 0,
                             settings.trace_timeout)
         self.uploads = Lane(Gate(self.upload_workers(), settings.queue_size),
                             Policy(limits=limits, nice=UPLOAD_NICE), settings.pool_size,
                             settings.upload_timeout)
-        self.lessons.fork_server = self.uploads.fork_server = self.fork_server
-        self.lessons.alone = self.uploads.alone = self._one_run_on_the_machine
+        self.scenarios.fork_server = self.uploads.fork_server = self.fork_server
+        self.scenarios.alone = self.uploads.alone = self._one_run_on_the_machine
         self._probe: dict | None = None
         # the device list, asked of a worker once per process, in a thread of its own: every
         # request meanwhile waits a little for it, then is told it is still being checked
@@ -156,15 +156,15 @@ class TraceService:
         self.torch_version = _torch_version()
         self.warmed = threading.Event()
         self.started_at = time.monotonic()
-        self.warmed_in: float | None = None  # seconds from start until every lesson was traced
+        self.warmed_in: float | None = None  # seconds from start until every scenario was traced
         self.warm_count = self.warm_total = 0
         self.all_runs_memory = (False, "not bounded yet: the server is starting")
 
     def _one_run_on_the_machine(self) -> bool:
         """Asked by a lane as its run starts (already counted as running there)."""
-        (lessons, lessons_waiting), (uploads, uploads_waiting) = (
-            self.lessons.gate.load(), self.uploads.gate.load())
-        return lessons + uploads <= 1 and not lessons_waiting and not uploads_waiting
+        (scenarios, scenarios_waiting), (uploads, uploads_waiting) = (
+            self.scenarios.gate.load(), self.uploads.gate.load())
+        return scenarios + uploads <= 1 and not scenarios_waiting and not uploads_waiting
 
     def upload_workers(self, forked: bool | None = None) -> int:
         """Uploads that may run at once. Forked workers cost little to start and a small run
@@ -175,14 +175,14 @@ class TraceService:
             return self.settings.upload_workers
         if forked is None:
             forked = self.fork_server is not None
-        return self.settings.max_workers * (UPLOADS_PER_CORE_FORKED if forked else 1)
+        return self.settings.max_drawings * (UPLOADS_PER_CORE_FORKED if forked else 1)
 
     def start(self, catalog: Callable[[], dict[str, Scenario]] | None = None, *,
-              lessons: bool = True, uploads: bool = True) -> None:
+              scenarios: bool = True, uploads: bool = True) -> None:
         """Start the pools of ready workers (pool_size 0: each run starts a fresh worker) and,
-        with `catalog`, trace every lesson in the background. A lane this process does not
+        with `catalog`, trace every scenario in the background. A lane this process does not
         run keeps no pool: a web process of the shared mode runs no uploads (its workers do),
-        and a worker process no lessons."""
+        and a worker process no scenarios."""
         self.started_at = time.monotonic()
         if self.fork_server is not None:
             # first: the pools and the warm-up fork their workers from it once it is ready
@@ -193,13 +193,13 @@ class TraceService:
         self.all_runs_memory = bound_all_runs(self.all_runs_memory_bytes())
         if not self.all_runs_memory[0]:
             log.warning("%s", self.all_runs_memory[1])
-        if lessons:
-            self.lessons.start()
+        if scenarios:
+            self.scenarios.start()
         if uploads:
             self.uploads.start()
-        if catalog is not None and self.settings.warm_lessons:
+        if catalog is not None and self.settings.warm_scenarios:
             threading.Thread(target=self._warm, args=(catalog,), daemon=True,
-                             name="autograd-lab-warm-lessons").start()
+                             name="autograd-lab-warm-scenarios").start()
         else:
             self._warm_done()
 
@@ -234,22 +234,22 @@ class TraceService:
             detail = f"runs start fresh workers: no fork server ({self.no_fork_server})"
         bounded, memory = self.all_runs_memory
         return {"forked": forked, "detail": detail, "uploads_at_once": self.uploads.gate.workers,
-                "lessons_at_once": self.lessons.gate.workers,
+                "scenarios_at_once": self.scenarios.gate.workers,
                 "all_runs_memory": {"bounded": bounded, "detail": memory}}
 
     def warmth(self) -> dict:
-        """For /healthz: whether every lesson is traced, and how long that took from start."""
+        """For /healthz: whether every scenario is traced, and how long that took from start."""
         return {"warm": self.warmed.is_set(), "warmed_in_s": self.warmed_in,
                 "traced": self.warm_count, "of": self.warm_total}
 
     def stop(self) -> None:
-        self.lessons.stop()
+        self.scenarios.stop()
         self.uploads.stop()
         if self.fork_server is not None:
             self.fork_server.stop()
 
     def _warm(self, catalog: Callable[[], dict[str, Scenario]]) -> None:
-        """Every lesson's every variant at its default options, on the CPU, into the cache."""
+        """Every scenario's every variant at its default options, on the CPU, into the cache."""
         try:
             todo = []
             for scenario in catalog().values():
@@ -261,19 +261,19 @@ class TraceService:
                 self._wait_until_idle()
                 self.scenario_trace(scenario, variant, defaults, "cpu")
                 self.warm_count += 1
-        except Exception:  # noqa: BLE001 - a lesson that cannot be warmed is traced when asked
-            log.exception("warming the lessons' traces failed")
+        except Exception:  # noqa: BLE001 - a scenario that cannot be warmed is traced when asked
+            log.exception("warming the scenarios' traces failed")
         finally:
             self._warm_done()
 
     def _wait_until_idle(self, patience: float = 120.0) -> None:
-        """The warm-up gives way: it traces only while no lesson runs or waits and every lesson
+        """The warm-up gives way: it traces only while no scenario runs or waits and every scenario
         worker is ready (within `patience` s, then it goes on: a pool that cannot fill must
-        not stop the lessons from being traced at all)."""
+        not stop the scenarios from being traced at all)."""
         deadline = time.monotonic() + patience
-        pool = self.lessons.pool
+        pool = self.scenarios.pool
         while time.monotonic() < deadline:
-            busy = self.lessons.gate.load() != (0, 0)
+            busy = self.scenarios.gate.load() != (0, 0)
             if not busy and (pool is None or not pool.running or pool.idle() >= pool.size):
                 return
             time.sleep(0.2)
@@ -329,7 +329,7 @@ class TraceService:
         with key_lock:
             kept = self._cache.get(key)  # traced while this request waited for the key
             if kept is None:
-                kept = self._shared_lesson(key)
+                kept = self._shared_scenario(key)
                 if kept is not None:
                     self._cache.put(key, kept)
             if kept is not None:
@@ -337,8 +337,8 @@ class TraceService:
                     self._key_locks.pop(key, None)
                 return key, kept
             try:
-                with self.lessons.gate.enter():
-                    doc = self.lessons.run(source.decode("utf-8", errors="replace"),
+                with self.scenarios.gate.enter():
+                    doc = self.scenarios.run(source.decode("utf-8", errors="replace"),
                                            scenario.path.name, args, device)
             except BaseException:
                 with self._lock:
@@ -354,25 +354,25 @@ class TraceService:
                 else:
                     keep = False
             if keep:
-                self._keep_shared_lesson(key, doc)
+                self._keep_shared_scenario(key, doc)
         return key, doc
 
-    def _shared_lesson(self, key: tuple) -> dict | None:
-        """The lesson as another web process traced it, where they share a store (the
+    def _shared_scenario(self, key: tuple) -> dict | None:
+        """The scenario as another web process traced it, where they share a store (the
         shared mode); None if not there, or the store cannot be reached: then it is traced
         here, as on one machine."""
-        if self.shared_lessons is None:
+        if self.shared_scenarios is None:
             return None
         try:
-            return self.shared_lessons.lesson(key)
-        except Exception:  # noqa: BLE001 - the database is away: lessons go on without it
-            log.warning("the shared store could not be asked for a lesson", exc_info=True)
+            return self.shared_scenarios.kept_scenario_trace(key)
+        except Exception:  # noqa: BLE001 - the database is away: scenarios go on without it
+            log.warning("the shared store could not be asked for a scenario", exc_info=True)
             return None
 
-    def _keep_shared_lesson(self, key: tuple, doc: dict) -> None:
-        if self.shared_lessons is None:
+    def _keep_shared_scenario(self, key: tuple, doc: dict) -> None:
+        if self.shared_scenarios is None:
             return
         try:
-            self.shared_lessons.keep_lesson(key, doc)
+            self.shared_scenarios.keep_scenario_trace(key, doc)
         except Exception:  # noqa: BLE001 - kept here at least: the next process traces it
-            log.warning("a lesson's Trace could not be kept in the shared store", exc_info=True)
+            log.warning("a scenario's Trace could not be kept in the shared store", exc_info=True)

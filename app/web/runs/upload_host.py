@@ -61,8 +61,8 @@ class UploadHost:
         if not settings.database_url:
             raise ValueError("autograd-lab upload-host takes its runs from the shared line: set "
                              "AUTOGRAD_LAB_DATABASE_URL=postgresql://… as the web processes do")
-        # an upload host machine serves no lessons: none warmed, none pooled
-        self.settings = replace(settings, warm_lessons=False)
+        # an upload host machine serves no scenarios: none warmed, none pooled
+        self.settings = replace(settings, warm_scenarios=False)
         # a random part: an upload host restarted in a container has the same host name and pid 1,
         # and must not be taken for the one that died (its runs would never be retried)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -341,7 +341,7 @@ class UploadHost:
         """Take runs until stopped (SIGINT or SIGTERM: the runs going on finish first); 2 at
         once if this machine's sandbox is not complete."""
         prepare_schema(self.store)
-        self.traces.start(lessons=False)
+        self.traces.start(scenarios=False)
         refusal = await asyncio.get_running_loop().run_in_executor(self._threads,
                                                                    self.sandbox_refusal)
         if refusal is not None:

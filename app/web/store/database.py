@@ -140,8 +140,19 @@ CREATE TABLE IF NOT EXISTS classes (
 CREATE INDEX IF NOT EXISTS classes_open ON classes (teacher) WHERE NOT ended;
 """
 
+# Step 2: the scenarios' Traces under the word the code uses for them. `lesson_traces` (step
+# 1) is only a cache, and is left where it is: a process of the release before, still running
+# beside this one while a course restarts, keeps using it.
+_SCENARIO_TRACES = """
+CREATE TABLE IF NOT EXISTS scenario_traces (
+    key TEXT PRIMARY KEY,
+    created DOUBLE PRECISION NOT NULL,
+    doc BYTEA NOT NULL
+);
+"""
+
 # The schema's steps, in order: step n is STEPS[n - 1]. Append; never edit a released one.
-STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES,)
+STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES, _SCENARIO_TRACES)
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS autograd_lab_schema (

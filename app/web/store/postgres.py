@@ -31,7 +31,7 @@ __all__ = ["PostgresRunStore", "SIGNING_KEY"]
 SIGNING_KEY = "cookie-signing-key"
 
 
-def _lesson_key(key: tuple) -> str:
+def _scenario_key(key: tuple) -> str:
     return hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()
 
 
@@ -187,20 +187,20 @@ class PostgresRunStore(RunStore):
         with self.database.transaction() as db:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
-    # ---- lessons, traced once for every web process ------------------------------------------
+    # ---- scenarios, traced once for every web process ------------------------------------------
 
-    def lesson(self, key: tuple) -> dict | None:
-        """A lesson's Trace another web process (or this one, before a restart) traced, by
+    def kept_scenario_trace(self, key: tuple) -> dict | None:
+        """A scenario's Trace another web process (or this one, before a restart) traced, by
         TraceService's key (scenario, script hash, arguments, device, torch version)."""
         with self.database.transaction() as db:
-            row = db.execute("SELECT doc FROM lesson_traces WHERE key = %s",
-                             (_lesson_key(key),)).fetchone()
+            row = db.execute("SELECT doc FROM scenario_traces WHERE key = %s",
+                             (_scenario_key(key),)).fetchone()
         return None if row is None else json.loads(gzip.decompress(row[0]))
 
-    def keep_lesson(self, key: tuple, doc: dict) -> None:
+    def keep_scenario_trace(self, key: tuple, doc: dict) -> None:
         with self.database.transaction() as db:
-            db.execute("INSERT INTO lesson_traces (key, created, doc) VALUES (%s, %s, %s) "
-                       "ON CONFLICT (key) DO NOTHING", (_lesson_key(key), time.time(),
+            db.execute("INSERT INTO scenario_traces (key, created, doc) VALUES (%s, %s, %s) "
+                       "ON CONFLICT (key) DO NOTHING", (_scenario_key(key), time.time(),
                                                         _pack(doc)))
 
     # ---- the server's secrets -----------------------------------------------------------------

@@ -23,7 +23,7 @@ HOSTILE = "<script>alert('x')</script>\u202e\u0000\x1b" + "é" * 500 + "x" * 9_5
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="class-members-server", TOKEN=TOKEN,
-               MAX_WORKERS="1", UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_LESSONS="false",
+               MAX_DRAWINGS="1", UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false",
                SELFTEST="false") as url:
         yield url
 

@@ -175,7 +175,7 @@ def test_streams_are_capped_per_browser_and_followers_are_people(tmp_path):
     """Four streams of one browser are its tabs; a fifth is refused (429). Two tabs of one
     student are one follower; odd Last-Event-IDs are ignored, never a 500."""
     with serve(tmp_path, name="classes-caps", POOL_SIZE="0", SELFTEST="false",
-               WARM_LESSONS="false") as base:
+               WARM_SCENARIOS="false") as base:
         teacher = httpx.Client(base_url=base, timeout=10)
         teacher.get("/")
         code = teacher.post("/api/classes", json={}).json()["code"]
@@ -206,7 +206,7 @@ def test_streams_are_capped_per_browser_and_followers_are_people(tmp_path):
 
 def test_a_reconnecting_student_gets_what_it_missed_at_once(tmp_path):
     with serve(tmp_path, name="classes-sse", POOL_SIZE="0", SELFTEST="false",
-               WARM_LESSONS="false") as base:
+               WARM_SCENARIOS="false") as base:
         teacher = httpx.Client(base_url=base, timeout=10)
         teacher.get("/")  # its session cookie
         code = teacher.post("/api/classes", json={}).json()["code"]
@@ -339,26 +339,26 @@ def test_a_name_body_past_the_cap_and_renames_are_bounded(room, app):
     assert again.status_code == 429 and "20 times" in again.json()["detail"]
 
 
-def test_the_lessons_own_question_keeps_its_answer_on_the_server(room):
+def test_the_scenarios_own_question_keeps_its_answer_on_the_server(room):
     """A scenario's CLASS_QUESTION is asked by name; the answer is neither in the page nor in
     what a student is sent before the reveal."""
     from app.catalog import load_catalog
     from tests.conftest import SCENARIOS
 
     teacher, student, code = room
-    lesson = load_catalog(SCENARIOS)["reused_layer"].class_question
+    scenario = load_catalog(SCENARIOS)["reused_layer"].class_question
     page = student.get("/scenarios/reused_layer").text
     data = json.loads(re.search(r'<script type="application/json" id="page-data">(.*?)</script>',
                                 page, re.S).group(1))
-    assert data["class_question"] == {"prompt": lesson["prompt"], "choices": lesson["choices"]}
-    asked = teacher.post(f"/api/classes/{code}/question", json={"lesson": "reused_layer"})
+    assert data["class_question"] == {"prompt": scenario["prompt"], "choices": scenario["choices"]}
+    asked = teacher.post(f"/api/classes/{code}/question", json={"scenario": "reused_layer"})
     assert asked.status_code == 200, asked.text
     q = student.get(f"/api/classes/{code}").json()["question"]
-    assert (q["prompt"], q["choices"]) == (lesson["prompt"], lesson["choices"])
+    assert (q["prompt"], q["choices"]) == (scenario["prompt"], scenario["choices"])
     assert "answer" not in q
-    assert teacher.get(f"/api/classes/{code}").json()["question"]["answer"] == lesson["answer"]
-    missing = teacher.post(f"/api/classes/{code}/question", json={"lesson": "custom_function"})
-    assert missing.status_code == 404  # that lesson has no question of its own
+    assert teacher.get(f"/api/classes/{code}").json()["question"]["answer"] == scenario["answer"]
+    missing = teacher.post(f"/api/classes/{code}/question", json={"scenario": "custom_function"})
+    assert missing.status_code == 404  # that scenario has no question of its own
     # the teacher asks; only students answer
     assert teacher.post(f"/api/classes/{code}/answer",
                         json={"question": q["id"], "choice": 1}).status_code == 409

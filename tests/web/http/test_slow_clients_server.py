@@ -20,8 +20,8 @@ DEADLINE = 2.0  # the server's request_read_timeout here
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    with serve(tmp_path_factory.mktemp("store"), name="slow-clients-server", MAX_WORKERS="1",
-               POOL_SIZE="0", WARM_LESSONS="false", SELFTEST="false",
+    with serve(tmp_path_factory.mktemp("store"), name="slow-clients-server", MAX_DRAWINGS="1",
+               POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
                REQUEST_READ_TIMEOUT=str(DEADLINE), SEND_TIMEOUT=str(DEADLINE),
                MAX_CONNECTIONS="60",
                PER_ADDRESS_CONNECTIONS="40") as url:
@@ -202,6 +202,6 @@ def _as_the_cli(cmd: list[str]) -> list[str]:
 def test_autograd_lab_serve_runs_with_the_bounds(tmp_path):
     """`autograd-lab serve` gives uvicorn the bounded protocol; /healthz says so."""
     with serve(tmp_path, name="slow-clients-cli", wrap=_as_the_cli, POOL_SIZE="0",
-               WARM_LESSONS="false", SELFTEST="false") as url:
+               WARM_SCENARIOS="false", SELFTEST="false") as url:
         report = httpx.get(url + "/healthz", timeout=10).json()["connections"]
     assert report["bounded"] is True and "detail" not in report

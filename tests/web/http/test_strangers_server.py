@@ -43,8 +43,8 @@ print(os.getuid(), found, made, ctypes.get_errno(), found_errno)
 def base(tmp_path_factory):
     # two uids of a range of its own and a fresh worker per run: the runs take turns, so a
     # later run gets an earlier run's uid (a full server's 4,096 come round the same way)
-    with serve(tmp_path_factory.mktemp("store"), name="strangers-server", MAX_WORKERS="1",
-               UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_LESSONS="false", SELFTEST="false",
+    with serve(tmp_path_factory.mktemp("store"), name="strangers-server", MAX_DRAWINGS="1",
+               UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
                UID_BASE="3500200000", UID_COUNT="2") as url:
         yield url
 
@@ -184,8 +184,8 @@ def _browser(base: str, address: str = "127.0.0.1") -> httpx.Client:
 
 @pytest.fixture(scope="module")
 def room(tmp_path_factory):
-    with serve(tmp_path_factory.mktemp("store"), name="strangers-room", MAX_WORKERS="1",
-               UPLOAD_WORKERS="2", POOL_SIZE="1", WARM_LESSONS="false", SELFTEST="false",
+    with serve(tmp_path_factory.mktemp("store"), name="strangers-room", MAX_DRAWINGS="1",
+               UPLOAD_WORKERS="2", POOL_SIZE="1", WARM_SCENARIOS="false", SELFTEST="false",
                QUEUE_SIZE="32") as url:
         yield url
 
@@ -369,8 +369,8 @@ TWO_UIDS = 3500300000 + (os.getpid() % 50_000) * 2
 def two_uids(tmp_path_factory):
     # as many sandbox uids as runs at once, less one: the third run finds none free; the loops
     # may run long enough to overlap however slowly the machine starts them
-    with serve(tmp_path_factory.mktemp("store"), name="strangers-two-uids", MAX_WORKERS="1",
-               UPLOAD_WORKERS="3", POOL_SIZE="0", WARM_LESSONS="false", SELFTEST="false",
+    with serve(tmp_path_factory.mktemp("store"), name="strangers-two-uids", MAX_DRAWINGS="1",
+               UPLOAD_WORKERS="3", POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
                UPLOAD_TIMEOUT="180", UID_BASE=str(TWO_UIDS), UID_COUNT="2") as url:
         yield url
 

@@ -48,7 +48,7 @@ def delegated(store):
         def wrap(cmd: list[str]) -> list[str]:
             return as_unprivileged(cmd, cgroups=folders)
 
-        with serve(store, name="delegated-cgroup-server", wrap=wrap, MAX_WORKERS="1",
+        with serve(store, name="delegated-cgroup-server", wrap=wrap, MAX_DRAWINGS="1",
                    POOL_SIZE="1", UPLOAD_WORKERS="1", RUN_MEMORY_MB="1536",
                    start_timeout=60) as url:
             yield url, folders
@@ -81,7 +81,7 @@ def test_the_whole_run_memory_limit_holds_without_root(delegated, source):
 
 
 def test_without_a_delegated_subtree_healthz_names_the_fix(store):
-    with serve(store, name="undelegated-server", wrap=as_unprivileged, MAX_WORKERS="1",
+    with serve(store, name="undelegated-server", wrap=as_unprivileged, MAX_DRAWINGS="1",
                POOL_SIZE="1", SELFTEST="true", start_timeout=60) as base:
         cgroups = _settled_sandbox(base)["layers"]["cgroups"]
     assert cgroups["available"] is False

@@ -1,5 +1,5 @@
 """One person's endless loop does not stall the room (issue 14), against a real server: with
-every upload worker busy on looping scripts, a lesson still answers at once (it has workers of
+every upload worker busy on looping scripts, a scenario still answers at once (it has workers of
 its own, and uploads run at a lower CPU priority), a person over their share gets 429, a stop
 ends a looping run within seconds and frees its worker for the next person."""
 
@@ -32,9 +32,9 @@ def person(base: str) -> httpx.Client:
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="fair-share-server",
-               MAX_WORKERS="2", UPLOAD_WORKERS="2",
-               POOL_SIZE="2", LESSON_WORKERS="1", UPLOAD_TIMEOUT=str(LIMIT),
-               WARM_LESSONS="false", PER_CLIENT_RUNNING="1", PER_CLIENT_QUEUED="1",
+               MAX_DRAWINGS="2", UPLOAD_WORKERS="2",
+               POOL_SIZE="2", SCENARIO_WORKERS="1", UPLOAD_TIMEOUT=str(LIMIT),
+               WARM_SCENARIOS="false", PER_CLIENT_RUNNING="1", PER_CLIENT_QUEUED="1",
                SELFTEST="false", start_timeout=60) as url:
         # the pools are ready before the room arrives
         deadline = time.monotonic() + 90
@@ -62,7 +62,7 @@ def wait_for(predicate, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-def test_lessons_first_fair_shares_and_stop(base):
+def test_scenarios_first_fair_shares_and_stop(base):
     alice, bob, carol = person(base), person(base), person(base)
     loops_started = time.monotonic()
     loop_a, loop_b = start(alice, base, LOOP), start(bob, base, LOOP)
@@ -71,13 +71,13 @@ def test_lessons_first_fair_shares_and_stop(base):
     shown = status(alice, base, loop_a["id"])
     assert shown["limit_s"] == LIMIT and shown["elapsed_s"] >= 0 and shown["place"] is None
 
-    # a lesson not traced yet, then again from the cache: both at once, loops or not
+    # a scenario not traced yet, then again from the cache: both at once, loops or not
     for attempt in ("uncached", "cached"):
         started = time.monotonic()
-        lesson = httpx.get(base + "/api/scenarios/stop_gradient/trace", timeout=60)
+        scenario = httpx.get(base + "/api/scenarios/stop_gradient/trace", timeout=60)
         took = time.monotonic() - started
-        assert lesson.status_code == 200 and lesson.json()["error"] is None
-        assert took < 1.0, f"{attempt} lesson took {took:.2f} s behind the looping uploads"
+        assert scenario.status_code == 200 and scenario.json()["error"] is None
+        assert took < 1.0, f"{attempt} scenario took {took:.2f} s behind the looping uploads"
 
     # alice may have one more waiting, not two: the third is 429, with what to do
     queued = start(alice, base, SMALL)

@@ -57,7 +57,7 @@ def _server_pid(base: str) -> int:
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="forged-reports-server",
-               MAX_WORKERS="1", UPLOAD_WORKERS="1",
+               MAX_DRAWINGS="1", UPLOAD_WORKERS="1",
                POOL_SIZE="1", TRACE_TIMEOUT="30", SELFTEST="false") as url:
         yield url
 

@@ -25,7 +25,7 @@ def failing_fork_server(monkeypatch):
 
 
 def _sized_for_exec_and_still_runs(service: TraceService, why: str) -> None:
-    """Two uploads at once (one per core of max_workers=2), /healthz says `why`, and a run
+    """Two uploads at once (one per core of max_drawings=2), /healthz says `why`, and a run
     still goes, exec'd. The resize runs on a thread of its own: waited for."""
     for _ in range(300):
         if service.uploads.gate.workers == 2:
@@ -41,7 +41,7 @@ def _sized_for_exec_and_still_runs(service: TraceService, why: str) -> None:
 
 def test_a_failed_fork_server_is_settled_and_the_lanes_sized_for_what_works(
         failing_fork_server, tmp_path):
-    service = TraceService(Settings(max_workers=2, pool_size=1, warm_lessons=False,
+    service = TraceService(Settings(max_drawings=2, pool_size=1, warm_scenarios=False,
                                     store_path=str(tmp_path / "runs.sqlite3")))
     assert service.uploads.gate.workers == 6  # sized for forked workers while it starts
     service.start()
@@ -76,7 +76,7 @@ def test_the_self_test_does_not_wait_for_a_failed_fork_server(failing_fork_serve
 def test_a_fork_server_that_dies_while_serving_leaves_the_lanes_sized_for_exec(tmp_path):
     """Before: the lane was sized once, at start, and kept six uploads at once for workers that
     were now each exec'd (seconds of CPU apiece)."""
-    service = TraceService(Settings(max_workers=2, pool_size=0, warm_lessons=False,
+    service = TraceService(Settings(max_drawings=2, pool_size=0, warm_scenarios=False,
                                     store_path=str(tmp_path / "runs.sqlite3")))
     service.start()
     try:

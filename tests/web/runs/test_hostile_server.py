@@ -75,7 +75,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="hostile-server",
-               MAX_WORKERS="1", UPLOAD_WORKERS="1",
+               MAX_DRAWINGS="1", UPLOAD_WORKERS="1",
                QUEUE_SIZE="4", POOL_SIZE="1", TRACE_TIMEOUT="10", SELFTEST="false",
                RUN_MEMORY_MB="1536") as url:
         yield url

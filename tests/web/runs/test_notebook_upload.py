@@ -39,7 +39,7 @@ def base(tmp_path_factory):
         yield url
 
 
-def upload(base: str, data: bytes, filename: str = "lesson.ipynb") -> httpx.Response:
+def upload(base: str, data: bytes, filename: str = "scenario.ipynb") -> httpx.Response:
     return httpx.post(base + "/api/runs", files={"file": (filename, data)}, headers=AUTH,
                       timeout=90)
 
@@ -55,7 +55,7 @@ def test_a_notebook_traces_with_its_cells(base):
     exec("\n".join(CELLS).replace("!pip install torchviz\n", ""), here)
     assert doc["stdout"].strip() == str(here["w"].grad.tolist())
     notebook = doc["script"]["notebook"]
-    assert notebook["name"] == "lesson.ipynb"
+    assert notebook["name"] == "scenario.ipynb"
     # the script line of `loss = (y * y).sum()`, found in the script that ran
     line = doc["script"]["source"].splitlines().index("loss = (y * y).sum()") + 1
     (cell3,) = [c for c in notebook["cells"] if c["cell"] == 3]
@@ -69,7 +69,7 @@ def test_a_notebook_traces_with_its_cells(base):
 
     page = httpx.get(base + doc["run"]["link"], timeout=10)
     assert page.status_code == 200
-    assert "lesson.ipynb" in page.text
+    assert "scenario.ipynb" in page.text
     for n in (1, 2, 3):
         assert f'id="cell-{n}">cell {n}</li>' in page.text
     item = re.search(rf'<li id="L{line}" data-line="{line}" value="(\d+)" data-cell="(\d+)"',

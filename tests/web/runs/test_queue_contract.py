@@ -45,7 +45,7 @@ class QueueUnderTest:
 def in_process(folder: Path) -> Iterator[QueueUnderTest]:
     """Today's queue: the upload lane of a TraceService (with its fork server, as served)."""
     settings = Settings(upload_workers=1, queue_size=1, pool_size=0, per_client_running=1,
-                        per_client_queued=1, upload_timeout=LIMIT, warm_lessons=False,
+                        per_client_queued=1, upload_timeout=LIMIT, warm_scenarios=False,
                         selftest=False)
     traces = TraceService(settings)
     store = RunStore(folder / "runs.sqlite3").open()

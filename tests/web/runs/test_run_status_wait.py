@@ -19,7 +19,7 @@ FAILS = "import torch\nraise KeyError('missing column')\n"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    with serve(tmp_path_factory.mktemp("store"), name="run-status-wait", WARM_LESSONS="0") \
+    with serve(tmp_path_factory.mktemp("store"), name="run-status-wait", WARM_SCENARIOS="0") \
             as base, httpx.Client(base_url=base, timeout=60) as c:
         yield c
 

@@ -25,7 +25,7 @@ SLOW = "import time\nimport torch\ntime.sleep(6)\nw = torch.ones(2, requires_gra
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="runs-server", TOKEN=TOKEN,
-               MAX_WORKERS="1", UPLOAD_WORKERS="1", QUEUE_SIZE="0", POOL_SIZE="1",
+               MAX_DRAWINGS="1", UPLOAD_WORKERS="1", QUEUE_SIZE="0", POOL_SIZE="1",
                TRACE_TIMEOUT="60") as url:
         yield url
 

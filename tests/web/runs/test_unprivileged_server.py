@@ -30,7 +30,7 @@ def base():
     store = Path(tempfile.mkdtemp(prefix="autograd-lab-nobody-"))
     os.chown(store, NOBODY, NOBODY)
     try:
-        with serve(store, name="unprivileged-server", wrap=as_unprivileged, MAX_WORKERS="1",
+        with serve(store, name="unprivileged-server", wrap=as_unprivileged, MAX_DRAWINGS="1",
                    POOL_SIZE="1", TRACE_TIMEOUT="10", start_timeout=60) as url:
             yield url
     finally:

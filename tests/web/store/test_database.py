@@ -32,6 +32,10 @@ def _applied(url: str) -> list[tuple[int, int]]:
                           "GROUP BY version ORDER BY version").fetchall()
 
 
+def _all_applied_once(extra: int = 0) -> list[tuple[int, int]]:
+    return [(n, 1) for n in range(1, len(STEPS) + extra + 1)]
+
+
 def test_a_database_of_the_releases_before_is_adopted_as_version_1_without_loss(url):
     doc = {"script": {"name": "old.py", "source": "print(1)\n"}, "events": [],
            "run": {"id": "old", "link": "/runs/old"}}
@@ -51,7 +55,8 @@ def test_a_database_of_the_releases_before_is_adopted_as_version_1_without_loss(
     database = Database(url, pool_size=2).open()
     store = PostgresRunStore(database)
     try:
-        assert database.schema_version() == 1 and _applied(url) == [(1, 1)]
+        # adopted as version 1, then brought to this release's version
+        assert database.schema_version() == len(STEPS) and _applied(url) == _all_applied_once()
         assert store.get("old")["script"]["name"] == "old.py" and len(store) == 1
         assert store.head("old") == {"name": "old.py"}
         assert store.secret("cookie-signing-key") == b"kept"
@@ -63,7 +68,7 @@ def test_a_database_of_the_releases_before_is_adopted_as_version_1_without_loss(
         database.close()
     again = Database(url, pool_size=1).open()  # a restart: nothing applied a second time
     try:
-        assert again.schema_version() == 1 and _applied(url) == [(1, 1)]
+        assert again.schema_version() == len(STEPS) and _applied(url) == _all_applied_once()
     finally:
         again.close()
 
@@ -92,8 +97,8 @@ def test_processes_opening_one_database_at_once_apply_each_step_once(url, monkey
         thread.join(60)
     try:
         assert not failed, failed
-        assert _applied(url) == [(1, 1), (2, 1)]
-        assert all(d.schema_version() == 2 for d in opened)
+        assert _applied(url) == _all_applied_once(extra=1)
+        assert all(d.schema_version() == len(STEPS) + 1 for d in opened)
         with opened[0].transaction() as db:
             assert db.execute("SELECT COUNT(*) FROM step_two").fetchone() == (1,)
     finally:
@@ -101,7 +106,7 @@ def test_processes_opening_one_database_at_once_apply_each_step_once(url, monkey
             made.close()
 
 
-def test_a_later_step_is_applied_to_a_database_at_version_1(url, monkeypatch):
+def test_a_later_step_is_applied_to_a_database_of_the_release_before(url, monkeypatch):
     first = Database(url, pool_size=1).open()  # this release
     first.close()
     store = PostgresRunStore(url, pool_size=1)
@@ -112,7 +117,8 @@ def test_a_later_step_is_applied_to_a_database_at_version_1(url, monkeypatch):
     later = PostgresRunStore(url, pool_size=1)
     try:
         later.open()
-        assert later.database.schema_version() == 2 and _applied(url) == [(1, 1), (2, 1)]
+        assert later.database.schema_version() == len(STEPS) + 1
+        assert _applied(url) == _all_applied_once(extra=1)
         assert later.get("r1")["script"]["name"] == "kept.py"
         with later.database.transaction() as db:
             assert db.execute("SELECT note FROM runs WHERE id = 'r1'").fetchone() == (None,)

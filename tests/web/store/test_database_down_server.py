@@ -1,7 +1,7 @@
 """The shared store's PostgreSQL goes away, and comes back (issue 23), against a real web
 process and upload host: a run going on keeps its Trace until the database returns; uploads answer
 503 with Retry-After, a stored run's page says the store
-cannot be reached, /healthz says "degraded", a lesson already traced is still served; once the
+cannot be reached, /healthz says "degraded", a scenario already traced is still served; once the
 database is back, the next run goes through as before. And a full line answers 503 with the
 place the run would have had."""
 
@@ -22,18 +22,18 @@ SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().back
 LOOP = "import time\nwhile True:\n    time.sleep(0.05)\n"
 SLOW = ("import time\nimport torch\ntime.sleep(3)\nw = torch.ones(3, requires_grad=True)\n"
         "(w * w).sum().backward()\n")
-LESSON = "/api/scenarios/reused_layer/trace"
+SCENARIO = "/api/scenarios/reused_layer/trace"
 
 
-def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
+def test_the_database_going_away_is_said_and_scenarios_go_on(tmp_path):
     with cluster() as db, \
             serve(tmp_path, name="shared/db-down-web", DATABASE_URL=db.url,
-                  WARM_LESSONS="false", POOL_SIZE="0", TRACE_TIMEOUT="90") as web, \
+                  WARM_SCENARIOS="false", POOL_SIZE="0", TRACE_TIMEOUT="90") as web, \
             upload_host(db.url, tmp_path, "shared/db-down-upload-host", UPLOAD_WORKERS="1"):
         first = httpx.post(f"{web}/api/runs", json={"source": SMALL}, timeout=120)
         assert first.status_code == 200, first.text
         run_id = first.json()["run"]["id"]
-        assert httpx.get(web + LESSON, timeout=120).status_code == 200  # traced and cached
+        assert httpx.get(web + SCENARIO, timeout=120).status_code == 200  # traced and cached
         # a run going on while the database goes away: its Trace waits for it to return
         slow = httpx.post(f"{web}/api/runs?wait=false", json={"source": SLOW}, timeout=60)
         assert slow.status_code == 202, slow.text
@@ -55,8 +55,8 @@ def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
         page = httpx.get(f"{web}/runs/{run_id}", headers={"accept": "text/html"}, timeout=60)
         assert page.status_code == 503 and "cannot be reached" in page.text
         assert "password" not in page.text.lower()
-        lesson = httpx.get(web + LESSON, timeout=60)  # the lessons are still served
-        assert lesson.status_code == 200 and lesson.json()["error"] is None
+        scenario = httpx.get(web + SCENARIO, timeout=60)  # the scenarios are still served
+        assert scenario.status_code == 200 and scenario.json()["error"] is None
         # away for longer than Procrastinate's worker waits for a connection (30 s), after
         # which it ends: the upload host process must outlive it and take runs again
         time.sleep(36)
@@ -82,7 +82,7 @@ def test_the_database_going_away_is_said_and_lessons_go_on(tmp_path):
 
 def test_a_full_line_says_where_the_run_would_have_been(tmp_path):
     with cluster() as db, \
-            serve(tmp_path, name="shared/full-web", DATABASE_URL=db.url, WARM_LESSONS="false",
+            serve(tmp_path, name="shared/full-web", DATABASE_URL=db.url, WARM_SCENARIOS="false",
                   POOL_SIZE="0", QUEUE_SIZE="1", PER_ADDRESS_PEOPLE="10") as web, \
             upload_host(db.url, tmp_path, "shared/full-upload-host", UPLOAD_WORKERS="1"):
         people = [httpx.Client(base_url=web, timeout=60) for _ in range(3)]

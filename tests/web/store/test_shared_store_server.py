@@ -32,7 +32,7 @@ def _script(n: int) -> str:
 
 def _web(tmp_path_factory, name: str, database: str):
     return serve(tmp_path_factory.mktemp(name), name=f"shared/{name}", DATABASE_URL=database,
-                 WARM_LESSONS="false", POOL_SIZE="1", TRACE_TIMEOUT="90")
+                 WARM_SCENARIOS="false", POOL_SIZE="1", TRACE_TIMEOUT="90")
 
 
 def _new_cookie(response: httpx.Response) -> bool:
@@ -141,17 +141,17 @@ def _check_run(base: str, run_id: str, n: int) -> None:
     assert page.status_code == 200 and f"{n}.0" in page.text  # the page shows its script
 
 
-def test_a_lesson_is_traced_once_for_every_web_process(course):
-    """A lesson one web process traced is the other's too: the same Trace, to its run's
+def test_a_scenario_is_traced_once_for_every_web_process(course):
+    """A scenario one web process traced is the other's too: the same Trace, to its run's
     elapsed time and sandbox (a second tracing would differ in both)."""
     database, a, b = course
-    lesson = "/api/scenarios/reused_layer/trace?k=3"  # not a default: not warmed anywhere
-    first = httpx.get(a + lesson, timeout=120)
+    scenario = "/api/scenarios/reused_layer/trace?k=3"  # not a default: not warmed anywhere
+    first = httpx.get(a + scenario, timeout=120)
     assert first.status_code == 200 and first.json()["error"] is None
-    again = httpx.get(b + lesson, timeout=120)
+    again = httpx.get(b + scenario, timeout=120)
     assert again.status_code == 200
     assert again.json() == first.json() and "elapsed" in first.json()
     import psycopg
 
     with psycopg.connect(database) as db:
-        assert db.execute("SELECT COUNT(*) FROM lesson_traces").fetchone()[0] == 1
+        assert db.execute("SELECT COUNT(*) FROM scenario_traces").fetchone()[0] == 1

@@ -29,7 +29,7 @@ from app.web.http.responses import accepts_gzip
 from app.web.store.sqlite import RunStore
 from tests.server import serve
 
-QUIET = {"POOL_SIZE": "0", "SELFTEST": "false", "WARM_LESSONS": "false",
+QUIET = {"POOL_SIZE": "0", "SELFTEST": "false", "WARM_SCENARIOS": "false",
          "FORKSERVER": "false"}
 GZIP = {"Accept-Encoding": "gzip"}
 IDENTITY = {"Accept-Encoding": "identity"}
