@@ -18,7 +18,7 @@ __all__ = ["apply_edits", "forget_trials", "fixes_to_try", "try_fixes"]
 MAX_TRIALS = 1  # one more run per failed run: a forged report cannot ask for more
 # failures that are not the script's autograd error: a fix cannot be tried against them (the
 # run's limit, a stop, the server), and a report that claims one is not believed
-NOT_TRIED = frozenset({"Timeout", "Stopped", "MemoryLimit", "WorkerFailed", "WorkerLost",
+NOT_TRIED = frozenset({"Timeout", "Stopped", "MemoryLimit", "WorkerFailed", "UploadHostLost",
                        "TraceTooLarge", "ServerBusy", "ServerError", "NoGraph", "SyntaxError",
                        "DeviceUnavailable", "InvalidTrace"})
 

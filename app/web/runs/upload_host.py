@@ -210,7 +210,7 @@ class UploadHost:
                 return "finish"
             if abort or attempts >= ATTEMPTS:
                 kind, message, ended = ("Stopped", STOPPED, "stopped") if abort else \
-                    ("WorkerLost", LOST, "failed")
+                    ("UploadHostLost", LOST, "failed")
                 end_without_trace(self.store, db, run_id, (name, source, device, notebook),
                                   ended, kind, message)
                 return "failed"

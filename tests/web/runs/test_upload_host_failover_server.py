@@ -137,5 +137,5 @@ def test_a_run_whose_upload_host_dies_twice_is_failed_and_says_why(line, tmp_pat
                        UPLOAD_TIMEOUT="60"):
         _wait(lambda: _row(database, run_id)["state"] == "failed", 60, "not failed")
     row = _row(database, run_id)
-    assert row["attempts"] == 2 and row["error_type"] == "WorkerLost", row
+    assert row["attempts"] == 2 and row["error_type"] == "UploadHostLost", row
     assert "stopped twice" in store.get(run_id)["error"]["message"]
