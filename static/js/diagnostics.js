@@ -6,7 +6,8 @@ const GLYPH = { info: "i", warning: "!", error: "!!" };
 
 export function renderDiagnostics(section, list, diagnostics, { onPick, onLine }) {
   section.hidden = !diagnostics.length;
-  fill(list, diagnostics.map((d) => h(`li.diag.diag-${d.level}`, {},
+  // each entry reachable by id and focusable: the findings strip above the graph links here
+  fill(list, diagnostics.map((d, i) => h(`li.diag.diag-${d.level}`, { id: `diag-${i}`, tabindex: "-1" },
     h(`span.badge.badge-${d.level}`, { "aria-hidden": "true" }, GLYPH[d.level] || "!"),
     h("span.sr-only", {}, `${d.level}: `),
     h("span.diag-message", {}, ...richText(d.message, onLine)),

@@ -68,11 +68,11 @@ function restoreDraft() {
 }
 
 /** Put the caret on a line of the textarea and scroll it into view (for an error's line). */
-function goToLine(line) {
+function goToLine(line, { scroll = true } = {}) {
   const lines = source.value.split("\n");
   const start = lines.slice(0, line - 1).reduce((n, l) => n + l.length + 1, 0);
   const end = start + (lines[line - 1] || "").length;
-  source.focus();
+  source.focus({ preventScroll: !scroll });
   source.setSelectionRange(start, end);
   const lineHeight = parseFloat(getComputedStyle(source).lineHeight) || 20;
   source.scrollTop = Math.max(0, (line - 4) * lineHeight);
@@ -99,7 +99,11 @@ function showScriptError(doc) {
     h("a", { href: doc.run.link }, "open the run anyway"), ".",
   ], "error");
   const culprit = (ex && ex.line) || err.line;
-  if (culprit && !notebook) goToLine(culprit);
+  // the line is selected in the box, but the page stays on the explanation above it (focusing
+  // the box used to scroll the explanation out of sight); its line links still scroll there
+  if (culprit && !notebook) goToLine(culprit, { scroll: false });
+  const top = status.getBoundingClientRect().top;
+  if (top < 0 || top > window.innerHeight - 80) status.scrollIntoView({ block: "start" });
 }
 
 /** The API's sentences start in lower case (they are also read by programs). */

@@ -7,6 +7,7 @@
 import { ApiError, fetchGradientFlow, fetchGraphLayout, fetchGraphSvg, fetchTrace, scenarioSubject, storedSubject } from "./api.js";
 import { Controls, updateExports } from "./controls.js";
 import { renderDiagnostics } from "./diagnostics.js";
+import { renderFindings } from "./findings.js";
 import { fill, h, fmt } from "./dom.js";
 import { renderFlow } from "./flow.js";
 import { GraphView } from "./graph.js";
@@ -537,12 +538,15 @@ function render() {
   if (doc) {
     renderTimeline($("timeline"), doc, view.event, { onEvent: selectEvent });
     renderDiagnostics($("diagnostics"), $("diagnostics-list"), diagnostics, { onPick: pickDiagnostic, onLine: selectLine });
+    renderFindings($("findings"), $("findings-list"), diagnostics, { onPick: pickFinding, onRead: readDiagnostic });
     fill($("params-body"), paramList(doc, ev, { selected: view.param, diagnostics, onParam: selectParam }));
   } else {
     fill($("timeline"));
     fill($("params-body"));
     $("diagnostics").hidden = true;
+    $("findings").hidden = true;
   }
+  fitGraphBelowFindings();
   $("params").hidden = !doc;
   renderEventNotice($("event-notice"), ev, { onLine: selectLine });
   renderPanel(ev, node, diagnostics, replay);
@@ -571,8 +575,15 @@ function render() {
   $("permalink").value = location.origin + url;
 }
 
-/** On a phone, what is picked is shown in a sheet over the graph (not 2,000 px down the page). */
+/** On a phone, what is picked is shown in a sheet over the graph (not 2,000 px down the page);
+ *  on a screen where the details lie below the scenario's text, they move up beside the graph
+ *  while a node or a parameter is picked (body.picked in app.css). */
 function renderSheet() {
+  const picked = Boolean(doc && (view.node || view.param));
+  if (picked !== document.body.classList.contains("picked")) {
+    document.body.classList.toggle("picked", picked);
+    if (picked) requestAnimationFrame(revealDetails);
+  }
   const open = phone.matches && !view.present && Boolean(doc && (view.node || view.param || view.line));
   const was = document.body.classList.contains("sheet-open");
   document.body.classList.toggle("sheet-open", open);
@@ -616,6 +627,42 @@ function renderPanel(ev, node, diagnostics, replay) {
     h("p.run-facts", {}, `torch ${doc.torch || "?"} · device ${doc.device}` +
       (doc.elapsed ? ` · run took ${fmt(doc.elapsed, 2)} s` : "")));
   }
+}
+
+/** A finding picked in the strip above the graph: what it names, and the panel that answers
+ *  it brought into view. */
+function pickFinding(d) {
+  pickDiagnostic(d);
+  revealDetails();
+}
+
+/** The whole text of a finding in "What to notice", scrolled to and focused. */
+function readDiagnostic(d, index) {
+  const entry = document.getElementById(`diag-${index}`);
+  if (!entry) return;
+  entry.scrollIntoView({ block: "center" });
+  entry.focus({ preventScroll: true });
+}
+
+let findingsHeight = 0;
+
+/** The strip above the graph changed height: the graph gives or takes it, so that its bottom
+ *  stays on the first screen. */
+function fitGraphBelowFindings() {
+  const now = $("findings").hidden ? 0 : $("findings").offsetHeight;
+  if (now === findingsHeight) return;
+  findingsHeight = now;
+  graph.resized();
+}
+
+/** Where the details panel lies below the window (a 1366 or 1280 px screen puts it under the
+ *  scenario's text), the page moves it up beside the graph once something is picked
+ *  (body.picked in app.css) and scrolls it into view if it is still out of sight. */
+function revealDetails() {
+  const panel = $("details");
+  if (!panel || phone.matches || view.present) return; // a phone shows it in a sheet
+  const box = panel.getBoundingClientRect();
+  if (box.top < 0 || box.top > window.innerHeight - 120) panel.scrollIntoView({ block: "nearest" });
 }
 
 function pickDiagnostic(d) {

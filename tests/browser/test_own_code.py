@@ -12,7 +12,7 @@ import pytest
 
 from tests.server import serve
 
-from .conftest import Watched
+from .conftest import Watched, box
 
 pytestmark = pytest.mark.browser
 
@@ -466,3 +466,41 @@ def test_a_reentrant_checkpoints_gradient_is_not_called_unused(watched):
     row = page.locator("#params tr", has_text="weight")
     assert row.locator("td.num").first.inner_text() == "inner"  # not "0 uses"
     watched.shot("checkpoint")
+
+
+NO_GRAPH = "import torch\n\n" + "".join(f"print('step {n}')\n" for n in range(30)) + """\
+w = torch.randn(3, requires_grad=True)
+w.add_(1)
+loss = (w * 2).sum()
+loss.backward()
+"""
+
+
+def test_a_failed_run_keeps_its_explanation_in_sight_with_its_line_selected(browser, server,
+                                                                           request):
+    """Issue 35: at a laptop's 1366 x 768, a script that fails before recording anything is
+    explained on the form's page; the explanation stays on the screen (focusing the box used
+    to scroll it away) while the culprit line is selected in the box."""
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    w = Watched(page, server, request.node.name.replace("test_", "", 1))
+    try:
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):  # plain
+            exec(compile(NO_GRAPH, "<plain>", "exec"), {"print": lambda *a: None})  # noqa: S102
+        page.goto(server + "/own-code")
+        page.fill("#source", NO_GRAPH)
+        page.wait_for_selector("#device option[value=cpu]", state="attached")
+        page.click("#run")
+        page.wait_for_selector("#run-status .explanation")
+        page.wait_for_timeout(300)
+        explanation = box(page, "#run-status .explanation")
+        assert 0 <= explanation["y"] < 768 - 100, explanation
+        culprit = NO_GRAPH.splitlines().index("w.add_(1)") + 1
+        selected = page.evaluate("() => { const s = document.querySelector('#source'); "
+                                 "return s.value.slice(0, s.selectionStart).split('\\n').length; }")
+        assert selected == culprit
+        w.shot("explained", full_page=False)
+    finally:
+        context.close()
+    assert not w.errors, w.errors
