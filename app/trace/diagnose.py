@@ -10,6 +10,7 @@ from app.format import clip
 from app.format import diagnostic as _diag
 from app.format.flow import gradient_flow, steep_flow
 
+from .grad_carryover import carryover_findings
 from .gradcheck_events import gradcheck_findings
 from .recorder import Recorder
 
@@ -243,6 +244,7 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
             "script drew\"): the worker runs no programs, so graphviz wrote only the DOT source."))
 
     skipped: dict[str, Any] = recorder.skipped
+    out.extend(carryover_findings(events, steps_skipped=skipped["step"]))
     if skipped["backward"] or skipped["step"]:
         out.append(_diag("events_skipped", "info",
                          f"Only the first {recorder.limits.max_backward_events} backward passes "

@@ -123,7 +123,9 @@ QUESTIONS = {
             (w * 3).sum().backward()
         """, ok(lambda doc, ns, e: (
             assert_true(ns["w"].grad.tolist() == [6.0, 6.0]),
-            assert_true(backwards(doc)[1]["grads"]["w"]["before"]["values"] == [3.0, 3.0])))),
+            assert_true(backwards(doc)[1]["grads"]["w"]["before"]["values"] == [3.0, 3.0]),
+            # said in words: the second pass added onto the first's .grad
+            assert_true("grad_accumulated" in codes(doc))))),
     "zero_grad between passes": Question(
         "Does zero_grad reset .grad?", """
         import torch
