@@ -6,7 +6,11 @@ import { h, fill, richText } from "./dom.js";
 
 const RANK = { error: 0, warning: 1, info: 2 };
 const GLYPH = { info: "i", warning: "!", error: "!!" };
-const SHOWN = 3; // lines in the strip; the rest are counted and one link away
+// lines in the strip, the rest counted and one link away: the graph keeps the first screen's
+// height, so warnings get three lines, information alone one, a phone one
+const SHOWN = 3;
+const SHOWN_INFO_ONLY = 1;
+const phone = window.matchMedia("(max-width: 600px)");
 const SUMMARY_CHARS = 150;
 const SHORT_SENTENCE = 90; // a first sentence this short is followed by the second
 
@@ -54,16 +58,17 @@ export function summary(message) {
  * `onRead(d, index)`: take the reader to its whole text in "What to notice" (index in
  * `diagnostics` as given).
  */
-export function renderFindings(section, list, diagnostics, { onPick, onRead }) {
+export function renderFindings(section, list, moreSlot, diagnostics, { onPick, onRead }) {
   const order = ranked(diagnostics);
   section.hidden = !order.length;
-  const more = order.length - SHOWN;
-  fill(list, ...order.slice(0, SHOWN).map((d) => {
+  const shown = phone.matches || order.every((d) => d.level === "info") ? SHOWN_INFO_ONLY : SHOWN;
+  const more = order.length - shown;
+  fill(list, ...order.slice(0, shown).map((d) => {
     const names = (d.params && d.params.length) || (d.nodes && d.nodes.length);
     return h(`li.finding.finding-${d.level}`, {},
       h("button.finding-pick", {
         type: "button",
-        title: names ? "Show what it names" : "Read it whole",
+        title: d.message,
         onclick: () => (names ? onPick(d) : onRead(d, diagnostics.indexOf(d))),
       },
       h(`span.badge.badge-${d.level}`, { "aria-hidden": "true" }, GLYPH[d.level] || "!"),
@@ -71,7 +76,8 @@ export function renderFindings(section, list, diagnostics, { onPick, onRead }) {
       h("span.finding-text", {}, ...richText(summary(d.message)))),
       h("button.link.finding-read", { type: "button", onclick: () => onRead(d, diagnostics.indexOf(d)) },
         "read it"));
-  }), more > 0 ? h("li.finding-more", {},
-    h("button.link", { type: "button", onclick: () => onRead(order[SHOWN], diagnostics.indexOf(order[SHOWN])) },
-      `${more} more finding${more > 1 ? "s" : ""} below`)) : "");
+  }));
+  // how many more, beside the strip's title: a line of its own would take the graph's height
+  fill(moreSlot, more > 0 ? h("button.link.finding-more", { type: "button",
+    onclick: () => onRead(order[shown], diagnostics.indexOf(order[shown])) }, `+${more} below`) : "");
 }

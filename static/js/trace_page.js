@@ -538,7 +538,8 @@ function render() {
   if (doc) {
     renderTimeline($("timeline"), doc, view.event, { onEvent: selectEvent });
     renderDiagnostics($("diagnostics"), $("diagnostics-list"), diagnostics, { onPick: pickDiagnostic, onLine: selectLine });
-    renderFindings($("findings"), $("findings-list"), diagnostics, { onPick: pickFinding, onRead: readDiagnostic });
+    renderFindings($("findings"), $("findings-list"), $("findings-more"), diagnostics,
+      { onPick: pickFinding, onRead: readDiagnostic });
     fill($("params-body"), paramList(doc, ev, { selected: view.param, diagnostics, onParam: selectParam }));
   } else {
     fill($("timeline"));
@@ -652,7 +653,10 @@ function fitGraphBelowFindings() {
   const now = $("findings").hidden ? 0 : $("findings").offsetHeight;
   if (now === findingsHeight) return;
   findingsHeight = now;
-  graph.resized();
+  // the findings come with a new run, before anyone moved the graph: it opens again on the
+  // height it now has (a view made for the taller box would put the loss below its edge)
+  if (shown && opened) openingView();
+  else graph.resized();
 }
 
 /** Where the details panel lies below the window (a 1366 or 1280 px screen puts it under the
