@@ -16,6 +16,10 @@ question:
 The runner passes the choice as command-line arguments, so `python scenarios/NAME.py
 --variant detach` shows the same thing as the page. Reading uses `ast`: no scenario code runs
 in the process that lists them.
+
+What anyone is served of a scenario, and what runs, is `Scenario.source()`: the file with its
+CLASS_QUESTION taken out (`without_class_question`), so that the answer is on no page, in no
+Trace and in no drawing before the teacher reveals it.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from typing_extensions import TypedDict
 from .resources import resource_dir
 
 __all__ = ["Scenario", "ScenarioSummary", "Step", "ClassQuestion", "load_catalog",
-           "narration_steps", "scenario_args", "OptionError", "UnknownVariant", "ScenarioError",
-           "RESERVED_QUERY_NAMES"]
+           "narration_steps", "scenario_args", "without_class_question", "OptionError",
+           "UnknownVariant", "ScenarioError", "RESERVED_QUERY_NAMES"]
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -136,6 +140,11 @@ class Scenario:
     steps: list[Step] = field(default_factory=list)
     class_question: ClassQuestion | None = None
 
+    def source(self) -> str:
+        """The script as it is served and run: the file as it is now, without its
+        CLASS_QUESTION (`without_class_question`)."""
+        return without_class_question(self.path.read_text(encoding="utf-8"))
+
     @property
     def default_variant(self) -> str | None:
         return next(iter(self.variants), None)
@@ -152,6 +161,49 @@ def _paragraph(doc: str, label: str) -> str:
         if text.startswith(label + ":"):
             return text[len(label) + 1:].strip()
     return ""
+
+
+_QUESTION_KEPT = "# (the class's question: kept on the server until the teacher reveals it)"
+
+
+def _assigns_class_question(stmt: ast.stmt) -> bool:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+        [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    return any(isinstance(t, ast.Name) and t.id == "CLASS_QUESTION" for t in targets)
+
+
+def without_class_question(text: str) -> str:
+    """`text`, a scenario's script, with every module-level assignment to CLASS_QUESTION taken
+    out: its prompt may be shown, but its answer is the teacher's until the reveal, and a
+    script is served whole (the page's listing, the Trace's `script.source`, a failure's
+    quoted lines). Every other line stays where it was, so that the lines a Trace records are
+    the file's: the assignment's lines become one comment and blank lines, or `pass` where it
+    shares a line with other code. A script that does not parse is left as it is (it cannot
+    have a question the catalogue read)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    # lines as ast counts them: a file read as text has "\n" ends (str.splitlines would also
+    # end lines at form feeds and U+2028, which Python does not)
+    lines = text.split("\n")
+    for stmt in reversed(tree.body):
+        if not _assigns_class_question(stmt):
+            continue
+        first, last = stmt.lineno - 1, stmt.end_lineno - 1
+        # ast's columns count UTF-8 bytes
+        before = lines[first].encode("utf-8")[:stmt.col_offset].decode("utf-8")
+        after = lines[last].encode("utf-8")[stmt.end_col_offset:].decode("utf-8")
+        if after.strip().startswith("#"):  # a comment after it may say the answer too
+            after = ""
+        if not before.strip() and not after.strip():
+            body = [before + _QUESTION_KEPT] + [""] * (last - first)
+        elif first == last:
+            body = [before + "pass" + after]
+        else:  # it shares its first or last line with other code: `x = 1; CLASS_QUESTION = …`
+            body = [before.rstrip()] + [""] * (last - first - 1) + ["pass" + after]
+        lines[first:last + 1] = body
+    return "\n".join(lines)
 
 
 def parse_scenario(path: Path) -> Scenario:

@@ -16,8 +16,8 @@ address (`shared_at`: a classroom behind one NAT; that address only, the teacher
 group of the members); the per-address limits on answers, streams and runs sent then count
 that address's members. The teacher may remove a member: its answer and runs leave the class
 and its cookie cannot join again. A member chooses the name the teacher sees (`display_name`:
-text a stranger typed, so cleaned, capped and made unique in the class; the alias stays the
-handle the teacher removes by).
+text a stranger typed, so cleaned, capped, made unique in the class, and refused where it only
+looks like another's (lookalikes.py); the alias stays the handle the teacher removes by).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 
 from app.web.errors import AppError
+
+from .lookalikes import lookalike_key, mixes_scripts
 
 __all__ = ["ClassError", "ClassState", "Member", "check_view", "display_name", "per_address_limit"]
 
@@ -87,17 +89,22 @@ def _text(value: object, what: str) -> str:
 
 
 _SPACES = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85"
-_ALIAS_LIKE = re.compile(r"student-[0-9a-f]*")
-_TEACHER_LIKE = {"teacher", "the teacher"}
+# the names the teacher's lists use for the teacher ("the teacher" sent this run), and the
+# start of every alias (student-1a2b3c), compared by how they look (lookalikes.py): "Τeacher"
+# with a Greek Tau, "ѕtudent-…" with a Cyrillic dze are the same words on the projector
+_TEACHER_LIKE = frozenset(lookalike_key(n) for n in ("teacher", "the teacher"))
+_ALIAS_START = lookalike_key("student-")
 
 
 def display_name(value: object) -> str:
     """A name a student typed, as others may be shown it: NFKC-normalised; control, format
     (bidirectional overrides, zero-width characters), private-use and unassigned characters
     dropped; every run of spaces one space; at most two combining marks on a letter; at most
-    MAX_NAME characters. Empty once cleaned, or posing as the teacher or a member's alias
-    (student-…), it is refused (422) with what to do. Pages still put it in as text, never
-    as markup (classroom.js: textContent inside <bdi>)."""
+    MAX_NAME characters. Empty once cleaned, mixing scripts (Latin with Cyrillic or Greek
+    letters: `mixes_scripts`), or looking like the teacher's name or a member's alias
+    (student-…, by UTS #39 skeleton: `lookalike_key`), it is refused (422) with what to do.
+    Pages still put it in as text, never as markup (classroom.js: textContent inside
+    <bdi>)."""
     if not isinstance(value, str):
         raise ClassError(422, f"a name is text of 1 to {MAX_NAME} characters", "bad_name")
     kept: list[str] = []
@@ -118,9 +125,13 @@ def display_name(value: object) -> str:
     if not name:
         raise ClassError(422, f"type a name of 1 to {MAX_NAME} letters: the teacher sees it "
                               "beside your answers and the runs you send", "bad_name")
-    key = name.casefold()
-    if key in _TEACHER_LIKE or _ALIAS_LIKE.fullmatch(key):
-        raise ClassError(422, "that name is the teacher's or looks like a member's alias "
+    if mixes_scripts(name):
+        raise ClassError(422, f"\u201c{name}\u201d mixes letters of different alphabets (such "
+                              "as Latin with Cyrillic or Greek), which can make one name look "
+                              "like another: type your name in one alphabet", "bad_name")
+    key = lookalike_key(name)
+    if key in _TEACHER_LIKE or key.startswith(_ALIAS_START):
+        raise ClassError(422, "that name is, or looks like, the teacher's or a member's alias "
                               "(student-…): choose your own", "bad_name")
     return name
 
@@ -235,8 +246,10 @@ class ClassState:
 
     def rename(self, client: str, name: object) -> str:
         """A member chooses the name the teacher sees (`display_name`); one another member has
-        already is made distinguishable ("Ana (2)"). Its answer and runs sent are listed under
-        the new name at once. The name it ends up with."""
+        already is made distinguishable ("Ana (2)"), and one that only looks like another
+        member's ("Αna" with a Greek Alpha, "Kirn" beside "Kim": the same UTS #39 skeleton) is
+        refused (409): a number would not tell them apart on the teacher's list. Its answer and
+        runs sent are listed under the new name at once. The name it ends up with."""
         if client == self.teacher:
             raise ClassError(409, "the teacher needs no name here: students choose theirs")
         self.require_member(client)
@@ -247,10 +260,16 @@ class ClassState:
         if member.renames >= RENAMES_PER_MEMBER:
             raise ClassError(429, f"this browser has changed its name {RENAMES_PER_MEMBER} "
                                   "times in this class, as often as one may")
-        taken = {m.name.casefold() for m in self.members.values()
-                 if m.name and m is not member}
+        others = [m.name for m in self.members.values() if m.name and m is not member]
+        taken = {other.casefold() for other in others}
+        looks = {lookalike_key(other) for other in others}
+        if wanted.casefold() not in taken and lookalike_key(wanted) in looks:
+            raise ClassError(409, f"\u201c{wanted}\u201d looks like the name of another member "
+                                  "of this class, and the teacher could not tell you apart: "
+                                  "choose another name (add your family name or its initial, "
+                                  "for instance)", "name_looks_taken")
         unique, n = wanted, 1
-        while unique.casefold() in taken:
+        while unique.casefold() in taken or lookalike_key(unique) in looks:
             n += 1
             suffix = f" ({n})"
             unique = wanted[:MAX_NAME - len(suffix)].rstrip() + suffix

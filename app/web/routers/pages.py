@@ -55,7 +55,7 @@ def scenario_page(request: Request, templates: TemplatesDep, scenario: ScenarioD
                  class_question={"prompt": scenario.class_question["prompt"],
                                  "choices": scenario.class_question["choices"]}
                  if scenario.class_question else None,
-                 source=scenario.path.read_text(encoding="utf-8"), **neighbours)
+                 source=scenario.source(), **neighbours)  # without its CLASS_QUESTION
 
 
 @router.get("/scenarios/{name}/compare", response_class=HTMLResponse)

@@ -318,7 +318,9 @@ class TraceService:
     def scenario_trace(self, scenario: Scenario, variant: str | None, options: dict[str, str],
                        device: str) -> tuple[tuple, dict]:
         args = scenario_args(scenario, variant, options)  # OptionError for the caller
-        source = scenario.path.read_bytes()
+        # what runs is what is served: without the CLASS_QUESTION, whose answer would
+        # otherwise travel in the Trace's script.source to anyone who asks for the run
+        source = scenario.source().encode("utf-8")
         key = (scenario.name, hashlib.sha256(source).hexdigest(), tuple(args), device,
                self.torch_version)
         kept = self._cache.get(key)

@@ -131,3 +131,46 @@ def test_a_hostile_name_is_cleaned_capped_and_never_a_500(browsers, base):
                           headers={"Content-Type": "application/json"})
         assert odd.status_code == 422, odd.text
     assert teacher.delete(f"/api/classes/{code}").status_code == 200
+
+
+def test_a_name_that_looks_like_the_teachers_or_a_members_is_refused(browsers):
+    """Issue 38: "Τeacher" (Greek Tau), "the tеacher" (Cyrillic e) and "Αna" next to "Ana"
+    were accepted. Against the real server: lookalikes of the teacher's name and of another
+    member's, by UTS #39 skeleton, and names mixing scripts, are refused with what to do; a
+    plain name afterwards, in any one script, joins as before."""
+    teacher = browsers()
+    code = teacher.post("/api/classes", json={},
+                        headers={"Authorization": f"Bearer {TOKEN}"}).json()["code"]
+    ana, kim, mallory = browsers(), browsers(), browsers()
+    for who in (ana, kim, mallory):
+        assert who.get(f"/c/{code}").status_code == 200
+
+    def name(who: httpx.Client, wanted: str) -> httpx.Response:
+        return who.put(f"/api/classes/{code}/name", json={"name": wanted})
+
+    assert name(ana, "Ana").json() == {"name": "Ana"}
+    assert name(kim, "Kim").json() == {"name": "Kim"}
+    for posing, status, says in (
+            ("\u03a4eacher", 422, "one alphabet"),  # Greek Tau
+            ("the t\u0435acher", 422, "one alphabet"),  # Cyrillic e
+            ("\u0391na", 422, "one alphabet"),  # Greek Alpha beside "Ana"
+            ("p\u0430ypal", 422, "one alphabet"),
+            ("TEACHER", 422, "choose your own"),
+            ("student-0a1b2c", 422, "choose your own"),
+            ("\u0391\u039d\u0391", 409, "choose another name"),  # all Greek, looks like "ANA"
+            ("Kirn", 409, "choose another name"),  # rn for m (confusables.txt)
+    ):
+        refused = name(mallory, posing)
+        assert refused.status_code == status, (posing, refused.text)
+        assert says in refused.json()["detail"], refused.json()
+    roster = teacher.get(f"/api/classes/{code}/members").json()["members"]
+    assert sorted(m["name"] or "" for m in roster) == ["", "Ana", "Kim"]  # mallory: no name
+    # names in one script, and the same name typed again, join as before
+    assert name(mallory, "\u674e\u5c0f\u9f99").json() == {"name": "\u674e\u5c0f\u9f99"}
+    assert name(mallory, "\u0396\u03c9\u03ae").json() == {"name": "\u0396\u03c9\u03ae"}
+    assert name(mallory, "Jos\u00e9 2").json() == {"name": "Jos\u00e9 2"}
+    assert name(mallory, "Ana").json() == {"name": "Ana (2)"}
+    newcomer = browsers()
+    assert newcomer.get(f"/c/{code}").status_code == 200
+    assert name(newcomer, "Noor").json() == {"name": "Noor"}
+    assert _run(newcomer).status_code == 200  # a member as before: runs code, no token
