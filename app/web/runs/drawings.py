@@ -54,7 +54,7 @@ class Layout:
 
 class Drawings:
     def __init__(self, settings: Settings, meter: DrawingMeter | None = None) -> None:
-        self.meter = meter or DrawingMeter()  # each drawing asked for, by how it was answered
+        self.meter = meter or DrawingMeter()  # drawings made and cache hits, for the metrics
         self.gate = Gate(settings.max_drawings, settings.queue_size)
         # a graph that cannot be drawn is kept as its RenderError: not drawn again and again
         self._drawn: LRU[bytes | RenderError] = LRU(settings.cache_size * 2)
