@@ -24,6 +24,7 @@ from app.web.http.clients import ClientCookie, use_signing_key
 from app.web.http.error_handler import install_error_handlers
 from app.web.http.guards import CrossSiteGuard, HostGuard, SecurityHeaders
 from app.web.http.static_assets import ForeverStaticFiles, content_version
+from app.web.metrics import Metrics
 from app.web.pages.highlight import source_lines
 from app.web.pages.narration import inline_html, narration_html
 from app.web.runs.drawings import Drawings
@@ -37,7 +38,7 @@ from app.web.runs.uploads import UploadService
 from app.web.store.postgres import SIGNING_KEY, PostgresRunStore
 from app.web.store.sqlite import RunStore
 
-from .routers import api, classes, docs, pages, runs
+from .routers import api, classes, docs, metrics, pages, runs
 from .settings import Settings
 
 __all__ = ["create_app"]
@@ -76,12 +77,21 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
                               "per-use gradient contributions of scripts.")
     app.state.settings = settings
     app.state.scenarios_dir = scenarios_dir or resource_dir("scenarios")
-    app.state.traces = TraceService(settings)
-    app.state.drawings = Drawings(settings)  # graphviz and grouping, cached apart from Traces
+    # kept whether or not /metrics serves them (the `metrics` setting): recording costs a
+    # counter's increment, and the services need not know whether anyone reads
+    app.state.metrics = Metrics()
+    app.state.traces = TraceService(settings, scenario_meter=app.state.metrics.runs("scenario"))
+    # graphviz and grouping, cached apart from Traces
+    app.state.drawings = Drawings(settings, meter=app.state.metrics.drawings())
     # started with the server (lifespan), not with the app; its probes fork as runs do
     app.state.selftest = SelfTest(fork_server=app.state.traces.fork_server)
-    mode = _mode(settings, app.state.traces, app.state.drawings)
+    mode = _mode(settings, app.state.traces, app.state.drawings, app.state.metrics)
     app.state.store, app.state.classroom = mode.store, mode.classroom
+    classroom = mode.classroom
+    app.state.metrics.watch_streams(lambda: classroom.open_streams,
+                                    lambda: classroom.following_streams)
+    if mode.shared:
+        app.state.metrics.watch_pool(mode.store.database.pool_stats)
     app.state.uploads = UploadService(mode.queue, mode.store, settings.upload_timeout)
     templates = Jinja2Templates(directory=str(resource_dir("templates")))
     templates.env.globals.update(legend=KINDS, unit_legend=UNIT_KINDS, version=__version__)
@@ -105,6 +115,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.include_router(classes.router)
     app.include_router(pages.router)
     app.include_router(docs.router)
+    app.include_router(metrics.router)
     return app
 
 
@@ -118,7 +129,8 @@ class Mode:
     queue: RunQueue
 
 
-def _mode(settings: Settings, traces: TraceService, drawings: Drawings) -> Mode:
+def _mode(settings: Settings, traces: TraceService, drawings: Drawings,
+          metrics: Metrics) -> Mode:
     """One machine: a SQLite file, classes in memory, uploads queued and run in this process.
     With `database_url`: PostgreSQL shared by every web process and `autograd-lab upload-host`
     (runs, classes, the line), each scenario traced once for all of them. Either way a class
@@ -138,5 +150,6 @@ def _mode(settings: Settings, traces: TraceService, drawings: Drawings) -> Mode:
     classroom = InProcessClassroom(settings.max_classes,
                                    people_per_address=settings.per_address_people)
     queue = InProcessQueue(traces.uploads, store, *share, settings.per_address_people,
-                           classroom.people_at, stored=FirstLook(store, drawings))
+                           classroom.people_at, stored=FirstLook(store, drawings),
+                           meter=metrics.runs("upload"))
     return Mode(False, store, classroom, queue)

@@ -31,8 +31,8 @@ from app.web.runs.sandbox_status import sandbox_status
 
 from .errors import AppError
 
-__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_teacher", "check_uploader", "class_grant",
-           "has_token", "upload_policy"]
+__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_metrics_reader", "check_teacher",
+           "check_uploader", "class_grant", "has_token", "upload_policy"]
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -132,3 +132,10 @@ def check_teacher(request: Request) -> None:
                             f"`autograd-lab serve --host {settings.host} --token SECRET` "
                             "and give that token when you start the class",
                        "no_token_configured")
+
+
+def check_metrics_reader(request: Request) -> None:
+    """Who may read /metrics: with a token set, its holder only, as for uploads (the counts
+    say how busy the server is and who is refused); without one, anyone who can reach it, as
+    for /healthz (the setting is off by default)."""
+    _require_token(request, "reading the metrics")

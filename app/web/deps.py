@@ -17,10 +17,11 @@ from fastapi.templating import Jinja2Templates
 from app.catalog import Scenario, load_catalog
 from app.render import font_scale
 from app.runner import SelfTest
-from app.web.auth import check_teacher, check_uploader
+from app.web.auth import check_metrics_reader, check_teacher, check_uploader
 from app.web.classes.classroom import Classroom
 from app.web.classes.session import ClassSession
 from app.web.http.clients import client_address, client_key
+from app.web.metrics import Metrics
 from app.web.runs.drawings import Drawings, Layout
 from app.web.runs.trace_service import TraceService
 from app.web.runs.uploads import UploadService
@@ -30,9 +31,9 @@ from app.web.store.sqlite import RunStore
 from .errors import AppError
 
 __all__ = ["AddressDep", "CatalogDep", "ClassroomDep", "ClientDep", "DrawingsDep", "LayoutDep",
-           "MemberSessionDep", "ScenarioDep", "SelfTestDep", "SettingsDep", "StoreDep",
-           "TeacherOnly", "TeacherSessionDep", "TemplatesDep", "TracesDep", "UploaderOnly",
-           "UploadsDep"]
+           "MemberSessionDep", "MetricsDep", "MetricsReaderOnly", "ScenarioDep", "SelfTestDep",
+           "SettingsDep", "StoreDep", "TeacherOnly", "TeacherSessionDep", "TemplatesDep",
+           "TracesDep", "UploaderOnly", "UploadsDep"]
 
 
 def get_settings(request: Request) -> Settings:
@@ -69,6 +70,15 @@ def get_templates(request: Request) -> Jinja2Templates:
     return request.app.state.templates
 
 
+def get_metrics(request: Request) -> Metrics:
+    """This app's metrics; 404 where the `metrics` setting is off, as if there were no such
+    route (asked before the token: a server that serves none says so to anyone)."""
+    if not request.app.state.settings.metrics:
+        raise AppError(404, "this server serves no metrics: start it with "
+                            "AUTOGRAD_LAB_METRICS=1 to have them at /metrics", "no_metrics")
+    return request.app.state.metrics
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 TracesDep = Annotated[TraceService, Depends(get_traces)]
 DrawingsDep = Annotated[Drawings, Depends(get_drawings)]
@@ -77,6 +87,7 @@ UploadsDep = Annotated[UploadService, Depends(get_uploads)]
 ClassroomDep = Annotated[Classroom, Depends(get_classroom)]
 SelfTestDep = Annotated[SelfTest, Depends(get_selftest)]
 TemplatesDep = Annotated[Jinja2Templates, Depends(get_templates)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 # who the request is from: a signed session cookie, else the address (http/clients.py)
 ClientDep = Annotated[str, Depends(client_key)]
@@ -85,6 +96,7 @@ AddressDep = Annotated[str, Depends(client_address)]
 # guards, as dependencies that return nothing: `_: TeacherOnly` in a route's signature
 TeacherOnly = Annotated[None, Depends(check_teacher)]
 UploaderOnly = Annotated[None, Depends(check_uploader)]
+MetricsReaderOnly = Annotated[None, Depends(check_metrics_reader)]
 
 
 async def teacher_session(code: Annotated[str, Path()], classroom: ClassroomDep,

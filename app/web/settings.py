@@ -154,6 +154,12 @@ class Settings:
         "instead of ~3 s of CPU); not root, each child enters a user namespace of its own; "
         "where the kernel allows none, or off, every run starts a fresh worker")
 
+    metrics: bool = setting(
+        False, "serve Prometheus metrics at /metrics (behind the token when one is set): runs "
+        "by lane and outcome, their queue wait and run time, 429/503 answers by reason, class "
+        "event streams and followers, drawings, and the shared mode's database pool; off, "
+        "/metrics is 404")
+
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"port must be between 1 and 65535, not {self.port}")

@@ -78,16 +78,20 @@ class ProcessStreams:
 
     def __init__(self) -> None:
         self.open_streams = 0
+        # of those, the pages following a teacher (not the teacher's own): the metrics' count
+        self.following_streams = 0
 
     def open_stream(self, session: ClassSession, client: str, following: bool,
                     address: str = "") -> None:
         session.open_stream(client, following, self.open_streams, address)
         self.open_streams += 1
+        self.following_streams += following
 
     def close_stream(self, session: ClassSession, client: str, following: bool,
                      address: str = "") -> None:
         session.close_stream(client, following, address)
         self.open_streams -= 1
+        self.following_streams -= following
 
 
 def require_teacher(session: ClassSession, client: str) -> ClassSession:

@@ -106,7 +106,7 @@ def as_app_error(request: Request, exc: Exception) -> AppError:
 
 # not pages: what is under these is read by programs and scripts, never shown as a page
 _API_PREFIXES = ("/api/", "/static/")
-_API_PATHS = ("/api", "/healthz", "/openapi.json")
+_API_PATHS = ("/api", "/healthz", "/openapi.json", "/metrics")
 
 
 def _is_api(request: Request) -> bool:
@@ -127,6 +127,9 @@ def wants_page(request: Request) -> bool:
 
 async def _answer(request: Request, exc: Exception) -> Response:
     error = as_app_error(request, exc)
+    # every 429 and 503 the app answers passes here (not the connection caps' 503, answered
+    # before the app: http/slow_clients.py), counted by its code
+    request.app.state.metrics.refused(error.status, error.code)
     if not is_body_allowed_for_status_code(error.status):
         return Response(status_code=error.status, headers=error.headers)
     if wants_page(request):

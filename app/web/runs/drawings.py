@@ -26,6 +26,7 @@ from app.render import (
 )
 from app.render.group import Analysis, analyze
 from app.single_flight import SingleFlight
+from app.web.metrics import DrawingMeter
 from app.web.settings import Settings
 
 from .gate import Busy, Gate
@@ -52,7 +53,8 @@ class Layout:
 
 
 class Drawings:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, meter: DrawingMeter | None = None) -> None:
+        self.meter = meter or DrawingMeter()  # drawings made and cache hits, for the metrics
         self.gate = Gate(settings.max_drawings, settings.queue_size)
         # a graph that cannot be drawn is kept as its RenderError: not drawn again and again
         self._drawn: LRU[bytes | RenderError] = LRU(settings.cache_size * 2)
@@ -83,8 +85,13 @@ class Drawings:
         inputs, a stored run's id); `load` gives the Trace, called only when not kept."""
         layout = layout or Layout()
         rkey = (key, event, view, layout, fmt)
-        kept = self._kept(rkey)
+        try:
+            kept = self._kept(rkey)
+        except RenderError:
+            self.meter.drew("cached")  # a refusal kept: graphviz is not asked again
+            raise
         if kept is not None:
+            self.meter.drew("cached")
             return kept
         graph = event_graph(load(), event, view)
         # grouping a big (or forged) graph is work too: it waits its turn with the drawings
@@ -100,6 +107,7 @@ class Drawings:
                                                                 fmt, layout),
                                      patience=FOLLOWER_PATIENCE)
         except TimeoutError:  # the same picture is being drawn for someone else: come back
+            self.meter.drew("timeout")
             raise Busy("this drawing is being made for another request: try again in a few "
                        "seconds") from None
         self._drawn.put(rkey, data)
@@ -110,7 +118,8 @@ class Drawings:
     def _render(self, dkey: tuple, graph: dict, grouping, analysis: Analysis, fmt: str,
                 layout: Layout) -> bytes | RenderError:
         kept = self._drawn.get(dkey)
-        if kept is not None:
+        if kept is not None:  # the same picture, asked for with paths the graph lacks
+            self.meter.drew("cached")
             return kept
         with self.gate.enter():
             if fmt == "json":
@@ -122,6 +131,9 @@ class Drawings:
                                         font=layout.font)
                 except RenderError as exc:
                     data = _fresh(exc)  # kept without its traceback (see _fresh)
+        # counted per drawing made, not per request: those that waited for this one (the
+        # single flight) cost no graphviz of their own
+        self.meter.drew("failed" if isinstance(data, RenderError) else "drawn")
         self._drawn.put(dkey, data)
         return data
 

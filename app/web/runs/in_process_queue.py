@@ -12,6 +12,7 @@ from app.format import Trace, error_record, new_document
 from app.format.notebook import annotate
 from app.lru import LRU
 from app.runner import NoFreeUid
+from app.web.metrics import RunMeter, outcome_of
 from app.web.settings import default_of
 from app.web.store.sqlite import RunStore
 
@@ -32,8 +33,10 @@ class InProcessQueue:
     def __init__(self, lane: Lane, store: RunStore, running: int, queued: int,
                  people_per_address: int = default_of("per_address_people"),
                  people_at: PeopleAt | None = None,
-                 stored: Callable[[str, dict], None] | None = None) -> None:
+                 stored: Callable[[str, dict], None] | None = None,
+                 meter: RunMeter | None = None) -> None:
         self.lane, self.store = lane, store
+        self.meter = meter or RunMeter("upload")  # each run that ended, for the metrics
         # called with (run id, Trace) once a run's Trace is stored whole and its waiters have
         # heard: app.py prepares the run page's first look (first_look.py)
         self.stored = stored
@@ -86,6 +89,7 @@ class InProcessQueue:
             job.error = exc
         finally:
             self.book.close(job, outcome)
+            self._meter(job, outcome)
             with self._lock:
                 waiters = self._waiters.pop(job.id, [])
             for loop, future in waiters:
@@ -96,6 +100,19 @@ class InProcessQueue:
         # after the status says done: a first look may wait on the drawings' gate and on
         # graphviz, and a run must not seem to be running (nor count against anyone) meanwhile
         self._first_look(job)
+
+    def _meter(self, job: BookedRun, state: str) -> None:
+        """The ended run, told to the metrics: its outcome from its Trace (a run whose Trace
+        could not be made or kept: ServerError), its wait and its time in a worker (a run
+        stopped in line waited, and never ran)."""
+        if job.result is not None:
+            outcome = outcome_of(job.result, stopped=state == "stopped")
+        else:  # no Trace: a device this machine lacks (the person's), else the server's fault
+            outcome = "DeviceUnavailable" if isinstance(job.error, DeviceError) else "ServerError"
+        end = job.finished if job.finished is not None else job.created
+        waited = (job.started if job.started is not None else end) - job.created
+        ran = end - job.started if job.started is not None else None
+        self.meter.ran(outcome, waited, ran)
 
     def _first_look(self, job: BookedRun) -> None:
         if self.stored is not None and job.kept_whole and job.result is not None:

@@ -38,6 +38,7 @@ from app.runner import (
     probe_devices,
     trace_in_sandbox,
 )
+from app.web.metrics import RunMeter, outcome_of
 from app.web.settings import Settings
 
 from .gate import Gate
@@ -116,8 +117,10 @@ class Lane:
 
 
 class TraceService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, scenario_meter: RunMeter | None = None) -> None:
         self.settings = settings
+        # each scenario run that ended, for the metrics (a cache hit is no run)
+        self.scenario_meter = scenario_meter or RunMeter("scenario")
         self._cache: LRU[dict] = LRU(settings.cache_size)
         # the shared mode's store (store/postgres.py: kept_scenario_trace, keep_scenario_trace): a
         # scenario traced once for every web process; None on one machine
@@ -338,14 +341,22 @@ class TraceService:
                 with self._lock:
                     self._key_locks.pop(key, None)
                 return key, kept
+            asked, began = time.monotonic(), None
             try:
                 with self.scenarios.gate.enter():
+                    began = time.monotonic()
                     doc = self.scenarios.run(source.decode("utf-8", errors="replace"),
                                            scenario.path.name, args, device)
-            except BaseException:
+            except BaseException as exc:
                 with self._lock:
                     self._key_locks.pop(key, None)
+                # a run that started and failed in the server (not a device this machine
+                # lacks: that is the request's 422, no run)
+                if began is not None and not isinstance(exc, DeviceError):
+                    self.scenario_meter.ran("ServerError", began - asked,
+                                            time.monotonic() - began)
                 raise
+            self.scenario_meter.ran(outcome_of(doc), began - asked, time.monotonic() - began)
             with self._lock:
                 self._key_locks.pop(key, None)
                 # a run that failed for a passing reason (a slow moment, a lost worker) is

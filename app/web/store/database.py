@@ -244,6 +244,20 @@ class Database:
         if self._pool is not None:
             self._pool.close()
 
+    def pool_stats(self) -> dict | None:
+        """The pool as the metrics show it (app/web/metrics.py): connections open, the most it
+        may open, lent out, requests waiting for one, and requests that failed or timed out
+        since it opened; None before it opens."""
+        pool = self._pool
+        if pool is None:
+            return None
+        stats = pool.get_stats()  # get, not pop: psycopg_pool's counters are not reset
+        size = stats.get("pool_size", 0)
+        return {"size": size, "max": stats.get("pool_max", self.pool_size),
+                "in_use": size - stats.get("pool_available", 0),
+                "waiting": stats.get("requests_waiting", 0),
+                "errors": stats.get("requests_errors", 0)}
+
     @property
     def pool(self):
         """The connection pool, opened: for a library that takes one (Procrastinate's
