@@ -48,8 +48,8 @@ const AROUND = 1;
 
 /** What the step points at that the graph cannot show, as nodes for the presenter's box:
  *  the source around its line, the diagnostics it names, and a sentence for each target that
- *  this run does not have. `ctx`: {doc, event, lineText(n)}. */
-function presenterShows(step, view, { doc, event, lineText }) {
+ *  this run does not have. `ctx`: {doc, event, lineText(n), variants}. */
+function presenterShows(step, view, { doc, event, lineText, variants }) {
   const out = [];
   const line = view.line;
   if (line && lineText(line)) {
@@ -91,8 +91,10 @@ function presenterShows(step, view, { doc, event, lineText }) {
     }
   }
   if (missing.length) {
+    // where the lesson has variants, the step's text is about one of the others
+    const other = Object.keys(variants || {}).length > 1 ? " (another variant may have it: V switches)" : "";
     out.push(h("ul.presenter-missing", {}, missing.map(([text, kind, name]) =>
-      h("li", { dataset: { kind, name } }, text, " (another variant has it: V switches)."))));
+      h("li", { dataset: { kind, name } }, text, other, "."))));
   }
   return out;
 }

@@ -12,12 +12,13 @@ from app.catalog import load_catalog
 from tests.conftest import SCENARIOS
 
 from .conftest import open_scenario
+from .test_class import room, start_class  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
 # every kind of control the scenario page has, clicked with the mouse: (scenario, what, how to
-# click it, the variant the click leaves on show). The page has no checkbox (only the class
-# bar has one).
+# click it, the variant the click leaves on show). The page's one checkbox is in a teacher's
+# class bar: the last test.
 CLICKED = [
     ("stop_gradient", "variant radio", "label.variant-choice:has(input[value=detach])", "detach"),
     ("stop_gradient", "device select", "#device-select", "requires_grad"),
@@ -82,7 +83,14 @@ def test_keys_work_after_a_click_on_any_control(watched, name, what, selector, v
         page.wait_for_function("() => document.querySelector('#replay-status')"
                                ".dataset.step === ''")
 
-    for round_ in (1, 2):  # P, → …, Esc, and P again: twice, so leaving never strands the teacher
+    walk_and_come_back(watched, steps, variant, what)
+
+
+def walk_and_come_back(watched, steps, variant, what: str) -> None:
+    """P, → through the lesson into the replay (each press a new step, never a new variant),
+    Esc, P again; twice, so that leaving never strands the teacher."""
+    page = watched.page
+    for round_ in (1, 2):
         if page.is_hidden("#presenter"):
             page.keyboard.press("p")
         page.wait_for_selector("#presenter", state="visible")
@@ -109,3 +117,34 @@ def test_keys_work_after_a_click_on_any_control(watched, name, what, selector, v
         assert where(page).startswith("Step"), where(page)
         page.keyboard.press("Escape")
         page.wait_for_selector("#presenter", state="hidden")
+
+
+def test_keys_work_after_a_click_on_the_class_bars_checkbox(room):  # noqa: F811
+    teacher, _relay, _new_student = room
+    page = teacher.page
+    start_class(teacher, "stop_gradient")
+    page.wait_for_selector("#progress", state="hidden")
+    page.click(".class-members summary")
+    page.click("#class-shared")
+    page.wait_for_function("() => document.querySelector('#class-shared').checked")
+    # the bar is drawn again with the class's new state, so the focus may have fallen to the
+    # page by now (it did when this was written): the keys must work either way
+    walk_and_come_back(teacher, load_catalog(SCENARIOS)["stop_gradient"].steps, "requires_grad",
+                       "class checkbox")
+
+
+def test_a_control_reached_by_the_keyboard_and_a_text_field_keep_their_keys(watched):
+    """What the fix must not take away: a radio button the keyboard reached moves among the
+    variants with its arrows, and a text field keeps P."""
+    page = watched.page
+    open_scenario(watched, "stop_gradient")
+    page.focus("#permalink")  # the link to the view: a text field
+    page.keyboard.press("p")
+    page.keyboard.press("ArrowRight")
+    assert page.is_hidden("#presenter")
+    assert page.get_attribute("#replay-status", "data-step") == ""
+    page.focus("input[name=variant][value=requires_grad]")  # as Tab reaches it: no pointer
+    page.keyboard.press("ArrowRight")
+    page.wait_for_url(re.compile(r".*variant=detach.*"))
+    page.wait_for_selector("#progress", state="hidden")
+    assert page.get_attribute("#replay-status", "data-step") == ""
