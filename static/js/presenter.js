@@ -113,6 +113,7 @@ function variantButtons(variants, current, onVariant) {
       dataset: { variant: name }, onclick: () => onVariant(name) }, name))];
 }
 
+const oneColumn = window.matchMedia("(max-width: 900px)");
 // the least the step's text is shrunk to, so that it and what it points at fit the screen
 const LEAST_FIT = 0.7;
 
@@ -120,9 +121,11 @@ const LEAST_FIT = 0.7;
  *  a long step and the bars or heat map below it must be seen together, not scrolled to. */
 export function fitToScreen() {
   const body = document.body;
+  body.style.setProperty("--present-fit", "1");
+  // one column (a phone, a tablet: app.css) scrolls anyway: its text keeps its size
+  if (oneColumn.matches) return;
   const over = () => document.documentElement.scrollHeight > window.innerHeight + 1;
   let fit = 1;
-  body.style.setProperty("--present-fit", "1");
   while (over() && fit > LEAST_FIT) {
     fit = Math.round((fit - 0.05) * 100) / 100;
     body.style.setProperty("--present-fit", String(fit));
