@@ -35,7 +35,7 @@ from .resources import resource_dir
 
 __all__ = ["Scenario", "ScenarioSummary", "Step", "ClassQuestion", "load_catalog",
            "narration_steps", "scenario_args", "without_class_question", "OptionError",
-           "UnknownVariant", "ScenarioError", "RESERVED_QUERY_NAMES"]
+           "UnknownVariant", "ScenarioError", "RESERVED_QUERY_NAMES", "SHOW_KINDS"]
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -46,7 +46,9 @@ RESERVED_QUERY_NAMES = ("variant", "device", "event", "node", "param", "line", "
                         "present", "say", "layout", "depth", "open",
                         # the graph API's own (not in a page's address)
                         "fold", "view", "font")
-SHOW_KINDS = ("param", "node", "line")
+# what a `Show:` line may name: each one presenter mode brings on screen (static/js/presenter.js),
+# so a step never points at something the room cannot see
+SHOW_KINDS = ("param", "node", "line", "diagnostic", "heatmap")
 _SHOW = re.compile(r"^[ \t]*Show:[ \t]*(.*)$", re.MULTILINE)
 
 
@@ -76,8 +78,9 @@ class ScenarioSummary(TypedDict):
 
 class Step(TypedDict):
     """One paragraph of the narration, as presenter mode shows it, and what it points at:
-    `show` items are {"param": NAME}, {"node": OP NAME (the first node of that name)} or
-    {"line": NUMBER or a piece of the line's text}."""
+    `show` items are {"param": NAME}, {"node": OP NAME (the first node of that name)},
+    {"line": NUMBER or a piece of the line's text}, {"diagnostic": CODE} or
+    {"heatmap": NAME (the parameter whose .grad heat map is shown)}."""
     text: str
     show: list[dict]
 
@@ -95,7 +98,10 @@ def narration_steps(text: str, where: str = "the docstring") -> tuple[str, list[
         Show: param middle_linear.weight; line model(x, args.k)
 
     Kinds: `param NAME`, `node OPNAME` (e.g. MseLossBackward0), `line N` or `line TEXT` (the
-    first source line containing TEXT: it survives edits above it)."""
+    first source line containing TEXT: it survives edits above it), `diagnostic CODE` (the
+    run's findings of that code, e.g. no_gradient) and `heatmap NAME` (the parameter NAME and
+    the heat map of its gradient). Presenter mode shows each of them (static/js/presenter.js);
+    any other kind is refused."""
     steps: list[Step] = []
     for para in re.split(r"\n\s*\n", text.strip()):
         show: list[dict] = []

@@ -10,7 +10,7 @@ the indices in one vectorised step; for the index argument, which is not differe
 None. The heat map of the weight's gradient then shows zero columns everywhere except the
 chosen ones, which hold the true gradient. gradcheck compares the backward with finite
 differences and fails, as it should: this backward is deliberately not the true gradient.
-Show: line grad_weight = (grad_output.T @ x) * mask
+Show: heatmap weight; line grad_weight = (grad_output.T @ x) * mask
 
 What to look at: the MaskedLinearBackward node (kind custom) sits where an AddmmBackward0 would
 be, with edges from the weight and the bias only: not from x (it requires no grad) and not from

@@ -16,7 +16,7 @@ in the graph at all, and the diagnostic names the line that read `.data`. In the
 each raw weight has an AccumulateGrad node fed by the dropout's node (on the CPU a MulBackward0:
 dropout multiplies by a random 0/1 mask scaled by 1/(1-p), and saves it); open the raw weight's
 gradient heat map and its zeros are the dropped positions.
-Show: param rnn.weight_hh_l0_raw; line F.dropout(raw_w.data
+Show: heatmap rnn.weight_hh_l0_raw; diagnostic no_gradient; line F.dropout(raw_w.data
 
 By hand: the `by_hand` variant does the same thing to a plain Linear without a wrapper. Delete
 its `weight` and `bias` parameters, assign dropped-out tensors in their place, and the layer's

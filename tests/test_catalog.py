@@ -9,6 +9,7 @@ import pytest
 
 from app.catalog import (
     RESERVED_QUERY_NAMES,
+    SHOW_KINDS,
     OptionError,
     ScenarioError,
     UnknownVariant,
@@ -16,6 +17,7 @@ from app.catalog import (
     parse_scenario,
     scenario_args,
 )
+from tests.conftest import ROOT
 
 
 def test_docstring_and_literals_are_read_without_running(tmp_path):
@@ -78,9 +80,27 @@ def test_show_lines_become_steps_and_leave_the_text(tmp_path):
     assert sc.class_question == {"prompt": "How many?", "choices": ["1", "2"], "answer": 1}
 
 
+def test_a_diagnostic_and_a_heat_map_are_targets_too(tmp_path):
+    path = tmp_path / "scenario.py"
+    path.write_text('"""T\n\nLook.\nShow: heatmap fc.weight; diagnostic no_gradient\n"""\n')
+    assert parse_scenario(path).steps[0]["show"] == [{"heatmap": "fc.weight"},
+                                                     {"diagnostic": "no_gradient"}]
+
+
+def test_every_kind_the_catalogue_takes_is_one_presenter_mode_shows():
+    """The catalogue refuses any other kind (below), so a step never points at what presenter
+    mode cannot bring on screen: each kind is read by presenter.js's stepView or presenterShows
+    (tests/browser/test_presenter_targets.py checks that they are on a projector's screen)."""
+    js = (ROOT / "static" / "js" / "presenter.js").read_text(encoding="utf-8")
+    for kind in SHOW_KINDS:
+        assert re.search(rf"item\.{kind}\b", js), f"presenter.js never shows `Show: {kind}`"
+
+
 @pytest.mark.parametrize("source", [
     '"""T\n\nText.\nShow: colour red\n"""\n',
     '"""T\n\nText.\nShow: param\n"""\n',
+    '"""T\n\nText.\nShow: heatmap\n"""\n',
+    '"""T\n\nText.\nShow: figure 1\n"""\n',
     '"""T"""\nCLASS_QUESTION = {"prompt": "p", "choices": ["only"], "answer": 0}\n',
     '"""T"""\nCLASS_QUESTION = {"prompt": "p", "choices": ["a", "b"], "answer": 2}\n',
 ])

@@ -19,7 +19,7 @@ import { paramList } from "./params.js";
 import { readUrl, viewUrl, writeUrl } from "./permalink.js";
 import { onApply, setShown } from "./view_state.js";
 import { Progress } from "./progress.js";
-import { renderPresenter, stepView } from "./presenter.js";
+import { fitToScreen, installPresenterKeys, nextVariant, renderPresenter, stepView } from "./presenter.js";
 import { renderReplayStatus, replayState } from "./replay.js";
 import { SourceView } from "./source.js";
 import { explain, renderEventNotice, runReport, setStatus } from "./status.js";
@@ -70,12 +70,20 @@ const source = new SourceView($("source"), { onLine: selectLine });
 const controls = subject.fixed ? null : new Controls($("controls"), subject, {
   // a new run keeps the chosen parameter (its bars in the other variant are the scenario), but
   // node ids belong to one graph, so node, line, step and event start afresh
-  onChange: (next) => {
-    run = next;
-    view = { ...view, step: null, cell: null, event: null, node: null, line: null };
-    loadRun(true);
-  },
+  onChange: changeRun,
 });
+
+function changeRun(next) {
+  run = next;
+  view = { ...view, step: null, cell: null, event: null, node: null, line: null };
+  // presenter mode stays on the step it was at, with that step's highlights in the new run
+  loadRun(true).then(() => { if (view.present && view.say && doc && !pending) say(view.say); });
+}
+
+/** Another variant, from presenter mode (its buttons, V); the form shows it too (loadRun). */
+function changeVariant(name) {
+  if (name && name !== run.variant) changeRun({ ...run, variant: name });
+}
 
 // ---- state changes ------------------------------------------------------------------------
 
@@ -552,7 +560,10 @@ function render() {
   renderEventNotice($("event-notice"), ev, { onLine: selectLine });
   renderPanel(ev, node, diagnostics, replay);
   renderReplayStatus($("replay-status"), ev, replay, new Map((shown ? shown.graph.nodes : []).map((n) => [n.id, n])));
-  renderPresenter($("presenter"), steps, view, replay && { step: view.step, total: shown ? shown.order.length : 0 });
+  renderPresenter($("presenter"), steps, view, replay && { step: view.step, total: shown ? shown.order.length : 0 }, {
+    doc, event: ev, lineText: (n) => source.text(n),
+    variants: subject.fixed ? null : page.scenario.variants, variant: run.variant, onVariant: changeVariant,
+  });
   $("present-toggle").setAttribute("aria-pressed", view.present ? "true" : "false");
   renderSheet();
   // a new drawing, presenter mode on or off, another step: the graph opens on what matters
@@ -680,22 +691,16 @@ function pickDiagnostic(d) {
 
 // ---- keyboard and buttons -----------------------------------------------------------------
 
-// presenter mode takes the arrows and Esc before the page's own keys (keys.js)
-window.addEventListener("keydown", (e) => {
-  if (e.altKey || e.ctrlKey || e.metaKey || e.target.closest("input, select, textarea, [contenteditable]")) return;
-  if ((e.key === "p" || e.key === "P") && shown) {
-    e.preventDefault();
-    present(!view.present);
-    return;
-  }
-  if (!view.present || !shown) return;
-  const action = { ArrowRight: () => presentKey(true), ArrowLeft: () => presentKey(false),
-    Escape: () => present(false) }[e.key];
-  if (!action) return;
-  e.preventDefault();
-  e.stopImmediatePropagation();
-  action();
-}, true);
+// presenter mode takes P, the arrows, Esc and V before the page's own keys (keys.js)
+installPresenterKeys({
+  ready: () => Boolean(shown),
+  presenting: () => Boolean(view.present),
+  toggle: () => present(!view.present),
+  forward: () => presentKey(true),
+  back: () => presentKey(false),
+  leave: () => present(false),
+  variant: (by) => { if (!subject.fixed) changeVariant(nextVariant(page.scenario.variants, run.variant, by)); },
+});
 
 installKeys({
   replaying: () => view.step !== null,
@@ -750,7 +755,9 @@ window.addEventListener("resize", () => {
   resizeTimer = setTimeout(() => {
     renderSheet();
     graph.resized();
-    // a projector's window that went full screen: the step's view again, at the new size
+    // a projector's window that went full screen: the step's text fitted and its view again,
+    // at the new size
+    if (view.present) fitToScreen();
     if (view.present && shown) openingView();
   }, 150);
 });

@@ -135,9 +135,10 @@ SEED_SCENARIOS = ("reused_layer", "weight_dropout", "stop_gradient", "masked_gra
 
 @pytest.mark.parametrize("name", SEED_SCENARIOS)
 def test_presenter_steps_point_at_what_the_scenario_records(traced, name):
-    """Each seed scenario's `Show:` lines name a parameter the run has, a node some backward graph
-    of the default variant contains, and a source line that exists: presenter mode highlights
-    them, so a renamed layer or an edited line must fail here, not silently on the projector."""
+    """Each seed scenario's `Show:` lines name a parameter the run has (for its heat map too), a
+    node some backward graph of the default variant contains, a finding it reports, and a source
+    line that exists: presenter mode highlights them, so a renamed layer or an edited line must
+    fail here, not silently on the projector."""
     scenario = CATALOG[name]
     shows = [item for step in scenario.steps for item in step["show"]]
     assert shows, f"{name} points presenter mode at nothing"
@@ -146,9 +147,12 @@ def test_presenter_steps_point_at_what_the_scenario_records(traced, name):
     source = scenario.path.read_text(encoding="utf-8")
     lines = source.splitlines()
     docstring_end = ast.parse(source).body[0].end_lineno
+    codes = {d["code"] for d in doc["diagnostics"]}
     for item in shows:
-        if "param" in item:
-            assert item["param"] in doc["params"], item
+        if "param" in item or "heatmap" in item:
+            assert item.get("param", item.get("heatmap")) in doc["params"], item
+        elif "diagnostic" in item:
+            assert item["diagnostic"] in codes, (item, sorted(codes))
         elif "node" in item:
             assert item["node"] in names, (item, sorted(names))
         elif isinstance(item["line"], int):
