@@ -233,7 +233,8 @@ export class GraphView {
     requestAnimationFrame(() => this.revealNow(id));
   }
 
-  revealNow(id) {
+  /** `margin`: px the node must be clear of the area's edges (a focus ring is drawn around it). */
+  revealNow(id, margin = 0) {
     const box = this.contentBox(id);
     if (!box || !this.panZoom) return;
     // where the node is on screen, from the library's own state (the drawn transform may lag)
@@ -246,8 +247,8 @@ export class GraphView {
     const top = Math.max(area.top, 0);
     const bottom = Math.min(area.bottom, window.innerHeight, this.coveredFrom());
     const view = { left: area.left, right: area.right, top, bottom: Math.max(bottom, top + 40) };
-    const inside = node.left >= view.left && node.right <= view.right &&
-      node.top >= view.top && node.bottom <= view.bottom;
+    const inside = node.left >= view.left + margin && node.right <= view.right - margin &&
+      node.top >= view.top + margin && node.bottom <= view.bottom - margin;
     if (inside) return;
     this.panZoom.panBy({
       x: (view.left + view.right) / 2 - (node.left + node.right) / 2,

@@ -16,6 +16,8 @@ const TOWARDS = { ArrowUp: "out", ArrowDown: "in" };
 const ASIDE = { ArrowLeft: -1, ArrowRight: 1 };
 // where the `F` key takes focus: the first of these shown on the page
 const FINDINGS = ["#diagnostics h2"];
+// px a focused node is kept clear of the graph area's edges: its ring is seen whole
+const RING_ROOM = 16;
 
 export class GraphWalk {
   /** `view`: the GraphView whose drawing is walked (its nodes, svg, revealNow, contentBox). */
@@ -149,11 +151,14 @@ export class GraphWalk {
     if (this.moved !== g.id) this.from = null; // come by Tab or a click: no walk to go back on
     this.moved = null;
     this.setStop(g.id);
-    // a Tab's focus may have scrolled the clipped box: the drawing is placed by the pan only
+    // a Tab's focus scrolls the clipped box, and the page, to a node drawn outside the view:
+    // the drawing is placed by the pan only, and the page shows the whole graph area (it is
+    // sized to fit the screen: graph.js fitHeight), then the pan brings the node into it
     this.view.container.scrollTop = 0;
     this.view.container.scrollLeft = 0;
+    this.view.container.scrollIntoView({ block: "nearest", inline: "nearest" });
     this.drawRing(g);
-    this.view.revealNow(g.id);
+    this.view.revealNow(g.id, RING_ROOM);
   }
 
   left(e) {
