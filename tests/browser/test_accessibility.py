@@ -48,8 +48,9 @@ def assert_clean(*audits: tuple[str, list[dict]]) -> None:
     """Every page audited, then one assertion: a failure lists each page's violations."""
     found = [(what, serious(violations)) for what, violations in audits]
     counts = ", ".join(f"{what}: {len(bad)}" for what, bad in found)
-    assert not any(bad for _, bad in found), f"serious or critical violations by page ({counts}):\n" + \
-        "\n".join(f"-- {what}:\n{said(bad)}" for what, bad in found if bad)
+    listed = "\n".join(f"-- {what}:\n{said(bad)}" for what, bad in found if bad)
+    assert not any(bad for _, bad in found), (
+        f"serious or critical violations by page ({counts}):\n{listed}")
 
 
 def test_index_has_no_serious_violation(audited):
@@ -66,7 +67,8 @@ def test_scenario_page_has_no_serious_violation(audited):
     # a parameter picked: its bars and heat maps in the details panel
     w.page.click("#params-body button >> nth=0")
     w.page.wait_for_selector("#details .param-view")
-    assert_clean(("a scenario page", first), ("a scenario page with a parameter picked", audit(w.page)))
+    assert_clean(("a scenario page", first),
+                 ("a scenario page with a parameter picked", audit(w.page)))
 
 
 def test_own_code_page_and_a_run_with_findings_have_no_serious_violation(audited):
