@@ -37,6 +37,7 @@ export class GraphWalk {
   drawn(svg) {
     this.out.clear();
     this.in.clear();
+    this.stop = null;
     this.from = null;
     this.moved = null;
     this.ring = null;
