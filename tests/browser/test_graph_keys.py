@@ -248,3 +248,24 @@ def test_f_without_findings_says_so_and_leaves_focus(watched):
     page.keyboard.press("f")
     assert focused(page) == node
     assert page.text_content("#keys-said") == "This run has no findings to show."
+
+
+def test_in_presenter_mode_the_arrows_aside_still_step_the_lesson(watched):
+    """Presenter mode keeps ← and → whatever has focus (trace_page.js); ↑ and ↓ still walk."""
+    page = watched.page
+    open_scenario(watched, "reused_layer", "k=3")
+    _, _, takes = edges_of(api_trace(watched, "reused_layer", "k=3"))
+    page.keyboard.press("p")
+    page.wait_for_selector("#presenter", state="visible")
+    # the presenter's drawing, in its larger type (3x the 14-unit labels), is the one walked
+    page.wait_for_function("() => (document.querySelector('#graph svg g.node text') || {})"
+                           ".getAttribute?.('font-size') === '42.00'")
+    node, _ = tab_into_graph(page)
+    below = press(page, "ArrowDown")
+    assert below in takes[node]
+    assert_in_view(page, below)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=2')")
+    assert "Step 2 of" in page.text_content(".presenter-where")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#presenter", state="hidden")
