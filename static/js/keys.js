@@ -1,5 +1,6 @@
 // The page's keyboard: ← → step the replay (Home/End while replaying), Esc clears, + − 0 zoom.
-// Keys typed into a form control stay with it (← → move between variant buttons there).
+// Keys typed into a form control stay with it (← → move between variant buttons there), and
+// the arrows pressed on a node of the graph walk the graph (graph_keys.js) instead.
 
 export function installKeys({ replaying, step, toStep, toEnd, clear, zoomIn, zoomOut, fit, ready }) {
   document.addEventListener("keydown", (e) => {
