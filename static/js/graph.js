@@ -4,6 +4,7 @@
 // Highlights are CSS classes only; how they look (thickness, dashes, not just hue) is in app.css.
 
 import { s } from "./dom.js";
+import { GraphWalk } from "./graph_keys.js";
 import { lineLabel } from "./lines.js";
 import { touchGestures } from "./touch.js";
 
@@ -41,6 +42,7 @@ export class GraphView {
     container.addEventListener("pointerdown", (e) => { this.down = [e.clientX, e.clientY]; }, true);
     container.addEventListener("click", (e) => this.click(e));
     container.addEventListener("keydown", (e) => this.key(e));
+    this.walk = new GraphWalk(this); // arrow keys along the edges, one Tab stop (graph_keys.js)
   }
 
   /** Size the drawing area to the rest of the first screen, so the page opens with the whole
@@ -78,7 +80,6 @@ export class GraphView {
       const g = svg.getElementById(node.id);
       if (!g) continue;
       this.nodes.set(node.id, g);
-      g.setAttribute("tabindex", "0");
       g.setAttribute("role", "button");
       g.setAttribute("aria-label", describe(node));
       g.querySelector("title")?.remove(); // the <a xlink:title> tooltip says more
@@ -103,6 +104,7 @@ export class GraphView {
       this.notHuge();
       this.readable();
     }
+    this.walk.drawn(svg);
   }
 
   /** A tall graph fitted whole has unreadable labels on a projector: then zoom in to READABLE
@@ -146,6 +148,7 @@ export class GraphView {
   /** An empty graph area with a sentence saying why. */
   clear(message) {
     this.destroy();
+    this.walk.cleared();
     this.container.replaceChildren();
     if (message) {
       const p = document.createElement("p");
@@ -205,6 +208,7 @@ export class GraphView {
       }
       g.querySelectorAll(".use-badge").forEach((b) => b.remove());
     }
+    this.walk.follow(selected);
     for (const [id, number] of contrib) {
       const g = this.nodes.get(id);
       if (!g) continue;
@@ -229,7 +233,8 @@ export class GraphView {
     requestAnimationFrame(() => this.revealNow(id));
   }
 
-  revealNow(id) {
+  /** `margin`: px the node must be clear of the area's edges (a focus ring is drawn around it). */
+  revealNow(id, margin = 0) {
     const box = this.contentBox(id);
     if (!box || !this.panZoom) return;
     // where the node is on screen, from the library's own state (the drawn transform may lag)
@@ -242,8 +247,8 @@ export class GraphView {
     const top = Math.max(area.top, 0);
     const bottom = Math.min(area.bottom, window.innerHeight, this.coveredFrom());
     const view = { left: area.left, right: area.right, top, bottom: Math.max(bottom, top + 40) };
-    const inside = node.left >= view.left && node.right <= view.right &&
-      node.top >= view.top && node.bottom <= view.bottom;
+    const inside = node.left >= view.left + margin && node.right <= view.right - margin &&
+      node.top >= view.top + margin && node.bottom <= view.bottom - margin;
     if (inside) return;
     this.panZoom.panBy({
       x: (view.left + view.right) / 2 - (node.left + node.right) / 2,
@@ -363,6 +368,7 @@ export class GraphView {
   }
 
   key(e) {
+    if (this.walk.key(e)) return;
     const g = e.target.closest && e.target.closest("g.node");
     if (g && (e.key === "Enter" || e.key === " ")) {
       e.preventDefault();

@@ -41,6 +41,8 @@ export function keepsKeys(el, key) {
   // reached by the keyboard: arrows choose among radios and in a select, letters in a select
   return control.tagName === "SELECT" || /^(Arrow|Home$|End$)/.test(key);
 }
+//
+// The arrows pressed on a node of the graph walk the graph (graph_keys.js) instead.
 
 export function installKeys({ replaying, step, toStep, toEnd, clear, zoomIn, zoomOut, fit, ready }) {
   watchPointer();

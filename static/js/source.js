@@ -32,16 +32,19 @@ export class SourceView {
       li.classList.remove("has-nodes", "error-line", "cause-line");
       li.querySelectorAll(".line-tag").forEach((t) => t.remove());
       const count = counts.get(n);
+      // the line's code is the button, not the <li>: a list holds list items only, and the
+      // button's name begins with what it shows (the code), then what it does
+      const code = li.querySelector("code");
       if (count) {
         li.classList.add("has-nodes");
-        li.tabIndex = 0;
-        li.setAttribute("role", "button");
-        li.setAttribute("aria-label", `${lineLabel(n)}: made ${count} node${count > 1 ? "s" : ""}`);
+        code.tabIndex = 0;
+        code.setAttribute("role", "button");
+        code.setAttribute("aria-label", `${code.textContent.trim()} (${lineLabel(n)}: made ${count} node${count > 1 ? "s" : ""})`);
         li.title = `${lineLabel(n)} made ${count} node${count > 1 ? "s" : ""} of this graph: click to see them`;
       } else {
-        li.removeAttribute("tabindex");
-        li.removeAttribute("role");
-        li.removeAttribute("aria-label");
+        code.removeAttribute("tabindex");
+        code.removeAttribute("role");
+        code.removeAttribute("aria-label");
         li.removeAttribute("title");
       }
     }

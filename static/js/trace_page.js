@@ -12,6 +12,7 @@ import { fill, h, fmt } from "./dom.js";
 import { renderFlow } from "./flow.js";
 import { GraphView } from "./graph.js";
 import { installKeys } from "./keys.js";
+import { installFindingsKey } from "./graph_keys.js";
 import { lineLabel, setScript } from "./lines.js";
 import { paramView } from "./accumulation.js";
 import { lineView, nodeView } from "./panel.js";
@@ -635,7 +636,7 @@ function renderPanel(ev, node, diagnostics, replay) {
     fill(body, h("p.hint", {}, ev.kind === "step" ?
       `Optimizer step #${ev.index} (${ev.optimizer}): pick a parameter below to see its weights before and after.` :
       "Click a node in the graph, a parameter below, or a highlighted source line."),
-    h("p.hint", {}, "Keys: ← → replay the backward pass · Esc clears · + − 0 zoom."),
+    h("p.hint", {}, "Keys: ← → replay the backward pass · Tab into the graph, then ↑ ↓ ← → walk its nodes · F: what to notice · Esc clears · + − 0 zoom."),
     h("p.run-facts", {}, `torch ${doc.torch || "?"} · device ${doc.device}` +
       (doc.elapsed ? ` · run took ${fmt(doc.elapsed, 2)} s` : "")));
   }
@@ -713,6 +714,7 @@ installKeys({
   fit: () => graph.fit(),
   ready: () => Boolean(shown),
 });
+installFindingsKey();
 
 $("replay-first").addEventListener("click", () => setStep(0));
 $("replay-prev").addEventListener("click", () => setStep(view.step === null ? 0 : view.step - 1));

@@ -54,9 +54,12 @@ export function waterfall(rows, { onHover = () => {}, onPick = () => {}, scale =
     const x0 = Math.min(x(a), x(b));
     const w = Math.max(Math.abs(x(b) - x(a)), 1.5);
     const cls = `acc-bar ${entry.kind}${entry.value < 0 ? " negative" : ""}`;
+    const shown = entry.kind === "total" ? fmt(entry.value, 5) : signed(entry.value, 5);
+    // its name says what is drawn, words and value as seen (a button named otherwise is not
+    // the one a speech-input user asks for by what they read)
     const g = s("g", { class: cls, tabindex: entry.node ? 0 : null, role: entry.node ? "button" : null,
       dataset: { value: String(entry.value), node: entry.node || "", kind: entry.kind },
-      "aria-label": `${entry.label}: ${signed(entry.value, 6)}` });
+      "aria-label": `${entry.label}: ${shown}` });
     // the lines first: the label (with its white halo, app.css) is drawn over them
     if (i > 0 && entry.kind !== "total") {
       // dashed connector: this bar starts where the previous one ended
@@ -71,7 +74,7 @@ export function waterfall(rows, { onHover = () => {}, onPick = () => {}, scale =
       s("text", { class: "acc-label", x: LEFT, y: top + 15 * k, text: entry.label }),
       s("rect", { x: x0, y: top + 21 * k, width: w, height: 20 * k, rx: 2 }),
       s("text", { class: "acc-value", x: entry.value < 0 ? x0 - 4 * k : x0 + w + 4 * k, y: top + 31 * k,
-        "text-anchor": entry.value < 0 ? "end" : "start", "dominant-baseline": "middle", text: entry.kind === "total" ? fmt(entry.value, 5) : signed(entry.value, 5) }),
+        "text-anchor": entry.value < 0 ? "end" : "start", "dominant-baseline": "middle", text: shown }),
     );
     if (entry.node) {
       g.addEventListener("mouseenter", () => onHover(entry.node));

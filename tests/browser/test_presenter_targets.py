@@ -19,7 +19,8 @@ pytestmark = pytest.mark.browser
 CATALOG = load_catalog(SCENARIOS)
 # every scenario whose steps point at something, as it opens; and weight_dropout's `fixed`
 # variant, the one whose raw weight has the gradient (and so the heat map) its step names
-SCENARIOS_SHOWN = [(name, "") for name, s in CATALOG.items() if any(step["show"] for step in s.steps)]
+SCENARIOS_SHOWN = [(name, "") for name, s in CATALOG.items()
+                   if any(step["show"] for step in s.steps)]
 SCENARIOS_SHOWN.append(("weight_dropout", "variant=fixed"))
 PROJECTORS = [(1920, 1080), (1280, 720)]
 
