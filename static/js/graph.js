@@ -208,6 +208,7 @@ export class GraphView {
       }
       g.querySelectorAll(".use-badge").forEach((b) => b.remove());
     }
+    this.svg?.querySelectorAll(".use-badge").forEach((b) => b.remove());
     this.walk.follow(selected);
     for (const [id, number] of contrib) {
       const g = this.nodes.get(id);
@@ -215,7 +216,11 @@ export class GraphView {
       const box = shapeBox(g);
       // on the node's top left corner, clear of its label
       const k = this.unit / BASE_UNIT;
-      g.append(badge(box.x - 7 * k, box.y + 2 * k, String(number), "badge use-badge", k));
+      // beside the node, not inside it: a number in the node would be part of its name on
+      // screen but not of the name it is read by (axe: label-content-name-mismatch)
+      const mark = badge(box.x - 7 * k, box.y + 2 * k, String(number), "badge use-badge", k);
+      mark.dataset.node = id;
+      g.after(mark);
     }
     for (const [id, { g }] of this.edges) {
       g.classList.remove(...STATE_CLASSES);

@@ -64,8 +64,8 @@ export class GraphWalk {
     this.setStop(output && this.view.nodes.has(output.id) ? output.id : this.view.nodes.keys().next().value);
     // the container is no Tab stop of its own while there are nodes to go to
     this.view.container.tabIndex = this.stop ? -1 : 0;
-    svg.setAttribute("aria-label", `${svg.getAttribute("aria-label")}. Arrow keys walk it: up towards ` +
-      "the output, down towards the inputs, left and right among siblings");
+    svg.setAttribute("aria-label", `${svg.getAttribute("aria-label")}. Arrow keys walk it: down towards ` +
+      "the output, up towards the inputs, left and right among siblings");
   }
 
   /** The drawing is gone. */

@@ -1,6 +1,7 @@
 // The details panel for one graph node: what it is, where it came from, what it saved for
 // backward, the gradients that flowed through it, and for a custom Function its backward code.
 
+import { nonLeafNote, opNote } from "./op_notes.js";
 import { h, fmt, shapeText, richText } from "./dom.js";
 import { lineLabel } from "./lines.js";
 
@@ -15,6 +16,12 @@ export function nodeView(event, node, hooks) {
     h("h3.op-name", {}, node.name),
     h("p.meta", {}, h(`span.kind-chip.kind-${node.kind}`, {}, kind.label), ` · id ${node.id}`),
   );
+  // what its backward does, where op_notes.js knows it; a named non-leaf keeps no .grad
+  const note = opNote(node);
+  if (note) body.append(h("p.op-note", {}, note));
+  if (node.kind === "op" && node.label && node.label !== node.name) {
+    body.append(h("p.op-note", {}, ...richText(nonLeafNote(`\`${node.label}\``))));
+  }
   const facts = [];
   if (node.label && node.label !== node.name) facts.push(["tensor", h("code", {}, node.label)]);
   if (node.param) facts.push(["parameter", h("code", {}, node.param)]);
@@ -55,7 +62,8 @@ export function nodeView(event, node, hooks) {
         h("td", {}, t.value !== undefined ? t.value :
           [shapeText(t.shape), t.dtype, t.device].filter(Boolean).join(" "),
         t.param ? [" · shares memory with ", h("code", {}, t.param)] : "",
-        t.freed ? " · freed after backward" : ""))))));
+        t.freed ? " · freed after backward" : "",
+        t.modified ? " · changed in place after it was saved: this backward cannot use it" : ""))))));
   }
   if (node.gradcheck) {
     const ok = node.gradcheck.passed;

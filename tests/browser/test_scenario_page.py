@@ -69,7 +69,8 @@ def test_parameter_bars_sum_to_grad(watched):
     contrib = [c["node"] for c in event["contributions"]["middle_linear.weight"]]
     assert [bars.nth(i).get_attribute("data-node") for i in range(3)] == contrib
     for i, node_id in enumerate(contrib, start=1):
-        assert page.locator(f"#graph g.node#{node_id} .use-badge text").text_content() == str(i)
+        badge = page.locator(f"#graph .use-badge[data-node={node_id}] text")
+        assert badge.text_content() == str(i)
     assert page.locator("#details .heatmap canvas").count() == 4  # .grad and each use
     watched.shot("bars")
     # one entry: click the top-left cell of the .grad heat map; the bars follow that entry

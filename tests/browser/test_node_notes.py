@@ -1,0 +1,40 @@
+"""A node's panel says in one line what its backward does (static/js/op_notes.js; each
+sentence is checked against PyTorch in tests/trace/test_op_notes.py): a relu's, on a real
+run's page; an operation with no sentence gets none."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.trace.test_op_notes import notes
+
+pytestmark = pytest.mark.browser
+
+SCRIPT = """\
+import torch
+
+w = torch.randn(3, requires_grad=True)
+loss = torch.relu(w * 2).sum()
+loss.backward()
+"""
+
+
+def test_a_nodes_panel_says_what_its_backward_does(watched):
+    page = watched.page
+    run = httpx.post(watched.base + "/api/runs", json={"source": SCRIPT}, timeout=120).json()
+    nodes = {n["name"]: n["id"] for n in run["events"][0]["graph"]["nodes"]}
+    page.goto(watched.base + run["run"]["link"])
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#progress", state="hidden")
+    said = notes()
+    page.click(f"#graph svg g.node#{nodes['ReluBackward0']}")
+    page.wait_for_function("(id) => document.querySelector('.node-view')?.dataset.node === id",
+                           arg=nodes["ReluBackward0"])
+    assert page.text_content("#details-body .op-note") == said["ReluBackward0"]
+    # a node with no sentence gets none, rather than a guess
+    page.click(f"#graph svg g.node#{nodes['MulBackward0']}")
+    page.wait_for_function("(id) => document.querySelector('.node-view')?.dataset.node === id",
+                           arg=nodes["MulBackward0"])
+    assert page.locator("#details-body .op-note").count() == 0
+    watched.shot("relu-note", full_page=False)

@@ -1,0 +1,159 @@
+"""The one-line notes on what a node's backward does (static/js/op_notes.js), each checked
+against PyTorch: the node is made with torch, its backward's name is the note's key, and what
+the sentence says (ties shared or not, the gradient at exactly 0, repeats summed) is what
+torch does. A note without a check here fails the test."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+NOTES = Path(__file__).resolve().parents[2] / "static" / "js" / "op_notes.js"
+
+
+def notes() -> dict[str, str]:
+    text = NOTES.read_text()
+    block = text[text.index("export const OP_NOTES = {"):text.index("};")]
+    return dict(re.findall(r'^\s+(\w+): "(.*)",$', block, re.M))
+
+
+def leaf(*values: float) -> torch.Tensor:
+    return torch.tensor(values, requires_grad=True)
+
+
+def grad_of(y: torch.Tensor, x: torch.Tensor, weights=None) -> list[float]:
+    (y * (torch.ones_like(y) if weights is None else torch.tensor(weights))).sum().backward()
+    return x.grad.tolist()
+
+
+def node(y: torch.Tensor) -> str:
+    return type(y.grad_fn).__name__
+
+
+def relu():
+    x = leaf(-1.0, 0.0, 2.0)
+    y = torch.relu(x)
+    return node(y), grad_of(y, x) == [0.0, 0.0, 1.0]  # 0 at exactly 0
+
+
+def clamp():
+    x = leaf(-1.0, 0.0, 1.0, 2.0)
+    y = x.clamp(min=0, max=1)
+    return node(y), grad_of(y, x) == [0.0, 1.0, 1.0, 0.0]  # both bounds pass it, clipped get 0
+
+
+def abs_():
+    x = leaf(-1.0, 0.0, 2.0)
+    y = x.abs()
+    return node(y), grad_of(y, x) == [-1.0, 0.0, 1.0]
+
+
+def max_all():
+    x = leaf(1.0, 3.0, 3.0)
+    y = x.max()
+    return node(y), grad_of(y, x) == [0.0, 0.5, 0.5]  # ties share equally
+
+
+def min_all():
+    x = leaf(1.0, 1.0, 3.0)
+    y = x.min()
+    return node(y), grad_of(y, x) == [0.5, 0.5, 0.0]
+
+
+def amax():
+    x = leaf(1.0, 3.0, 3.0)
+    y = x.amax()
+    return node(y), grad_of(y, x) == [0.0, 0.5, 0.5]
+
+
+def amin():
+    x = leaf(1.0, 1.0, 3.0)
+    y = x.amin()
+    return node(y), grad_of(y, x) == [0.5, 0.5, 0.0]
+
+
+def max_dim():
+    x = torch.tensor([[1.0, 3.0, 3.0]], requires_grad=True)
+    values, index = x.max(dim=1)
+    expected = [[1.0 if i == int(index) else 0.0 for i in range(3)]]
+    return node(values), grad_of(values, x) == expected  # only the returned tie
+
+
+def min_dim():
+    x = torch.tensor([[1.0, 1.0, 3.0]], requires_grad=True)
+    values, index = x.min(dim=1)
+    expected = [[1.0 if i == int(index) else 0.0 for i in range(3)]]
+    return node(values), grad_of(values, x) == expected
+
+
+def where():
+    a, b = leaf(1.0, 2.0), leaf(3.0, 4.0)
+    condition = torch.tensor([True, False])
+    y = torch.where(condition, a, b)
+    y.sum().backward()
+    return node(y), a.grad.tolist() == [1.0, 0.0] and b.grad.tolist() == [0.0, 1.0] \
+        and not condition.requires_grad
+
+
+def index():
+    x = leaf(1.0, 2.0, 3.0)
+    y = x[torch.tensor([0, 0, 2])]
+    return node(y), grad_of(y, x) == [2.0, 0.0, 1.0]  # read twice: the sum
+
+
+def gather():
+    x = leaf(1.0, 2.0, 3.0)
+    y = torch.gather(x, 0, torch.tensor([1, 1]))
+    return node(y), grad_of(y, x) == [0.0, 2.0, 0.0]
+
+
+def sort():
+    x = leaf(3.0, 1.0, 2.0)
+    y = x.sort().values
+    return node(y), grad_of(y, x, [10.0, 20.0, 30.0]) == [30.0, 10.0, 20.0]
+
+
+def topk():
+    x = leaf(3.0, 1.0, 2.0)
+    y = x.topk(2).values
+    return node(y), grad_of(y, x, [10.0, 20.0]) == [10.0, 0.0, 20.0]
+
+
+def accumulate():
+    w = leaf(1.0, 2.0)
+    y = w * 3
+    accumulate_grad = y.grad_fn.next_functions[0][0]
+    (w * 3).sum().backward()  # .grad was None: set
+    first = w.grad.tolist()
+    y.sum().backward()  # then added to
+    return type(accumulate_grad).__name__, first == [3.0, 3.0] and w.grad.tolist() == [6.0, 6.0]
+
+
+CHECKS = {"ReluBackward0": relu, "ClampBackward1": clamp, "AbsBackward0": abs_,
+          "MaxBackward1": max_all, "MinBackward1": min_all, "AmaxBackward0": amax,
+          "AminBackward0": amin, "MaxBackward0": max_dim, "MinBackward0": min_dim,
+          "WhereBackward0": where, "IndexBackward0": index, "GatherBackward0": gather,
+          "SortBackward0": sort, "TopkBackward0": topk, "AccumulateGrad": accumulate}
+
+
+def test_every_note_has_its_check_against_pytorch():
+    assert set(notes()) == set(CHECKS)
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_the_note_says_what_pytorch_does(name):
+    made, holds = CHECKS[name]()
+    assert made == name, f"torch names this node {made}, not {name}"
+    assert holds, notes()[name]
+
+
+def test_a_named_non_leaf_keeps_no_grad_unless_retained():
+    w = leaf(1.0, 2.0)
+    h = w * 2
+    kept = w * 2
+    kept.retain_grad()
+    ((h * h).sum() + (kept * kept).sum()).backward()
+    assert not h.is_leaf and h.grad is None and kept.grad is not None
