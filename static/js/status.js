@@ -102,15 +102,34 @@ function fixTried(fix) {
 export function renderEventNotice(box, ev, { onLine }) {
   const err = ev && ev.error;
   const check = ev && ev.gradcheck;
-  box.hidden = !err && !check;
+  const roots = ev && ev.kind === "backward" && !err ? rootsNote(ev, onLine) : null;
+  box.hidden = !err && !check && !roots;
   if (box.hidden) return;
-  const level = err ? "error" : check.passed ? "info" : "warning";
+  const level = err ? "error" : check ? (check.passed ? "info" : "warning") : "info";
   box.className = `notice notice-${level} event-notice`;
   box.setAttribute("role", level === "info" ? "status" : "alert");
+  if (roots && !check) {
+    fill(box, roots);
+    return;
+  }
   fill(box, check ? gradcheckParts(check, onLine) : "", check && err ? h("br") : "",
     err ? [h("strong", {}, `${ev.kind} #${ev.index} failed with ${err.type}`),
       ev.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(ev.line) }, lineLabel(ev.line))] : "",
       ": ", ...richText(err.message, onLine)] : "");
+}
+
+/** A backward started from several roots at once (`torch.autograd.backward([l1, l2])`): one
+ *  walk of the graph in which what reaches each leaf is the sum over the roots, so `.grad` ends
+ *  as one backward() per root would leave it (tests/trace/test_roots_and_calls.py checks that
+ *  against PyTorch). Not for autograd.grad, which leaves `.grad` alone. */
+function rootsNote(ev, onLine) {
+  const roots = ev.graph.nodes.filter((n) => n.kind === "output").length;
+  if (roots < 2 || ev.gradcheck || ev.call === "torch.autograd.grad") return null;
+  return [h("strong", {}, `One pass from ${roots} roots`),
+    ev.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(ev.line) }, lineLabel(ev.line))] : "",
+    `: the engine walks the graph once, and what reaches each leaf is the sum over the ${roots} roots, so `,
+    h("code", {}, ".grad"), " ends as one backward() per root would leave it (to rounding), in one pass instead of " +
+    `${roots}.`];
 }
 
 // 1e-06 as "1e-6", not "0.000001"; 0.001 as it is

@@ -38,3 +38,31 @@ def test_a_nodes_panel_says_what_its_backward_does(watched):
                            arg=nodes["MulBackward0"])
     assert page.locator("#details-body .op-note").count() == 0
     watched.shot("relu-note", full_page=False)
+
+
+TWO_ROOTS = """\
+import torch
+
+w = torch.ones(2, requires_grad=True)
+shared = torch.tanh(w)
+torch.autograd.backward([(shared * 2).sum(), (shared * shared).sum()])
+"""
+
+
+def test_a_pass_from_two_roots_says_it_is_one_pass(watched):
+    """The event notice over the graph (status.js rootsNote; its claim is checked against
+    PyTorch in tests/trace/test_roots_and_calls.py)."""
+    page = watched.page
+    run = httpx.post(watched.base + "/api/runs", json={"source": TWO_ROOTS}, timeout=120).json()
+    assert [e["kind"] for e in run["events"]] == ["backward"]
+    page.goto(watched.base + run["run"]["link"])
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#event-notice", state="visible")
+    text = page.text_content("#event-notice")
+    assert text.startswith("One pass from 2 roots at line 5") and "one backward() per root" in text
+    # a pass from one root says nothing of the kind
+    single = httpx.post(watched.base + "/api/runs", json={"source": SCRIPT}, timeout=120).json()
+    page.goto(watched.base + single["run"]["link"])
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#progress", state="hidden")
+    assert page.is_hidden("#event-notice")

@@ -309,3 +309,38 @@ def test_the_seed_gradient_of_a_backward_is_recorded(trace_source):
     assert first["grads"]["w"]["after"]["values"] == [2.0, 0.0, 20.0]
     assert second["seed"][0]["values"] == 0.5
     assert "seed" not in third  # autograd's implicit 1
+
+
+def test_one_backward_from_two_roots_is_one_pass_leaving_what_two_backwards_would(trace_source):
+    """What the page says of a pass with several roots (status.js rootsNote): one event, and
+    `.grad` as one backward() per root would leave it, by PyTorch's own two runs."""
+    import torch
+
+    def grads(together: bool) -> torch.Tensor:
+        torch.manual_seed(0)
+        w = torch.randn(3, requires_grad=True)
+        shared = torch.tanh(w)
+        l1, l2 = (shared * 2).sum(), (shared * shared).sum()
+        if together:
+            torch.autograd.backward([l1, l2])
+        else:
+            l1.backward(retain_graph=True)  # they share tanh's saved output
+            l2.backward()
+        return w.grad
+
+    assert torch.allclose(grads(True), grads(False))
+    doc = trace_source("""
+        import torch
+        torch.manual_seed(0)
+        w = torch.randn(3, requires_grad=True)
+        shared = torch.tanh(w)
+        torch.autograd.backward([(shared * 2).sum(), (shared * shared).sum()])
+        """)
+    [event] = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert event["call"] != "torch.autograd.grad"
+    assert [n["kind"] for n in event["graph"]["nodes"]].count("output") == 2
+    assert abs(sum_of(event["grads"]["w"]["after"]) - float(grads(True).sum())) < 1e-5
+
+
+def sum_of(summary: dict) -> float:
+    return float(sum(summary["values"]))
