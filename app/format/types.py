@@ -56,6 +56,15 @@ class SavedValue(TypedDict):
     freed: NotRequired[bool]
     modified: NotRequired[bool]
     param: NotRequired[str]
+    bytes: NotRequired[int]    # the memory behind it (a view: all of its base's)
+    storage: NotRequired[int]  # which memory: equal numbers in one pass are one allocation
+
+
+class SavedMemory(TypedDict):
+    """What a pass's graph held for backward, each allocation once (app/trace/saved_memory.py)."""
+    held_bytes: int           # no named leaf's memory: kept alive only for backward
+    leaf_bytes: int           # a named leaf's (a parameter's): kept anyway
+    by_module: dict[str, int]  # held bytes of each module's nodes, each allocation once
 
 
 class BackwardSource(TypedDict):
@@ -187,6 +196,7 @@ class BackwardEvent(TypedDict):
     seed: NotRequired[list[TensorSummary | None]]
     gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for
     hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
+    saved_memory: NotRequired[SavedMemory]
 
 
 class StepCheck(TypedDict):

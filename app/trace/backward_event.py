@@ -22,6 +22,7 @@ from app.format import clip
 
 from .cuts import find_cuts
 from .graph import Walk, walk
+from .saved_memory import saved_memory
 from .summary import norm_of, summarize
 
 __all__ = ["BackwardRecording"]
@@ -275,6 +276,8 @@ class BackwardRecording:
             event["inner"] = inner
         if self.nested:
             event["nested"] = self.nested
+        if (memory := saved_memory(graph["nodes"])) is not None:
+            event["saved_memory"] = memory
         if result_summaries is not None:
             event["results"] = result_summaries
         if self.cut_by:

@@ -45,6 +45,9 @@ class Walk:
     leaves: dict[str, tuple[torch.Tensor, str]] = field(default_factory=dict)
     # custom Function node id -> the Function class
     customs: dict[str, type] = field(default_factory=dict)
+    # the memory behind saved tensors, numbered in the order the walk meets it: the same number
+    # on two nodes is one allocation (a Trace holds no addresses, and reads the same each run)
+    storages: dict[int, int] = field(default_factory=dict)
     truncated: bool = False
 
     def document(self) -> dict:
@@ -200,7 +203,7 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
     module = meta.get(MODULE_TAG)
     node["module"] = clip(module, MAX_NAME) if isinstance(module, str) else None
     node["line"] = _script_line(fn, script_path)
-    node["saved"] = _saved(fn, storage_names)
+    node["saved"] = _saved(fn, storage_names, w.storages)
     if internals.is_custom_function_node(fn):
         node["kind"] = "custom"
         cls = internals.forward_class(fn)
@@ -211,7 +214,7 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
     return node
 
 
-def _saved(fn: Any, storage_names: dict[int, str]) -> list[dict]:
+def _saved(fn: Any, storage_names: dict[int, str], storages: dict[int, int]) -> list[dict]:
     out: list[dict] = []
     for name, value in internals.saved_values(fn)[:MAX_SAVED]:
         if value is internals.FREED:
@@ -220,9 +223,14 @@ def _saved(fn: Any, storage_names: dict[int, str]) -> list[dict]:
             out.append({"name": name, "modified": True})
         elif isinstance(value, torch.Tensor):
             entry = {"name": name, **describe(value)}
-            owner = storage_names.get(storage_key(value))
+            key = storage_key(value)
+            owner = storage_names.get(key)
             if owner is not None:
                 entry["param"] = owner
+            if key is not None:
+                # the allocation's whole size (a saved view holds all of its base)
+                entry["bytes"] = value.untyped_storage().nbytes()
+                entry["storage"] = storages.setdefault(key, len(storages))
             out.append(entry)
         elif value is None:
             continue

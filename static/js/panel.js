@@ -56,11 +56,15 @@ export function nodeView(event, node, hooks) {
     body.append(h("h4", {}, "Gradients it computes for its inputs"), edgeTable(outgoing, "source", "for", nodes, hooks));
   }
   if (node.saved && node.saved.length) {
-    body.append(h("h4", {}, "Saved for backward"), h("table.saved", {},
+    // each allocation once: two saved views of one tensor hold one block of memory
+    const sizes = new Map(node.saved.filter((t) => t.storage !== undefined).map((t) => [t.storage, t.bytes]));
+    const held = [...sizes.values()].reduce((a, b) => a + b, 0);
+    body.append(h("h4", {}, "Saved for backward", sizes.size ? ` (${bytesText(held)})` : ""), h("table.saved", {},
       h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "value or tensor"))),
       h("tbody", {}, node.saved.map((t) => h("tr", {}, h("td", {}, h("code", {}, t.name)),
         h("td", {}, t.value !== undefined ? t.value :
           [shapeText(t.shape), t.dtype, t.device].filter(Boolean).join(" "),
+        t.bytes !== undefined ? ` · ${bytesText(t.bytes)}` : "",
         t.param ? [" · shares memory with ", h("code", {}, t.param)] : "",
         t.freed ? " · freed after backward" : "",
         t.modified ? " · changed in place after it was saved: this backward cannot use it" : ""))))));
@@ -116,4 +120,34 @@ function edgeTable(edges, end, word, nodes, hooks) {
 
 function kv(rows) {
   return h("table.kv", {}, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))));
+}
+
+/** Bytes as people read them: 1,234 B, 12.3 kB, 4.5 MB (powers of 1000, as PyTorch's
+ *  memory summaries and most tools print them). */
+export function bytesText(n) {
+  if (n < 1000) return `${n} B`;
+  const units = ["kB", "MB", "GB", "TB"];
+  let v = n;
+  let unit = "B";
+  for (const u of units) {
+    if (v < 1000) break;
+    v /= 1000;
+    unit = u;
+  }
+  return `${v < 10 ? v.toFixed(1) : Math.round(v)} ${unit}`;
+}
+
+/** What a pass's graph held for backward (the Trace's saved_memory): a line, and the modules
+ *  that held the most. */
+export function savedMemoryParts(ev) {
+  const m = ev && ev.saved_memory;
+  if (!m) return null;
+  const top = Object.entries(m.by_module).filter(([, b]) => b > 0).sort((a, b) => b[1] - a[1]).slice(0, 5);
+  return h("div.saved-memory", {},
+    h("p", { dataset: { held: m.held_bytes, leaf: m.leaf_bytes } },
+      h("strong", {}, `Held for backward #${ev.index}: ${bytesText(m.held_bytes)}`),
+      " saved by its nodes (each allocation once)",
+      m.leaf_bytes ? `, besides ${bytesText(m.leaf_bytes)} of parameters it saved, kept anyway.` : "."),
+    top.length ? h("ul.saved-by-module", {}, top.map(([name, b]) =>
+      h("li", {}, h("code", {}, name), ` ${bytesText(b)}`))) : "");
 }

@@ -15,7 +15,7 @@ import { installKeys } from "./keys.js";
 import { installFindingsKey } from "./graph_keys.js";
 import { lineLabel, setScript } from "./lines.js";
 import { paramView } from "./accumulation.js";
-import { lineView, nodeView } from "./panel.js";
+import { lineView, nodeView, savedMemoryParts } from "./panel.js";
 import { paramList } from "./params.js";
 import { readUrl, viewUrl, writeUrl } from "./permalink.js";
 import { onApply, setShown } from "./view_state.js";
@@ -636,6 +636,7 @@ function renderPanel(ev, node, diagnostics, replay) {
     fill(body, h("p.hint", {}, ev.kind === "step" ?
       `Optimizer step #${ev.index} (${ev.optimizer}): pick a parameter below to see its weights before and after.` :
       "Click a node in the graph, a parameter below, or a highlighted source line."),
+    ev.kind === "backward" ? savedMemoryParts(ev) : "",
     h("p.hint", {}, "Keys: ← → replay the backward pass · Tab into the graph, then ↑ ↓ ← → walk its nodes · F: what to notice · Esc clears · + − 0 zoom."),
     h("p.run-facts", {}, `torch ${doc.torch || "?"} · device ${doc.device}` +
       (doc.elapsed ? ` · run took ${fmt(doc.elapsed, 2)} s` : "")));

@@ -66,3 +66,23 @@ def test_a_pass_from_two_roots_says_it_is_one_pass(watched):
     page.wait_for_selector("#graph svg g.node")
     page.wait_for_selector("#progress", state="hidden")
     assert page.is_hidden("#event-notice")
+
+
+def test_the_memory_held_for_backward_is_shown_as_pytorch_counts_it(watched):
+    """The details panel with nothing picked says what the pass held for backward; the number
+    is the pack hook's account of the same script (tests/trace/test_saved_memory.py)."""
+    from tests.trace.test_saved_memory import MLP, pytorch_account
+
+    expected = pytorch_account(MLP)
+    page = watched.page
+    run = httpx.post(watched.base + "/api/runs", json={"source": MLP}, timeout=120).json()
+    page.goto(watched.base + run["run"]["link"])
+    page.wait_for_selector("#graph svg g.node")
+    page.wait_for_selector("#details .saved-memory")
+    line = page.locator("#details .saved-memory p").first
+    assert int(line.get_attribute("data-held")) == expected["held_bytes"]
+    assert int(line.get_attribute("data-leaf")) == expected["leaf_bytes"]
+    assert line.inner_text().startswith("Held for backward #0: ")
+    modules = page.locator("#details .saved-by-module li code").all_inner_texts()
+    assert modules and set(modules) <= set(expected["by_module"])
+    watched.shot("saved-memory", full_page=False)
