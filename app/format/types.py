@@ -56,6 +56,7 @@ class SavedValue(TypedDict):
     freed: NotRequired[bool]
     modified: NotRequired[bool]
     param: NotRequired[str]
+    packed: NotRequired[bool]  # kept by a saved_tensors_hooks pack hook: named, not read
     bytes: NotRequired[int]    # the memory behind it (a view: all of its base's)
     storage: NotRequired[int]  # which memory: equal numbers in one pass are one allocation
 
@@ -65,6 +66,7 @@ class SavedMemory(TypedDict):
     held_bytes: int           # no named leaf's memory: kept alive only for backward
     leaf_bytes: int           # a named leaf's (a parameter's): kept anyway
     by_module: dict[str, int]  # held bytes of each module's nodes, each allocation once
+    packed_tensors: NotRequired[int]  # taken by a pack hook (a checkpoint): not counted
 
 
 class BackwardSource(TypedDict):

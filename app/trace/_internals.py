@@ -31,6 +31,9 @@ __all__ = [
     "plain_tensor",
     "node_metadata",
     "saved_values",
+    "saving_is_hooked",
+    "PACKED",
+    "PACKED_TAG",
 ]
 
 _SAVED_PREFIX = "_saved_"
@@ -74,14 +77,30 @@ def creation_line(fn: Any, path: str) -> int | None:
     return int(text[start:end]) if end > start else None
 
 
-def saved_values(fn: Any) -> list[tuple[str, Any]]:
+# A node made while a saved_tensors_hooks pair was active (a non-reentrant checkpoint, CPU
+# offload): its saved tensors are whatever the pack hook kept, and reading one runs the unpack
+# hook, which for a checkpoint recomputes the region's forward (outside the engine, again on
+# the next backward). recorder.py tags such nodes; their tensors are named, never read.
+PACKED_TAG = "autograd_lab.packed"
+PACKED = object()
+
+
+def saving_is_hooked() -> bool:
+    """Is a saved_tensors_hooks pair active now (for the nodes being made)?"""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+def saved_values(fn: Any, packed: bool = False) -> list[tuple[str, Any]]:
     """(name, value) of what a node saved for backward.
 
     Built-in nodes expose `_saved_<name>` attributes; a custom Function's node exposes
     `saved_tensors`. Reading a freed value raises RuntimeError ("freed"), and so does reading
     one modified in place since ("modified").
     """
-    if is_custom_function_node(fn):
+    # a Function's node (the script's, or torch's own: a checkpoint keeps its inputs on one)
+    if isinstance(fn, torch.autograd.function.BackwardCFunction):
+        if packed:
+            return [("saved_tensors", PACKED)]
         try:
             return [(f"saved_tensors[{i}]", t) for i, t in enumerate(fn.saved_tensors)]
         except RuntimeError as exc:
@@ -92,6 +111,9 @@ def saved_values(fn: Any) -> list[tuple[str, Any]]:
         _saved_attrs_by_type[type(fn)] = names
     out = []
     for attr in names:
+        if packed and hasattr(fn, "_raw" + attr):  # a tensor (not a size or a scalar)
+            out.append((attr[len(_SAVED_PREFIX):], PACKED))
+            continue
         try:
             value = getattr(fn, attr)
         except RuntimeError as exc:

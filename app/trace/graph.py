@@ -203,7 +203,8 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
     module = meta.get(MODULE_TAG)
     node["module"] = clip(module, MAX_NAME) if isinstance(module, str) else None
     node["line"] = _script_line(fn, script_path)
-    node["saved"] = _saved(fn, storage_names, w.storages)
+    node["saved"] = _saved(fn, storage_names, w.storages,
+                           packed=bool(meta.get(internals.PACKED_TAG)))
     if internals.is_custom_function_node(fn):
         node["kind"] = "custom"
         cls = internals.forward_class(fn)
@@ -214,10 +215,13 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
     return node
 
 
-def _saved(fn: Any, storage_names: dict[int, str], storages: dict[int, int]) -> list[dict]:
+def _saved(fn: Any, storage_names: dict[int, str], storages: dict[int, int],
+           packed: bool = False) -> list[dict]:
     out: list[dict] = []
-    for name, value in internals.saved_values(fn)[:MAX_SAVED]:
-        if value is internals.FREED:
+    for name, value in internals.saved_values(fn, packed=packed)[:MAX_SAVED]:
+        if value is internals.PACKED:
+            out.append({"name": name, "packed": True})
+        elif value is internals.FREED:
             out.append({"name": name, "freed": True})
         elif value is internals.MODIFIED:
             out.append({"name": name, "modified": True})

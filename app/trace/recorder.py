@@ -541,6 +541,7 @@ class Recorder:
         made them. The first ANOMALY_NODES nodes also get anomaly mode's stack; after that it
         is switched off, and the tags alone give each node its line."""
         line = None
+        hooked = None
         path = self._module_path()
         for t in tensors:
             fn = t.grad_fn
@@ -551,7 +552,10 @@ class Recorder:
                 continue
             if line is None:
                 line = self.current_line() or 0
+                hooked = internals.saving_is_hooked()
             meta[internals.LINE_TAG] = line or None
+            if hooked:
+                meta[internals.PACKED_TAG] = True
             if path is not None and MODULE_TAG not in meta:
                 meta[MODULE_TAG] = path
             self._nodes_made += 1

@@ -62,7 +62,8 @@ export function nodeView(event, node, hooks) {
     body.append(h("h4", {}, "Saved for backward", sizes.size ? ` (${bytesText(held)})` : ""), h("table.saved", {},
       h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "value or tensor"))),
       h("tbody", {}, node.saved.map((t) => h("tr", {}, h("td", {}, h("code", {}, t.name)),
-        h("td", {}, t.value !== undefined ? t.value :
+        h("td", {}, t.packed ? "kept by a saved-tensor hook (a checkpoint recomputes it during backward): not read" :
+          t.value !== undefined ? t.value :
           [shapeText(t.shape), t.dtype, t.device].filter(Boolean).join(" "),
         t.bytes !== undefined ? ` · ${bytesText(t.bytes)}` : "",
         t.param ? [" · shares memory with ", h("code", {}, t.param)] : "",
@@ -147,7 +148,9 @@ export function savedMemoryParts(ev) {
     h("p", { dataset: { held: m.held_bytes, leaf: m.leaf_bytes } },
       h("strong", {}, `Held for backward #${ev.index}: ${bytesText(m.held_bytes)}`),
       " saved by its nodes (each allocation once)",
-      m.leaf_bytes ? `, besides ${bytesText(m.leaf_bytes)} of parameters it saved, kept anyway.` : "."),
+      m.leaf_bytes ? `, besides ${bytesText(m.leaf_bytes)} of parameters it saved, kept anyway.` : ".",
+      m.packed_tensors ? ` ${m.packed_tensors} more saved tensor${m.packed_tensors > 1 ? "s were" : " was"} taken by a ` +
+        "saved-tensor hook (a checkpoint keeps none of them and recomputes them during backward), not counted." : ""),
     top.length ? h("ul.saved-by-module", {}, top.map(([name, b]) =>
       h("li", {}, h("code", {}, name), ` ${bytesText(b)}`))) : "");
 }

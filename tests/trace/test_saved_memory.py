@@ -96,3 +96,72 @@ def test_one_allocation_saved_by_two_nodes_is_counted_once(trace_source):
     assert len(numbers) == 1  # h, three times: one allocation
     assert event["saved_memory"]["held_bytes"] == 1000 * 4
     assert event["saved_memory"]["leaf_bytes"] == 0
+
+
+CHECKPOINTED = """
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+calls = []
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 16))
+
+    def forward(self, x):
+        calls.append(1)
+        return self.inner(x)
+
+
+torch.manual_seed(0)
+block, head = Block(), nn.Linear(16, 1)
+x = torch.randn(8, 16, requires_grad=True)
+USE = checkpoint(block, x, use_reentrant=False) if CHECKPOINT else block(x)
+loss = head(USE).pow(2).mean()
+loss.backward()
+print("forward calls:", len(calls))
+"""
+
+
+def plain_checkpoint_account(checkpointed: bool) -> tuple[int, int]:
+    """(bytes an outer pack hook saw in the forward, not a parameter's; the block's forward
+    calls) of the script run plainly. Inside a checkpoint its own hooks take the region's
+    tensors: the outer hook sees what the graph keeps until the backward, which runs without
+    it (the checkpoint's recomputation saves for itself, not for the graph)."""
+    namespace: dict = {"__name__": "__main__", "CHECKPOINT": checkpointed}
+    forward, backward = textwrap.dedent(CHECKPOINTED).split("loss.backward()")
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        exec(compile(forward, "<plain>", "exec"), namespace)  # noqa: S102 - the test's own
+    exec(compile("loss.backward()" + backward, "<plain>", "exec"), namespace)  # noqa: S102
+    # kept anyway: the parameters and x, a leaf of the script's (the checkpoint saves it)
+    params = {p.untyped_storage().data_ptr()
+              for m in (namespace["block"], namespace["head"]) for p in m.parameters()}
+    params.add(namespace["x"].untyped_storage().data_ptr())
+    return sum(v for k, v in kept.items() if k not in params), len(namespace["calls"])
+
+
+def test_a_checkpointed_region_is_not_read_and_its_saving_is_pytorchs(trace_source):
+    plain_with, calls_with = plain_checkpoint_account(True)
+    plain_without, calls_without = plain_checkpoint_account(False)
+    assert (calls_with, calls_without) == (2, 1)  # the checkpoint recomputes once in backward
+    traced = {flag: trace_source(f"CHECKPOINT = {flag}\n" + textwrap.dedent(CHECKPOINTED))
+              for flag in (True, False)}
+    # reading the region's saved tensors would run its forward again: the script's own count
+    # of forward calls is what it is without autograd-lab
+    assert traced[True]["stdout"].strip() == f"forward calls: {calls_with}"
+    assert traced[False]["stdout"].strip() == f"forward calls: {calls_without}"
+    memory = {flag: next(e for e in doc["events"] if e["kind"] == "backward")["saved_memory"]
+              for flag, doc in traced.items()}
+    assert memory[True]["held_bytes"] == plain_with
+    assert memory[False]["held_bytes"] == plain_without
+    saving = memory[False]["held_bytes"] - memory[True]["held_bytes"]
+    assert saving == plain_without - plain_with > 0
+    assert memory[True]["packed_tensors"] > 0 and "packed_tensors" not in memory[False]
