@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -46,33 +47,73 @@ def _trace(args) -> dict:
             raise SystemExit(f"autograd-lab: {args.script} is not a Trace document: {exc}") \
                 from None
         return doc
+    path = _script_path(args.script)
+    if path.suffix == ".ipynb":
+        return _trace_notebook(path, args)
     # the one run on this machine: torch's threads as a plain `python script.py` would have
-    return trace_in_sandbox(_script_path(args.script), device=args.device, timeout=args.timeout,
+    return trace_in_sandbox(path, device=args.device, timeout=args.timeout,
                             args=args.script_args, threads=plain_threads())
+
+
+def _trace_notebook(path: Path, args) -> dict:
+    """A notebook run as the server runs an uploaded one: its code cells as one script (the
+    IPython-only lines skipped and said), its lines said as "cell C, line M"."""
+    import tempfile
+
+    from .format.notebook import NotANotebook, annotate, script_from_notebook
+    from .runner import plain_threads, trace_in_sandbox
+
+    try:
+        notebook = script_from_notebook(path.read_bytes())
+    except NotANotebook as exc:
+        raise SystemExit(f"autograd-lab: {path}: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="autograd-lab-notebook-") as folder:
+        script = Path(folder) / (path.stem + ".py")  # the name tracebacks give
+        script.write_text(notebook.source, encoding="utf-8")
+        doc = trace_in_sandbox(script, device=args.device, timeout=args.timeout,
+                               args=args.script_args, threads=plain_threads())
+    annotate(doc, notebook.document_part(path.name))
+    return doc
 
 
 def _report_error(doc: dict) -> int:
     err = doc.get("error")
     if not err:
         return 0
-    where = f" (line {err['line']} of {doc['script']['name']})" if err.get("line") else ""
+    notebook = (doc.get("script") or {}).get("notebook")
+    if err.get("line") and notebook:
+        from .format.notebook import where as cell_where
+
+        where = f" ({cell_where(notebook['cells'], err['line'])} of {notebook['name']})"
+    else:
+        where = f" (line {err['line']} of {doc['script']['name']})" if err.get("line") else ""
     print(f"autograd-lab: {err['type']}{where}: {err['message']}", file=sys.stderr)
     ex = err.get("explanation")
     if ex and ex.get("code") != "unrecognised":
-        print(_explained(ex), file=sys.stderr)
+        print(_explained(ex, notebook["cells"] if notebook else None), file=sys.stderr)
     return 1
 
 
-def _explained(ex: dict) -> str:
-    """An explained failure as the terminal shows it: what, where, the fix as a diff, scenario."""
-    out = [f"  what happened [{ex['code']}]: {ex['what']}"]
+def _explained(ex: dict, cells: list[dict] | None = None) -> str:
+    """An explained failure as the terminal shows it: what, where, the fix as a diff, scenario.
+    A notebook's lines are said as its cells' ("cell 3, line 2"), as the page says them."""
+    from .format.notebook import where
+
+    def said(text: str) -> str:
+        if not cells:
+            return text
+        return re.sub(r"\b([Ll])ine (\d+)", lambda m: (
+            (lambda w: w[0].upper() + w[1:] if m.group(1) == "L" else w)(
+                where(cells, int(m.group(2))))), text)
+
+    out = [f"  what happened [{ex['code']}]: {said(ex['what'])}"]
     if ex.get("line"):
-        out.append(f"  where: line {ex['line']}")
+        out.append(f"  where: {where(cells, ex['line'])}")
     fix = ex.get("fix")
     if fix:
         out.append(f"  fix: {fix['say']}")
         for e in fix["edits"]:
-            out.append(f"    line {e['line']}:")
+            out.append(f"    {where(cells, e['line'])}:")
             out.append(f"    - {e['before']}")
             out += [f"    + {line}" for line in e["after"].split("\n")]
     if ex.get("scenario"):
@@ -173,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def run_options(p):
-        p.add_argument("script", help="a Python script, a scenario name, or a trace .json")
+        p.add_argument("script", help="a Python script, a Jupyter notebook (.ipynb: its code "
+                       "cells, as the server runs an upload), a scenario name, or a trace .json")
         p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
         p.add_argument("--timeout", type=float, default=default_of("trace_timeout"),
                        help="wall-clock limit, seconds (default: %(default)s)")

@@ -129,3 +129,44 @@ def test_the_upload_host_keeps_its_former_name_and_says_so(tmp_path):
         assert done.returncode == 2, done.stderr
         assert "AUTOGRAD_LAB_DATABASE_URL" in done.stderr, done.stderr
         assert ("now called autograd-lab upload-host" in done.stderr) == (command == "worker")
+
+
+def _notebook(cells: list[tuple[str, str]]) -> str:
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": kind, "metadata": {}, "source": text,
+         **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+        for kind, text in cells]})
+
+
+def test_a_notebook_is_traced_as_the_server_runs_an_upload(tmp_path):
+    """Issue 37: `autograd-lab trace x.ipynb` runs the code cells (an IPython-only line skipped
+    and said) and says a failure's line as the notebook's cell and line."""
+    cells = [("markdown", "# a leaf changed in place"),
+             ("code", "%matplotlib inline\nimport torch\nw = torch.ones(3, requires_grad=True)"),
+             ("code", "loss = (w * 2).sum()\nw.add_(1)\nloss.backward()")]
+    path = tmp_path / "lesson.ipynb"
+    path.write_text(_notebook(cells), encoding="utf-8")
+    # plain Python, the cells' code as they run there (the magic is IPython's)
+    code = "import torch\nw = torch.ones(3, requires_grad=True)\nloss = (w * 2).sum()\nw.add_(1)\n"
+    try:
+        exec(compile(code, "<plain>", "exec"), {})  # noqa: S102 - the test's own code
+    except RuntimeError as exc:
+        plain = str(exc)
+    out = tmp_path / "t.json"
+    done = cli("trace", str(path), "-o", str(out))
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema())
+    assert doc["error"]["message"] == plain
+    assert doc["script"]["notebook"]["name"] == "lesson.ipynb"
+    assert "(cell 3, line 2 of lesson.ipynb)" in done.stderr, done.stderr
+    assert "where: cell 3, line 2" in done.stderr
+    assert any(d["code"] == "notebook_skipped" or "%matplotlib" in d["message"]
+               for d in doc["diagnostics"])
+
+
+def test_a_file_that_is_not_a_notebook_says_what_to_do(tmp_path):
+    path = tmp_path / "broken.ipynb"
+    path.write_text('{"cells": [', encoding="utf-8")
+    done = cli("trace", str(path))
+    assert done.returncode != 0 and "not valid JSON" in done.stderr and "Save" in done.stderr
