@@ -211,10 +211,14 @@ def _after_work(work: AfterWork, recorder: Recorder, namespace: dict, hand: Hand
         # a script whose autograd work went through calls noted under What to notice
         # (torch.func, gradcheck) did what it meant to: no backward of ours is added
         # (PyTorch's ensembling tutorial, forward-only vmap, got one nobody asked for)
+        # the copies these stages call the script's code on, and all it makes then, are
+        # ours: named only inside (scratch), never in the script's params or findings
         if error is None and func_calls.calls:
-            work.run("func", lambda: func_calls.draw(namespace))
+            with recorder.namer.scratch(namespace):
+                work.run("func", lambda: func_calls.draw(namespace))
         if recorder.custom_inputs():
-            with rng_forked():  # gradcheck's random inputs are not the script's draws
+            # gradcheck's random inputs are not the script's draws
+            with rng_forked(), recorder.namer.scratch(namespace):
                 custom_results = work.run("gradcheck",
                                           lambda: check_custom_functions(recorder)) or {}
     except Exception as exc:  # noqa: BLE001 - the script's report matters more
