@@ -118,6 +118,12 @@ class Namer:
         known = self._by_id.get(id(tensor))
         if known is not None and known[0] is tensor:
             return known[1], known[2]
+        # a copy standing in for the script's tensor (standing_in) is found by a refresh when
+        # the function called on it holds it in a variable: it keeps its original's name, and
+        # is never named as a tensor of the script's own (`inp#2` in params, a no_gradient)
+        stand_in = self._stand_ins.get(id(tensor))
+        if stand_in is not None and stand_in[0] is tensor:
+            return stand_in[1], stand_in[2]
         unique = name if not number and name not in self._taken else None
         i = 0 if number else 2
         while unique is None:

@@ -112,11 +112,32 @@ y = torch.randn(3, requires_grad=True)
 print(g)
 """
 
+# the script's own gradcheck of a function that calls a module: its representative pass runs
+# the function on copies of the inputs (gradcheck_events.py), which stand in for them
+SCRIPTS_GRADCHECK = """\
+import torch
+from torch import nn
+
+act = nn.Tanh()
+
+
+def f(inp):
+    return act(inp * 2)
+
+
+torch.manual_seed(0)
+x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+print(torch.autograd.gradcheck(f, (x,)))
+w = torch.randn(3, requires_grad=True)
+(w * 3).sum().backward()
+"""
+
 SCRIPTS = {"per_sample": PER_SAMPLE, "jacobians": JACOBIANS, "custom": CUSTOM,
-           "makes_a_leaf": MAKES_A_LEAF}
+           "makes_a_leaf": MAKES_A_LEAF, "scripts_gradcheck": SCRIPTS_GRADCHECK}
 # the namer names a tensor by the innermost frame of the script's that holds it: the script's
-# `a` is Squash.forward's `inp` (the very same tensor) when the forward calls a module
-ALIASES = {"custom": {"inp": "a"}}
+# `a` is Squash.forward's `inp` (the very same tensor) when the forward calls a module, and `x`
+# is f's `inp` when gradcheck calls f with it
+ALIASES = {"custom": {"inp": "a"}, "scripts_gradcheck": {"inp": "x"}}
 
 
 def _plain(source: str) -> dict:
