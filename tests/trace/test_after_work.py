@@ -79,3 +79,29 @@ def test_the_bound_is_the_smaller_of_the_cap_and_what_is_left_less_the_reserve()
     assert AfterWork(now[0] + 60.0, clock=lambda: now[0]).left() == AFTER_WORK_MAX_S
     assert AfterWork(now[0] + 5.0, clock=lambda: now[0]).left() == 5.0 - REPORT_RESERVE_S
     assert AfterWork(None, clock=lambda: now[0]).left() is None
+
+
+def test_the_limit_after_the_script_cuts_the_after_work_and_never_the_report(monkeypatch):
+    """The worker's SIGTERM handler: while the script runs, the script's time limit; once it
+    has ended, a cut of the after-work running (said as the run's limit), and otherwise
+    nothing, so that the report is still written within the supervisor's grace."""
+    import signal
+
+    import pytest
+
+    from app.runner import worker
+    from app.trace.after_work import TIME_LIMIT
+    from app.trace.as_main import TimeLimitExceeded
+
+    with pytest.raises(TimeLimitExceeded):
+        worker._on_term(signal.SIGTERM, None)
+    monkeypatch.setattr(worker, "_script_ended", True)
+    worker._on_term(signal.SIGTERM, None)  # making the report: it goes on
+    with AfterWork(time.monotonic() + 60) as work:
+        assert work.run("func", lambda: worker._on_term(signal.SIGTERM, None) or "drawn") is None
+        assert work.run("gradcheck", lambda: "checked") is None  # none after the limit
+    assert work.cut[0] == "func" and work.cut[2] == TIME_LIMIT
+    assert work.not_run == ["gradcheck"]
+    message = work.diagnostic()["message"]
+    assert "the forward graphs of the functions its torch.func transforms differentiate" in message
+    assert "the gradcheck verdicts of its custom autograd Functions" in message
