@@ -13,7 +13,8 @@ unconfined, for debugging.
 The protocol (READY line, job, result file, environment) is `protocol.py`'s. The document is
 written to a temporary name and renamed, so the runner never reads half a file. A SIGTERM (the
 runner's wall-clock limit) interrupts the script where it is; the document then says which line
-it had reached.
+it had reached. After the script has ended the limit is no longer the script's: it only cuts
+short autograd-lab's own drawing (app/trace/after_work.py), and the report is still written.
 
 This is the runner's child side, and the one module of the runner that calls the tracer (and so
 torch): the import contracts in `.importlinter` allow exactly these imports.
@@ -31,12 +32,24 @@ import mmap
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from .protocol import MAX_JOB_LINE, PARTIAL_FILE, RESULT_FILE, THREAD_VARS, Job, ready_line
 
+_script_ended = False  # set the moment the script ends: a SIGTERM after it is no longer its
+
 
 def _on_term(signum, frame):
+    """The run's wall-clock limit. While the script runs, it stops the script (a Timeout at
+    the line it had reached). Once it has ended, the limit is no longer the script's: it cuts
+    short autograd-lab's own drawing after it, if that is running (after_work.py), and
+    otherwise lets the report be written within the supervisor's grace."""
+    if _script_ended:
+        from app.trace.after_work import TIME_LIMIT, interrupt
+
+        interrupt(TIME_LIMIT)
+        return
     from app.trace.as_main import TimeLimitExceeded
 
     raise TimeLimitExceeded(
@@ -321,10 +334,21 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     limits = RecordingLimits(max_backward_events=job.max_events,
                              max_step_events=job.max_events)
     script_module: list = []  # never freed: this process ends with os._exit (tracer.py)
+    # the supervisor's clock started as it wrote the job line: the limit falls at the latest
+    # here (after_work.py keeps its last seconds for the report)
+    deadline = time.monotonic() + float(job.timeout)
+
+    def script_ended() -> None:
+        global _script_ended
+        _script_ended = True
+        if reserve:
+            reserve.close()
+
     doc = trace_script(run_dir / job.script, name=job.name, argv=job.args, device=job.device,
-                       limits=limits, after_script=reserve.close if reserve else None,
-                       keep=script_module)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                       limits=limits, after_script=script_ended, keep=script_module,
+                       deadline=deadline)
+    # a SIGTERM from here on is ignored (_on_term): the report is finished and written within
+    # the supervisor's grace rather than lost; its SIGKILL stays the backstop
     if os.getpid() != main_pid:
         os._exit(0)  # a child the script forked finished the script too: only we report
     # past what the supervisor reads back (or may be written), smaller rather than refused

@@ -26,6 +26,7 @@ __all__ = [
     "is_detach_call",
     "is_inplace_call",
     "is_requires_grad_call",
+    "is_transform_wrapper",
     "is_update_call",
     "is_view_node",
     "plain_tensor",
@@ -267,3 +268,9 @@ def plain_tensor(t: torch.Tensor) -> tuple[torch.Tensor | None, bool]:
         if not functorch.is_functorch_wrapped_tensor(inner):
             return inner.select(functorch.maybe_get_bdim(t), 0), True
     return None, False
+
+
+def is_transform_wrapper(t: torch.Tensor) -> bool:
+    """Is `t` a tensor a torch.func transform made to stand for one of the script's inside it
+    (a grad level's or a vmap batch's wrapper), rather than a tensor of the script's?"""
+    return torch._C._functorch.is_functorch_wrapped_tensor(t)

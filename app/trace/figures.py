@@ -38,6 +38,7 @@ class FigureCapture:
         self._plt: Any = None
         self._originals: tuple[Any, Any] | None = None
         self._taken: dict[int, str] = {}  # id(figure) -> the digest of its last PNG kept
+        self._finished = False  # the script has ended: nothing more is its figure
 
     def __enter__(self) -> FigureCapture:
         try:
@@ -91,10 +92,15 @@ class FigureCapture:
             self.take(self._plt.figure(number), "open at the end", line=None)
         for number in self._numbers():
             self._plt.close(number)
+        # what autograd-lab does after the script (calling its torch.func function again on
+        # copies, after_work.py) may plot too: those figures are ours, not the script's
+        self._finished = True
 
     def take(self, figure: Any, via: str, line: int | None | bool = True) -> None:
         """Keep `figure` as it looks now, unless it was kept already and looks the same
         (saved and then shown is one figure)."""
+        if self._finished:
+            return
         if len(self.records) >= MAX_FIGURES:
             if id(figure) not in self._taken:
                 self._dropped.add(id(figure))

@@ -169,18 +169,21 @@ def _representative_pass(recorder: Recorder, check: str, func: Any, inputs: Any)
         return
     double = check == "gradgradcheck"
     sink = io.StringIO()  # the function's prints are the check's, already made once each
+    standing = [(c, a, i) for i, (c, a) in enumerate(zip(copies, given, strict=True), 1)
+                if isinstance(c, torch.Tensor) and c.requires_grad]
+    with recorder.guard():
+        recorder.namer.refresh()  # the script's names for its inputs, before they stand in
+    # the copies stand in from the forward on: a module the function calls makes the namer
+    # look at its frame, whose arguments are then our copies (they were named `inp#2`)
     with rng_forked(), buffers_kept([], recorder.guard), torch.enable_grad(), \
-            contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), \
+            recorder.namer.standing_in(standing):
         outputs = [t for t in tensors_of(func(*copies)) if t.requires_grad]
         if not outputs:
             return
         with recorder.guard():
             ones = [torch.ones_like(t) for t in outputs]
-        standing = [(c, a, i) for i, (c, a) in enumerate(zip(copies, given, strict=True), 1)
-                    if isinstance(c, torch.Tensor) and c.requires_grad]
-        with recorder.guard():
-            recorder.namer.refresh()  # the script's names for its inputs, before they stand in
-        with recorder.namer.standing_in(standing), contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):
             # a backward that fails here is the function's: its event says how
             recorder.around_backward(
                 representative_call(check), outputs,

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import _internals as internals
+
 __all__ = ["Namer", "script_frames"]
 
 
@@ -40,6 +42,7 @@ class Namer:
         self.finished_globals: dict | None = None
         # copies named as the tensors they stand for, while a pass on them is recorded
         self._stand_ins: dict[int, tuple[torch.Tensor, str, str]] = {}
+        self._read_frames = True  # off while autograd-lab calls the script's code (scratch)
 
     # -- what the script holds -------------------------------------------------------------
     def saw_top_level_call(self, module: nn.Module) -> None:
@@ -50,7 +53,7 @@ class Namer:
     def variables(self) -> list[tuple[str, Any]]:
         """(name, value) of the script's variables, innermost frame first, globals last."""
         out: list[tuple[str, Any]] = []
-        for frame in script_frames(self.script_path):
+        for frame in script_frames(self.script_path) if self._read_frames else ():
             out.extend(frame.f_locals.items())
         if self.finished_globals is not None:
             out.extend(self.finished_globals.items())
@@ -86,10 +89,15 @@ class Namer:
             prefix = "" if len(with_params) == 1 else root_name + "."
             self._prefixes[id(module)] = prefix
             for pname, p in module.named_parameters():
-                self._assign(p, prefix + pname, "parameter")
+                # under torch.func.functional_call inside a transform, the module holds the
+                # transform's wrappers of the script's tensors for the call: not its own
+                if not internals.is_transform_wrapper(p):
+                    self._assign(p, prefix + pname, "parameter")
         for name, value in variables:
+            # a transform's wrapper (`x` inside `jacrev(f)(x)`) stands for a tensor of the
+            # script's that may not even require grad: never named as one of its own
             if (isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad
-                    and not name.startswith("_")):
+                    and not name.startswith("_") and not internals.is_transform_wrapper(value)):
                 kind = "parameter" if isinstance(value, nn.Parameter) else "leaf"
                 self._assign(value, name, kind)
 
@@ -110,6 +118,12 @@ class Namer:
         known = self._by_id.get(id(tensor))
         if known is not None and known[0] is tensor:
             return known[1], known[2]
+        # a copy standing in for the script's tensor (standing_in) is found by a refresh when
+        # the function called on it holds it in a variable: it keeps its original's name, and
+        # is never named as a tensor of the script's own (`inp#2` in params, a no_gradient)
+        stand_in = self._stand_ins.get(id(tensor))
+        if stand_in is not None and stand_in[0] is tensor:
+            return stand_in[1], stand_in[2]
         unique = name if not number and name not in self._taken else None
         i = 0 if number else 2
         while unique is None:
@@ -145,6 +159,22 @@ class Namer:
             yield
         finally:
             self._stand_ins.clear()
+
+    @contextlib.contextmanager
+    def scratch(self, namespace: dict):
+        """While autograd-lab calls the script's code itself after the script has ended (a
+        torch.func function drawn on copies, gradcheck on float64 inputs): the tensors it
+        makes are ours, never the script's. Names given inside are kept only inside (a view
+        drawn there uses them), and the script's frames, which are then our calls' (their
+        locals our copies), are not read; its globals (`namespace`) still name what it holds.
+        Tensors named before keep their names."""
+        saved = self._by_id, self._taken, self.finished_globals, self._read_frames
+        self._by_id, self._taken = dict(self._by_id), set(self._taken)
+        self.finished_globals, self._read_frames = namespace, False
+        try:
+            yield
+        finally:
+            self._by_id, self._taken, self.finished_globals, self._read_frames = saved
 
     # -- what is known ---------------------------------------------------------------------
     def named(self) -> dict[str, tuple[torch.Tensor, str]]:

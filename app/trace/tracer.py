@@ -16,6 +16,7 @@ import torch
 
 from app.format import Trace, diagnostic, error_record, new_document
 
+from .after_work import AfterWork
 from .as_main import (
     CappedText,
     TimeLimitExceeded,
@@ -42,13 +43,15 @@ __all__ = ["trace_script", "run_traced"]
 def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None = None,
                  device: str = "cpu", limits: RecordingLimits | None = None,
                  after_script: Callable[[], None] | None = None,
-                 keep: list | None = None) -> Trace:
+                 keep: list | None = None, deadline: float | None = None) -> Trace:
     """Run the script at `path` under the recorder and return its Trace document.
     `after_script()` is called the moment the script ends, however it ends (the worker frees
     the memory it kept back for the report). `keep` gets the script's module, which then
     outlives this call: a worker that exits after its report never frees the script's graph,
     whose nodes, once Python has wrapped them (the recorder does), torch frees recursively: a
-    million-node chain overflowed the stack in that teardown and lost the report."""
+    million-node chain overflowed the stack in that teardown and lost the report.
+    `deadline` (time.monotonic()) is when the run's time limit falls: autograd-lab's own work
+    after the script is bounded by it (after_work.py)."""
     path = Path(path).resolve()
     source = path.read_text(encoding="utf-8", errors="replace")
     doc = new_document(name or path.name, source, device, torch.__version__)
@@ -61,13 +64,14 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         return module.__dict__, lambda: exec_as_main(path, source, list(argv or []), module)
 
     return run_traced(doc, source, str(path), start, device=device, limits=limits,
-                      after_script=after_script)
+                      after_script=after_script, deadline=deadline)
 
 
 def run_traced(doc: Trace, source: str, script_path: str,
                start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str = "cpu",
                limits: RecordingLimits | None = None, chosen_root: bool = True,
-               after_script: Callable[[], None] | None = None) -> Trace:
+               after_script: Callable[[], None] | None = None,
+               deadline: float | None = None) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
@@ -84,6 +88,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
     recursion_limit = sys.getrecursionlimit()  # a script may raise it; the caller keeps its own
     namespace, run = start()
     interrupted: KeyboardInterrupt | None = None
+    after_notes: list = []
     with contextlib.ExitStack() as stack:
         if device != "cpu":
             torch.set_default_device(device)
@@ -125,29 +130,11 @@ def run_traced(doc: Trace, source: str, script_path: str,
         # compile() is too deep for ast.parse)
         hand = HandCalls() if _never_started(error) else HandCalls.in_source(source)
         if not (error and error["type"] == "Timeout"):
-            stage = ""  # what autograd-lab is doing after the script, said if time runs out
-            try:
-                if error is None and recorder.backward_count() == 0 and hand:
-                    stage = "drawing the graph of the nodes it calls by hand"
-                    hand.show(recorder, namespace)  # its nodes' graph: no pass of ours
-                elif error is None and recorder.backward_count() == 0 and chosen_root \
-                        and (not _computed_unrecorded(recorder) or _root_asked_for(
-                            recorder, namespace)):
-                    stage = "running backward from the tensor it chose as the root"
-                    error = _backward_from_chosen_root(recorder, namespace)
-                # a script whose autograd work went through calls noted under What to notice
-                # (torch.func, gradcheck) did what it meant to: no backward of ours is added
-                # (PyTorch's ensembling tutorial, forward-only vmap, got one nobody asked for)
-                if error is None:
-                    stage = "drawing the functions its torch.func transforms differentiate"
-                    func_calls.draw(namespace)
-                stage = "checking its custom autograd Functions"
-                with rng_forked():  # gradcheck's random inputs are not the script's draws
-                    custom_results = check_custom_functions(recorder)
-            except TimeLimitExceeded as exc:
-                error = _late_timeout(recorder, error, exc, stage)
-            except Exception as exc:  # noqa: BLE001 - the script's report matters more
-                recorder._internal_error("drawing after the script had finished", exc)
+            with AfterWork(deadline) as work:
+                error, custom_results = _after_work(work, recorder, namespace, hand,
+                                                    func_calls, error, chosen_root)
+            if (cut := work.diagnostic()) is not None:
+                after_notes.append(cut)
         if device != "cpu":
             torch.set_default_device(None)
 
@@ -160,6 +147,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
     doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
     doc["diagnostics"].extend(flow_findings(doc))
     doc["diagnostics"].extend(hand.notes(backward_ran=recorder.backward_count() > 0))
+    doc["diagnostics"].extend(after_notes)
     if recorder.views.records:
         doc["views"] = recorder.views.finish(recorder.events)
     if recorder.views.dropped:
@@ -201,18 +189,41 @@ def _never_started(error: dict | None) -> bool:
         and not error.get("frames")
 
 
-def _late_timeout(recorder: Recorder, error: dict | None, exc: TimeLimitExceeded,
-                  stage: str) -> dict | None:
-    """The time limit, reached while autograd-lab worked after the script had finished: the
-    script's own error stays; else a Timeout that says whose time ran out (not the line of a
-    function of the script's that the drawing called again, as if the script had overrun)."""
-    if error is not None:
-        recorder._internal_error(f"{stage} after the script had finished", exc)
-        return error
-    return error_record(
-        "Timeout", f"the script finished; autograd-lab's extra drawing after it ({stage}) ran "
-        "out of time. The script's own output and passes are kept; what was being drawn is "
-        "not.", None, frames=[])
+def _after_work(work: AfterWork, recorder: Recorder, namespace: dict, hand: HandCalls,
+                func_calls: FuncCalls, error: dict | None, chosen_root: bool
+                ) -> tuple[dict | None, dict]:
+    """autograd-lab's own work after the script, each stage under `work`'s bound: a stage cut
+    short leaves out what it draws, never the script's result (error None stays None) nor its
+    passes. Only stages with something to do are run, so that a cut names only what is
+    really missing. Returns the run's error and the gradcheck results."""
+    custom_results: dict = {}
+    try:
+        if error is None and recorder.backward_count() == 0 and hand:
+            work.run("hand", lambda: hand.show(recorder, namespace))  # no pass of ours
+        elif error is None and recorder.backward_count() == 0 and chosen_root \
+                and (not _computed_unrecorded(recorder) or _root_asked_for(recorder, namespace)):
+            before = len(recorder.events)
+            ran = work.run("root", lambda: (_backward_from_chosen_root(recorder, namespace),))
+            if ran is None:  # cut: a pass cut half-way is ours, not one the script made fail
+                del recorder.events[before:]
+            else:
+                error = ran[0]
+        # a script whose autograd work went through calls noted under What to notice
+        # (torch.func, gradcheck) did what it meant to: no backward of ours is added
+        # (PyTorch's ensembling tutorial, forward-only vmap, got one nobody asked for)
+        # the copies these stages call the script's code on, and all it makes then, are
+        # ours: named only inside (scratch), never in the script's params or findings
+        if error is None and func_calls.calls:
+            with recorder.namer.scratch(namespace):
+                work.run("func", lambda: func_calls.draw(namespace))
+        if recorder.custom_inputs():
+            # gradcheck's random inputs are not the script's draws
+            with rng_forked(), recorder.namer.scratch(namespace):
+                custom_results = work.run("gradcheck",
+                                          lambda: check_custom_functions(recorder)) or {}
+    except Exception as exc:  # noqa: BLE001 - the script's report matters more
+        recorder._internal_error("drawing after the script had finished", exc)
+    return error, custom_results
 
 
 def _computed_unrecorded(recorder: Recorder) -> bool:

@@ -181,6 +181,19 @@ def test_plain_tensor_reads_an_ordinary_tensor_or_one_sample_of_one_vmap_level()
     assert seen == [(None, False), (None, False)]
 
 
+def test_is_transform_wrapper_tells_a_transforms_stand_in_from_the_scripts_tensor():
+    x = torch.ones(3, requires_grad=True)
+    seen = []
+
+    def look(t):
+        seen.append(internals.is_transform_wrapper(t))
+        return (t * 2).sum()
+
+    torch.func.grad(look)(x)  # a grad level's wrapper
+    torch.func.vmap(lambda t: look(t) * 1)(x.reshape(3, 1))  # a vmap batch's
+    assert seen == [True, True] and not internals.is_transform_wrapper(x)
+
+
 def test_in_backward_pass_is_true_only_while_the_engine_runs():
     from app.trace import _internals as internals
 
