@@ -16,7 +16,10 @@
 // a right-to-left name does not reorder the words around it. A student's bar offers "Send this
 // run to the teacher" only on a run this browser started (the server says which). Choices are
 // lettered; after the reveal a student's own pick is marked in words, and the revealed question
-// folds away once the page moves on (a click opens it again).
+// folds away once the page moves on (a click opens it again). The server puts a question away
+// when the teacher moves on to another page, variant or presenter step (classes/moving_on.py);
+// the teacher's list of runs sent in folds to one line then. In presenter mode the bar is a band
+// of fixed height (app.css), so neither ever pushes the graph off the projector.
 
 import { callJson } from "./api.js";
 import { fill, h } from "./dom.js";
@@ -49,6 +52,8 @@ let ownRun = null; // {id, yours, sent}: is the run this page shows this student
 let revealOpen = null; // the id of the revealed question this page shows unfolded
 let seenQuestion = null; // {id, revealed} as the last state had it: a reveal is a change
 let followedView = null; // the last view followed (JSON): a new one folds the answer away
+let runsOpen = false; // the teacher's "Runs sent in" list unfolded: new runs came in
+let runsView = null; // the view (JSON) the teacher's list was unfolded on: moving on folds it
 window.addEventListener("pagehide", () => { leaving = true; });
 
 function storage() {
@@ -312,6 +317,7 @@ function receive(next) {
   // the reveal, seen happen on this page: the answer is shown unfolded here, folded elsewhere
   if (q && q.revealed && seenQuestion && seenQuestion.id === q.id && !seenQuestion.revealed) revealOpen = q.id;
   seenQuestion = q ? { id: q.id, revealed: q.revealed } : null;
+  if (mine.role === "teacher") foldRuns(next);
   state = next;
   if (mine && next.role !== mine.role) save({ ...mine, role: next.role });
   bar.classList.remove("class-offline");
@@ -449,8 +455,27 @@ function revealedView(q) {
     h("p.hint", {}, "The gradient views are back."));
 }
 
+/** The teacher's list of runs sent in unfolds when a new one comes in, and folds to its one
+ * line once the teacher moves on to another view (or opens one of them): the class bar is a
+ * band that never grows past what the projector can spare. How many this tab has seen is kept
+ * with its part in the class, so a new page does not unfold the list for runs seen before. */
+function foldRuns(next) {
+  const view = JSON.stringify(next.view);
+  const count = (next.submissions || []).length;
+  if (count > (mine.runsSeen || 0)) {
+    runsOpen = true;
+    runsView = view;
+    save({ ...mine, runsSeen: count });
+  } else if (runsView !== view) runsOpen = false;
+}
+
 function submissionsView(list) {
-  return h("details.class-runs", { open: true }, h("summary", {}, `Runs sent in (${list.length})`),
+  const toggle = (e) => {
+    if (e.target.open === runsOpen) return; // drawn again as it was
+    runsOpen = e.target.open;
+    runsView = JSON.stringify(state.view);
+  };
+  return h("details.class-runs", { open: runsOpen, ontoggle: toggle }, h("summary", {}, `Runs sent in (${list.length})`),
     h("ul", {}, list.map((s) => h("li", { dataset: { run: s.run } }, h("a", { href: s.link }, `${s.name || s.run}`), " by ",
       h("bdi.class-name", {}, s.by)))));
 }

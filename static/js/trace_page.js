@@ -764,6 +764,19 @@ window.addEventListener("resize", () => {
   }, 150);
 });
 
+// The class bar above the page (classroom.js) appears, grows or shrinks when a class starts,
+// a question is asked or put away: the graph gives or takes that height, so that its bottom
+// stays on the first screen (on a projector the bar is a band of fixed height: app.css)
+let classBarHeight = 0;
+if ($("class-bar") && window.ResizeObserver) {
+  new ResizeObserver(() => {
+    const now = $("class-bar").offsetHeight;
+    if (now === classBarHeight) return;
+    classBarHeight = now;
+    graph.resized();
+  }).observe($("class-bar"));
+}
+
 if (controls) controls.set(run);
 graph.fitHeight();
 const devicesReady = controls ? controls.loadDevices() : null;

@@ -16,7 +16,7 @@ import pytest
 from tests.proxy import Relay
 from tests.server import serve
 
-from .conftest import Watched, api_trace
+from .conftest import Watched, api_trace, box, inside, screen, settled
 
 pytestmark = pytest.mark.browser
 
@@ -462,3 +462,70 @@ def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(tok
     teacher.page.click("#class-end")
     teacher.page.wait_for_selector(".class-message >> text=The class has ended.")
     assert _can_run(bob) == 401
+
+
+# ---- the class band on a projector (issue 35) ---------------------------------------------------
+
+PROJECTORS = [(1920, 1080), (1280, 720)]
+
+
+def page_fits(page) -> dict:
+    return page.evaluate("() => ({scroll: document.documentElement.scrollHeight,"
+                         " inner: window.innerHeight})")
+
+
+@pytest.mark.parametrize("size", PROJECTORS, ids=["1920x1080", "1280x720"])
+def test_the_class_band_never_pushes_the_graph_off_the_projector(room, size):
+    """The scenario's question asked at presenter step 3 (the one that shows the parameter's
+    bars): the question and its tally take the class band, whose height does not change, and
+    the graph and the bars stay on the screen; the next step puts the question away on the
+    teacher's and the student's pages."""
+    teacher, _relay, new_student = room
+    page = teacher.page
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    code = start_class(teacher, "reused_layer")
+    student = new_student()
+    join(student, code, "reused_layer")
+    followers(teacher, 1)
+    page.click("#present-toggle")
+    page.wait_for_selector("#presenter", state="visible")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=3')")
+    page.wait_for_selector(".col-panel .waterfall")
+    settled(page)
+    first = screen(page)
+    band = box(page, "#class-bar")
+    page.click("[data-ask=scenario]")
+    page.wait_for_selector(".class-question .tally-row")
+    student.page.wait_for_selector(".class-question button")
+    student.page.click(".class-question button[data-choice='1']")
+    page.wait_for_function("() => document.querySelector('.class-question')"
+                           ".textContent.includes('1 answered')")
+    page.wait_for_timeout(300)  # the graph's refit (a resize of the band) has come and gone
+    settled(page)
+    asked = box(page, "#class-bar")
+    fits = page_fits(page)
+    graph = box(page, "#graph")
+    total = box(page, "#details .acc-bar.total")
+    print(f"\n{size}: band {band['height']:.0f} -> {asked['height']:.0f} px, page {fits},"
+          f" graph {graph['y']:.0f}-{graph['bottom']:.0f}, .grad bar bottom {total['bottom']:.0f}")
+    teacher.shot(f"asked-{size[1]}", full_page=False)
+    assert asked["height"] == pytest.approx(band["height"], abs=1), "the band grew"
+    assert fits["scroll"] <= fits["inner"] + 1, f"the page overflows the screen: {fits}"
+    assert inside(graph, first), f"the graph runs past the screen: {graph}"
+    assert inside(total, first), f"the .grad bar is off screen: {total}"
+    assert inside(box(page, "#details .waterfall"), first), "the bars are off screen"
+    # the question and every choice's tally are in the band, on the screen
+    for i in range(4):
+        row = box(page, f".tally-row[data-choice='{i}']")
+        assert inside(row, asked) and inside(row, first), f"choice {i} is cut: {row}"
+    # the teacher moves on to the next step: the question leaves both pages
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("() => location.search.includes('say=2')")
+    page.wait_for_selector(".class-question", state="detached")
+    student.page.wait_for_selector(".class-question", state="detached")
+    settled(page)
+    assert box(page, "#class-bar")["height"] == pytest.approx(band["height"], abs=1)
+    assert inside(box(page, "#graph"), first)
+    teacher.shot(f"moved-on-{size[1]}", full_page=False)
