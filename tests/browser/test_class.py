@@ -21,6 +21,9 @@ from .conftest import Watched, api_trace, box, inside, screen, settled
 pytestmark = pytest.mark.browser
 
 
+PHONE = {"is_mobile": True, "has_touch": True, "device_scale_factor": 2}
+
+
 @pytest.fixture
 def room(browser, server, request):
     """(teacher, relay, new_student): the teacher's page, the students' relay, and a function
@@ -28,8 +31,9 @@ def room(browser, server, request):
     name = request.node.name.replace("test_", "", 1)
     contexts, watched = [], []
 
-    def page(base: str, who: str, viewport=(1400, 900)) -> Watched:
-        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    def page(base: str, who: str, viewport=(1400, 900), **device) -> Watched:
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
+                                      **device)
         contexts.append(context)
         p = context.new_page()
         p.set_default_timeout(60_000)
@@ -40,8 +44,10 @@ def room(browser, server, request):
     with Relay(urlparse(server).port) as relay:
         student_base = f"http://127.0.0.1:{relay.port}"
         count = iter(range(1, 100))
-        yield page(server, "teacher"), relay, lambda: page(student_base, f"student{next(count)}",
-                                                            (1000, 900))
+        # new_student(phone=True): a 390 x 844 phone (touch, mobile layout)
+        yield page(server, "teacher"), relay, lambda phone=False: page(
+            student_base, f"student{next(count)}", *(((390, 844),) if phone else ((1000, 900),)),
+            **(PHONE if phone else {}))
     for context in contexts:
         context.close()
     for w in watched:
@@ -529,3 +535,79 @@ def test_the_class_band_never_pushes_the_graph_off_the_projector(room, size):
     assert box(page, "#class-bar")["height"] == pytest.approx(band["height"], abs=1)
     assert inside(box(page, "#graph"), first)
     teacher.shot(f"moved-on-{size[1]}", full_page=False)
+
+
+# ---- a phone following (issue 35) -------------------------------------------------------------
+
+FAILS = """\
+import torch
+
+w = torch.randn(3, requires_grad=True)
+h = w.sigmoid()
+h.mul_(2)
+h.sum().backward()
+"""
+
+
+def visible_graph(page) -> dict:
+    """The part of the graph a phone's reader sees: within the window, above the details sheet
+    when one is open."""
+    graph, window = box(page, "#graph"), screen(page)
+    bottom = min(graph["bottom"], window["bottom"])
+    if page.evaluate("() => document.body.classList.contains('sheet-open')"):
+        bottom = min(bottom, box(page, "#details")["y"])
+    top = max(graph["y"], 0)
+    return {"x": graph["x"], "y": top, "right": graph["right"], "bottom": bottom,
+            "width": graph["width"], "height": bottom - top}
+
+
+def test_a_phone_following_sees_the_picked_node_and_the_explanation(room):
+    """A student on a 390 x 844 phone follows: each node the teacher picks is brought into the
+    part of the graph the phone shows (in the window, above the details sheet); a failed run
+    the teacher opens keeps its explanation and fix uncovered by the sheet."""
+    teacher, _relay, new_student = room
+    code = start_class(teacher, "reused_layer")
+    student = new_student(phone=True)
+    join(student, code, "reused_layer")
+    followers(teacher, 1)
+    page = student.page
+    page.wait_for_selector("#progress", state="hidden")
+    teacher.page.wait_for_selector("#progress", state="hidden")
+    settled(page)
+    # the nodes the phone's opening view leaves out of sight: the teacher picks each of three
+    out = page.evaluate("""() => {
+      const g = document.querySelector('#graph').getBoundingClientRect();
+      return [...document.querySelectorAll('#graph svg g.node')].filter(n => {
+        const b = n.getBoundingClientRect();
+        return b.top < g.top || b.bottom > Math.min(g.bottom, innerHeight) || b.left < g.left ||
+          b.right > g.right; }).map(n => n.id); }""")
+    assert len(out) >= 3, f"the phone opens with {out} out of sight: pick others"
+    for node in (out[0], out[len(out) // 2], out[-1]):
+        teacher.page.locator(f"#graph svg g.node#{node}").dispatch_event("click")
+        wait_selected(student, node)
+        page.wait_for_timeout(400)  # the sheet's opening and the pan (two frames) are done
+        settled(page)
+        seen = visible_graph(page)
+        drawn = box(page, f"#graph svg g.node#{node}")
+        print(f"\n{node}: node {drawn['y']:.0f}-{drawn['bottom']:.0f}, seen graph"
+              f" {seen['y']:.0f}-{seen['bottom']:.0f}")
+        assert inside(drawn, screen(page)), f"{node} is off the phone's screen: {drawn}"
+        assert inside(drawn, seen), f"{node} is not in the part of the graph seen: {drawn}"
+    student.shot("picked", full_page=False)
+    # a failed run, opened by the teacher: its explanation and fix are not under the sheet
+    run = httpx.post(f"{teacher.base}/api/runs", json={"source": FAILS}, timeout=120).json()
+    teacher.page.goto(teacher.base + run["run"]["link"])
+    teacher.page.wait_for_selector("#status .explanation")
+    page.wait_for_url(re.compile(rf".*{run['run']['link']}(\?.*)?$"))
+    page.wait_for_selector("#status .explanation-fix")
+    page.wait_for_timeout(600)
+    settled(page)
+    explanation = box(page, "#status .explanation")
+    fix = box(page, "#status .explanation-fix")
+    print(f"explanation {explanation['y']:.0f}-{explanation['bottom']:.0f}, fix"
+          f" {fix['y']:.0f}-{fix['bottom']:.0f}")
+    student.shot("failed-run", full_page=False)
+    assert inside(fix, screen(page)), f"the fix is off the phone's screen: {fix}"
+    if page.evaluate("() => document.body.classList.contains('sheet-open')"):
+        sheet = box(page, "#details")
+        assert fix["bottom"] <= sheet["y"] + 1, f"the sheet ({sheet['y']:.0f}) covers the fix"
