@@ -246,11 +246,28 @@ async function sendRun(runId) {
 /** Did this browser start the run the page shows (only then may it send it), and is it on the
  * teacher's list already? Asked once per run; the bar is drawn again with the answer. */
 async function checkRun(runId) {
-  ownRun = { id: runId, yours: false, sent: false };
+  ownRun = { id: runId, yours: true, sent: false, by: null, checking: true };
   const answer = await call("GET", `/api/classes/${encodeURIComponent(mine.code)}/runs/${encodeURIComponent(runId)}`);
   if (!ownRun || ownRun.id !== runId || !answer.ok) return;
-  ownRun = { id: runId, yours: Boolean(answer.data.yours), sent: Boolean(answer.data.sent) };
+  ownRun = { id: runId, yours: Boolean(answer.data.yours), sent: Boolean(answer.data.sent), by: answer.data.by || null };
+  runOwner();
   render();
+}
+
+/** A run page says "Your code" and offers "edit and run again" (templates/run.html): on a run
+ * another member started (a classmate's the teacher shows, the teacher's own) the title names
+ * whose it is, and the edit link goes. The name is text a stranger typed: text, in <bdi>. */
+function runOwner() {
+  const whose = document.getElementById("run-whose");
+  if (!whose || !ownRun || ownRun.yours) return;
+  const kind = whose.dataset.kind || "code";
+  if (ownRun.by === "the teacher") fill(whose, `The teacher's ${kind}`);
+  else if (ownRun.by) fill(whose, h("bdi.class-name", {}, ownRun.by), `'s ${kind}`);
+  else fill(whose, `Someone else's ${kind}`);
+  const edit = document.getElementById("run-edit");
+  if (edit) edit.hidden = true;
+  const name = whose.parentElement.querySelector("code");
+  document.title = `${whose.textContent}: ${name ? name.textContent : ""} · autograd-lab`;
 }
 
 // ---- both -----------------------------------------------------------------------------------
@@ -343,6 +360,7 @@ function render() {
     h("span", {}, " · students open "), h("a.class-link", { href: link }, link),
     h("span.class-followers#class-followers", {}, ` · ${state.followers} following`),
     askButtons(),
+    sendButton(), // (never a button for the teacher: it asks whose a run page's run is)
     h("button.link#class-end", { type: "button", onclick: endClass }, "End class"),
   ] : [
     h("strong", {}, `Class ${state.code}`),
@@ -387,13 +405,13 @@ function nameForm() {
 
 function sendButton() {
   const match = location.pathname.match(/^\/runs\/([A-Za-z0-9_-]+)$/);
-  if (!match || mine.role !== "student") return null;
+  if (!match) return null;
   // only on this student's own runs: not on one the teacher (or a classmate) showed
   if (!ownRun || ownRun.id !== match[1]) {
     checkRun(match[1]);
     return null;
   }
-  if (!ownRun.yours) return null;
+  if (!ownRun.yours || ownRun.checking || mine.role !== "student") return null;
   return h("button#class-send-run", { type: "button", disabled: ownRun.sent, onclick: () => sendRun(match[1]) },
     ownRun.sent ? "Sent to the teacher ✓" : "Send this run to the teacher");
 }

@@ -421,6 +421,9 @@ def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(tok
     send = ana.page.locator("#class-send-run")
     send.wait_for()
     assert send.text_content() == "Send this run to the teacher"
+    # her own run is hers: "Your code", and the way to edit it
+    assert ana.page.text_content("#run-title") == "Your code: mine.py"
+    assert ana.page.locator("#run-edit").is_visible()
     ana.shot("own-run", full_page=False)
     send.click()
     ana.page.wait_for_selector("#class-send-run:disabled >> text=Sent to the teacher ✓")
@@ -443,6 +446,18 @@ def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(tok
     assert checked.value.json()["yours"] is False
     bob.page.wait_for_selector("#graph svg g.node")
     assert bob.page.locator("#class-send-run").count() == 0
+    # titled as Ana's, not "Your code", and without "edit and run again"
+    bob.page.wait_for_function("() => document.querySelector('#run-title').textContent"
+                               " === \"Ana's code: mine.py\"")
+    assert bob.page.locator("#run-title bdi").text_content() == "Ana"
+    assert bob.page.locator("#run-edit").is_hidden()
+    assert bob.page.get_by_text("edit and run again").count() == 0 or \
+        bob.page.get_by_text("edit and run again").is_hidden()
+    assert bob.page.title().startswith("Ana's code: mine.py")
+    # the projector says whose it is too
+    teacher.page.wait_for_function("() => document.querySelector('#run-title').textContent"
+                                   " === \"Ana's code: mine.py\"")
+    assert teacher.page.locator("#run-edit").is_hidden()
     bob.shot("not-his-run", full_page=False)
 
     # a stranger (in no class) still needs the token

@@ -464,6 +464,16 @@ class ClassState:
     def sent(self, run_id: str) -> bool:
         return run_id in self.sent_from
 
+    def whose(self, run_id: str, started_by: str | None) -> str | None:
+        """Whose run it is, as another member's page titles it: the name of the member who
+        sent it (or its alias), "the teacher" for one the teacher started, else None."""
+        if run_id in self.sent_from:
+            return self._sender(run_id)["by"]
+        if started_by is not None and started_by == self.teacher:
+            return "the teacher"
+        member = self.members.get(started_by or "")
+        return member.shown if member is not None else None
+
     def _sender(self, run_id: str) -> dict:
         """Who sent a run, as the teacher's list says it: the member's name (or alias until it
         has one) and its alias, or the teacher."""

@@ -69,3 +69,14 @@ def test_a_question_goes_away_when_the_teacher_moves_on():
         path, _, query = moving_on.partition("?")
         state.show(path, query)
         assert state.question is None, moving_on
+
+
+def test_a_run_is_named_as_whose_it_is():
+    """A run another member's page shows is titled by whose it is: the member who sent it, the
+    teacher, or (started by someone the class does not know) nobody named."""
+    state = a_class()
+    assert state.whose("run1", "cookie:ann") == "Ana"  # sent in by Ana
+    assert state.whose("run2", "cookie:teacher") == "the teacher"
+    assert state.whose("run3", "cookie:ann") == "Ana"  # hers, not sent
+    assert state.whose("run4", "cookie:stranger") is None
+    assert state.whose("run5", None) is None
