@@ -530,7 +530,8 @@ def test_the_class_band_never_pushes_the_graph_off_the_projector(room, size):
     graph = box(page, "#graph")
     total = box(page, "#details .acc-bar.total")
     print(f"\n{size}: band {band['height']:.0f} -> {asked['height']:.0f} px, page {fits},"
-          f" graph {graph['y']:.0f}-{graph['bottom']:.0f}, .grad bar bottom {total['bottom']:.0f}")
+          f" graph {graph['y']:.0f}-{graph['bottom']:.0f}, .grad bar bottom {total['bottom']:.0f},"
+          f" tally row bottom {box(page, '.tally-row')['bottom']:.0f}")
     teacher.shot(f"asked-{size[1]}", full_page=False)
     assert asked["height"] == pytest.approx(band["height"], abs=1), "the band grew"
     assert fits["scroll"] <= fits["inner"] + 1, f"the page overflows the screen: {fits}"
