@@ -16,7 +16,10 @@
 // a right-to-left name does not reorder the words around it. A student's bar offers "Send this
 // run to the teacher" only on a run this browser started (the server says which). Choices are
 // lettered; after the reveal a student's own pick is marked in words, and the revealed question
-// folds away once the page moves on (a click opens it again).
+// folds away once the page moves on (a click opens it again). The server puts a question away
+// when the teacher moves on to another page, variant or presenter step (classes/moving_on.py);
+// the teacher's list of runs sent in folds to one line then. In presenter mode the bar is a band
+// of fixed height (app.css), so neither ever pushes the graph off the projector.
 
 import { callJson } from "./api.js";
 import { fill, h } from "./dom.js";
@@ -49,6 +52,8 @@ let ownRun = null; // {id, yours, sent}: is the run this page shows this student
 let revealOpen = null; // the id of the revealed question this page shows unfolded
 let seenQuestion = null; // {id, revealed} as the last state had it: a reveal is a change
 let followedView = null; // the last view followed (JSON): a new one folds the answer away
+let runsOpen = false; // the teacher's "Runs sent in" list unfolded: new runs came in
+let runsView = null; // the view (JSON) the teacher's list was unfolded on: moving on folds it
 window.addEventListener("pagehide", () => { leaving = true; });
 
 function storage() {
@@ -241,11 +246,28 @@ async function sendRun(runId) {
 /** Did this browser start the run the page shows (only then may it send it), and is it on the
  * teacher's list already? Asked once per run; the bar is drawn again with the answer. */
 async function checkRun(runId) {
-  ownRun = { id: runId, yours: false, sent: false };
+  ownRun = { id: runId, yours: true, sent: false, by: null, checking: true };
   const answer = await call("GET", `/api/classes/${encodeURIComponent(mine.code)}/runs/${encodeURIComponent(runId)}`);
   if (!ownRun || ownRun.id !== runId || !answer.ok) return;
-  ownRun = { id: runId, yours: Boolean(answer.data.yours), sent: Boolean(answer.data.sent) };
+  ownRun = { id: runId, yours: Boolean(answer.data.yours), sent: Boolean(answer.data.sent), by: answer.data.by || null };
+  runOwner();
   render();
+}
+
+/** A run page says "Your code" and offers "edit and run again" (templates/run.html): on a run
+ * another member started (a classmate's the teacher shows, the teacher's own) the title names
+ * whose it is, and the edit link goes. The name is text a stranger typed: text, in <bdi>. */
+function runOwner() {
+  const whose = document.getElementById("run-whose");
+  if (!whose || !ownRun || ownRun.yours) return;
+  const kind = whose.dataset.kind || "code";
+  if (ownRun.by === "the teacher") fill(whose, `The teacher's ${kind}`);
+  else if (ownRun.by) fill(whose, h("bdi.class-name", {}, ownRun.by), `'s ${kind}`);
+  else fill(whose, `Someone else's ${kind}`);
+  const edit = document.getElementById("run-edit");
+  if (edit) edit.hidden = true;
+  const name = whose.parentElement.querySelector("code");
+  document.title = `${whose.textContent}: ${name ? name.textContent : ""} · autograd-lab`;
 }
 
 // ---- both -----------------------------------------------------------------------------------
@@ -312,6 +334,7 @@ function receive(next) {
   // the reveal, seen happen on this page: the answer is shown unfolded here, folded elsewhere
   if (q && q.revealed && seenQuestion && seenQuestion.id === q.id && !seenQuestion.revealed) revealOpen = q.id;
   seenQuestion = q ? { id: q.id, revealed: q.revealed } : null;
+  if (mine.role === "teacher") foldRuns(next);
   state = next;
   if (mine && next.role !== mine.role) save({ ...mine, role: next.role });
   bar.classList.remove("class-offline");
@@ -337,6 +360,7 @@ function render() {
     h("span", {}, " · students open "), h("a.class-link", { href: link }, link),
     h("span.class-followers#class-followers", {}, ` · ${state.followers} following`),
     askButtons(),
+    sendButton(), // (never a button for the teacher: it asks whose a run page's run is)
     h("button.link#class-end", { type: "button", onclick: endClass }, "End class"),
   ] : [
     h("strong", {}, `Class ${state.code}`),
@@ -381,13 +405,13 @@ function nameForm() {
 
 function sendButton() {
   const match = location.pathname.match(/^\/runs\/([A-Za-z0-9_-]+)$/);
-  if (!match || mine.role !== "student") return null;
+  if (!match) return null;
   // only on this student's own runs: not on one the teacher (or a classmate) showed
   if (!ownRun || ownRun.id !== match[1]) {
     checkRun(match[1]);
     return null;
   }
-  if (!ownRun.yours) return null;
+  if (!ownRun.yours || ownRun.checking || mine.role !== "student") return null;
   return h("button#class-send-run", { type: "button", disabled: ownRun.sent, onclick: () => sendRun(match[1]) },
     ownRun.sent ? "Sent to the teacher ✓" : "Send this run to the teacher");
 }
@@ -449,8 +473,27 @@ function revealedView(q) {
     h("p.hint", {}, "The gradient views are back."));
 }
 
+/** The teacher's list of runs sent in unfolds when a new one comes in, and folds to its one
+ * line once the teacher moves on to another view (or opens one of them): the class bar is a
+ * band that never grows past what the projector can spare. How many this tab has seen is kept
+ * with its part in the class, so a new page does not unfold the list for runs seen before. */
+function foldRuns(next) {
+  const view = JSON.stringify(next.view);
+  const count = (next.submissions || []).length;
+  if (count > (mine.runsSeen || 0)) {
+    runsOpen = true;
+    runsView = view;
+    save({ ...mine, runsSeen: count });
+  } else if (runsView !== view) runsOpen = false;
+}
+
 function submissionsView(list) {
-  return h("details.class-runs", { open: true }, h("summary", {}, `Runs sent in (${list.length})`),
+  const toggle = (e) => {
+    if (e.target.open === runsOpen) return; // drawn again as it was
+    runsOpen = e.target.open;
+    runsView = JSON.stringify(state.view);
+  };
+  return h("details.class-runs", { open: runsOpen, ontoggle: toggle }, h("summary", {}, `Runs sent in (${list.length})`),
     h("ul", {}, list.map((s) => h("li", { dataset: { run: s.run } }, h("a", { href: s.link }, `${s.name || s.run}`), " by ",
       h("bdi.class-name", {}, s.by)))));
 }

@@ -155,10 +155,12 @@ export function renderPresenter(box, steps, view, replay, ctx) {
   const label = step && step.text.match(/^(Question|Answer|What to look at|Try):\s*/i);
   const text = step ? (label ? [h("strong", {}, label[1] + ": "), inline(step.text.slice(label[0].length))] : inline(step.text)) :
     "Presenter mode: → and ← walk the backward replay.";
+  // the hint at the last step is a span of its own: a short projector drops it (app.css)
   const where = replay ? `Replay: step ${replay.step} of ${replay.total}` :
-    steps.length ? `Step ${n || 0} of ${steps.length}${n === steps.length ? " · → replays the backward pass" : ""}` : "";
+    steps.length ? [`Step ${n || 0} of ${steps.length}`,
+      n === steps.length ? h("span.presenter-next", {}, " · → replays the backward pass") : null] : "";
   fill(box.querySelector(".presenter-text"), h("p", {}, text), presenterShows(step, view, ctx));
-  box.querySelector(".presenter-where").textContent = where;
+  fill(box.querySelector(".presenter-where"), where);
   const variants = box.querySelector(".presenter-variants");
   fill(variants, variantButtons(ctx.variants, ctx.variant, ctx.onVariant));
   variants.hidden = !variants.childElementCount;

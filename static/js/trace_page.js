@@ -103,6 +103,7 @@ function nodeById(id) {
 }
 
 function selectNode(id) {
+  userPicked = true;
   if (units.has(id)) {
     openUnit(units.get(id));
     return;
@@ -114,12 +115,14 @@ function selectNode(id) {
 }
 
 function selectParam(name) {
+  userPicked = true;
   const node = shown && shown.graph.nodes.find((n) => n.param === name);
   update({ param: name, node: node ? node.id : null, line: null, cell: name === view.param ? view.cell : null },
     { reveal: node ? node.id : null });
 }
 
 function selectLine(line) {
+  userPicked = true;
   update({ line, node: null, param: null, cell: null });
 }
 
@@ -599,6 +602,13 @@ function renderSheet() {
   }
   const open = phone.matches && !view.present && Boolean(doc && (view.node || view.param || view.line));
   const was = document.body.classList.contains("sheet-open");
+  // a sheet this reader did not ask for (a followed view, a failed run opening on its line)
+  // opens folded to its title where a failed run's explanation is on the page: the
+  // explanation is the answer, and half the screen of sheet would cover its fix
+  if (open && !was) sheetFolded = !userPicked && Boolean(status.querySelector(".explanation"));
+  if (userPicked || !open) sheetFolded = false;
+  userPicked = false;
+  document.body.classList.toggle("sheet-folded", open && sheetFolded);
   document.body.classList.toggle("sheet-open", open);
   $("details-close").hidden = !open;
   if (open && !was) $("details").scrollTop = 0;
@@ -657,6 +667,9 @@ function readDiagnostic(d, index) {
   entry.scrollIntoView({ block: "center" });
   entry.focus({ preventScroll: true });
 }
+
+let userPicked = false; // this page's reader picked what is shown (a tap, a click, a key)
+let sheetFolded = false; // the phone's sheet shows only its title (renderSheet)
 
 let findingsHeight = 0;
 
@@ -730,6 +743,14 @@ $("presenter-next").addEventListener("click", () => presentKey(true));
 $("presenter-prev").addEventListener("click", () => presentKey(false));
 $("presenter-exit").addEventListener("click", () => present(false));
 $("details-close").addEventListener("click", () => update({ node: null, param: null, line: null, cell: null }));
+// a folded sheet (renderSheet) opens with a tap anywhere on it
+$("details").addEventListener("click", (e) => {
+  if (!document.body.classList.contains("sheet-folded") || e.target.closest("#details-close")) return;
+  e.preventDefault();
+  sheetFolded = false;
+  document.body.classList.remove("sheet-folded");
+  $("details").scrollTop = 0;
+});
 $("permalink-copy").addEventListener("click", async () => {
   const input = $("permalink");
   try {
@@ -747,8 +768,36 @@ function redrawFromUrl() {
   const sameRun = JSON.stringify(next.run) === JSON.stringify(run);
   run = next.run;
   view = next.view;
-  if (sameRun && doc) showGraph().then(render);
-  else loadRun();
+  if (sameRun && doc) showGraph().then(render).then(bringPickedIntoView);
+  else loadRun().then(bringPickedIntoView);
+}
+
+/** A phone following the class (or going back to a view): what is picked was chosen on another
+ *  screen, so it may lie anywhere in the drawing. The page is scrolled to the graph if that is
+ *  out of sight, and the node (or the parameter's) panned into the part of the graph above the
+ *  details sheet. A failed run's explanation is the answer there: it is not scrolled away (the
+ *  sheet gives way to it instead: renderSheet). */
+function bringPickedIntoView() {
+  if (!phone.matches || view.present || !shown) return;
+  const param = view.param && shown.graph.nodes.find((n) => n.param === view.param);
+  const id = view.node || (param && param.id);
+  if (!id) return;
+  requestAnimationFrame(() => {
+    const area = $("graph").getBoundingClientRect();
+    const sheetTop = document.body.classList.contains("sheet-open") ? $("details").getBoundingClientRect().top : window.innerHeight;
+    const explained = status.querySelector(".explanation");
+    if (explained) {
+      // the explanation stays the answer: the sheet folds, the explanation comes into view
+      if (!sheetFolded && document.body.classList.contains("sheet-open")) {
+        sheetFolded = true;
+        document.body.classList.add("sheet-folded");
+      }
+      const box = explained.getBoundingClientRect();
+      const covered = $("details").getBoundingClientRect().top;
+      if (box.top < 0 || box.bottom > Math.min(window.innerHeight, covered)) explained.scrollIntoView({ block: "start" });
+    } else if (area.top < 0 || area.top > sheetTop - 160) window.scrollBy(0, area.top - 8);
+    graph.revealNow(id, 6);
+  });
 }
 window.addEventListener("popstate", redrawFromUrl);
 onApply(redrawFromUrl);
@@ -765,7 +814,20 @@ window.addEventListener("resize", () => {
   }, 150);
 });
 
+// The class bar above the page (classroom.js) appears, grows or shrinks when a class starts,
+// a question is asked or put away: the graph gives or takes that height, so that its bottom
+// stays on the first screen (on a projector the bar is a band of fixed height: app.css)
+let classBarHeight = 0;
+if ($("class-bar") && window.ResizeObserver) {
+  new ResizeObserver(() => {
+    const now = $("class-bar").offsetHeight;
+    if (now === classBarHeight) return;
+    classBarHeight = now;
+    graph.resized();
+  }).observe($("class-bar"));
+}
+
 if (controls) controls.set(run);
 graph.fitHeight();
 const devicesReady = controls ? controls.loadDevices() : null;
-loadRun();
+loadRun().then(bringPickedIntoView); // a link (or a followed class) may name a node anywhere in the drawing

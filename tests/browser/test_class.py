@@ -16,9 +16,12 @@ import pytest
 from tests.proxy import Relay
 from tests.server import serve
 
-from .conftest import Watched, api_trace
+from .conftest import Watched, api_trace, box, inside, screen, settled
 
 pytestmark = pytest.mark.browser
+
+
+PHONE = {"is_mobile": True, "has_touch": True, "device_scale_factor": 2}
 
 
 @pytest.fixture
@@ -28,8 +31,9 @@ def room(browser, server, request):
     name = request.node.name.replace("test_", "", 1)
     contexts, watched = [], []
 
-    def page(base: str, who: str, viewport=(1400, 900)) -> Watched:
-        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    def page(base: str, who: str, viewport=(1400, 900), **device) -> Watched:
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
+                                      **device)
         contexts.append(context)
         p = context.new_page()
         p.set_default_timeout(60_000)
@@ -40,8 +44,10 @@ def room(browser, server, request):
     with Relay(urlparse(server).port) as relay:
         student_base = f"http://127.0.0.1:{relay.port}"
         count = iter(range(1, 100))
-        yield page(server, "teacher"), relay, lambda: page(student_base, f"student{next(count)}",
-                                                            (1000, 900))
+        # new_student(phone=True): a 390 x 844 phone (touch, mobile layout)
+        yield page(server, "teacher"), relay, lambda phone=False: page(
+            student_base, f"student{next(count)}", *(((390, 844),) if phone else ((1000, 900),)),
+            **(PHONE if phone else {}))
     for context in contexts:
         context.close()
     for w in watched:
@@ -415,6 +421,9 @@ def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(tok
     send = ana.page.locator("#class-send-run")
     send.wait_for()
     assert send.text_content() == "Send this run to the teacher"
+    # her own run is hers: "Your code", and the way to edit it
+    assert ana.page.text_content("#run-title") == "Your code: mine.py"
+    assert ana.page.locator("#run-edit").is_visible()
     ana.shot("own-run", full_page=False)
     send.click()
     ana.page.wait_for_selector("#class-send-run:disabled >> text=Sent to the teacher ✓")
@@ -437,6 +446,18 @@ def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(tok
     assert checked.value.json()["yours"] is False
     bob.page.wait_for_selector("#graph svg g.node")
     assert bob.page.locator("#class-send-run").count() == 0
+    # titled as Ana's, not "Your code", and without "edit and run again"
+    bob.page.wait_for_function("() => document.querySelector('#run-title').textContent"
+                               " === \"Ana's code: mine.py\"")
+    assert bob.page.locator("#run-title bdi").text_content() == "Ana"
+    assert bob.page.locator("#run-edit").is_hidden()
+    assert bob.page.get_by_text("edit and run again").count() == 0 or \
+        bob.page.get_by_text("edit and run again").is_hidden()
+    assert bob.page.title().startswith("Ana's code: mine.py")
+    # the projector says whose it is too
+    teacher.page.wait_for_function("() => document.querySelector('#run-title').textContent"
+                                   " === \"Ana's code: mine.py\"")
+    assert teacher.page.locator("#run-edit").is_hidden()
     bob.shot("not-his-run", full_page=False)
 
     # a stranger (in no class) still needs the token
@@ -462,3 +483,147 @@ def test_a_student_runs_code_without_the_token_and_sends_only_their_own_runs(tok
     teacher.page.click("#class-end")
     teacher.page.wait_for_selector(".class-message >> text=The class has ended.")
     assert _can_run(bob) == 401
+
+
+# ---- the class band on a projector (issue 35) ---------------------------------------------------
+
+PROJECTORS = [(1920, 1080), (1280, 720)]
+
+
+def page_fits(page) -> dict:
+    return page.evaluate("() => ({scroll: document.documentElement.scrollHeight,"
+                         " inner: window.innerHeight})")
+
+
+@pytest.mark.parametrize("size", PROJECTORS, ids=["1920x1080", "1280x720"])
+def test_the_class_band_never_pushes_the_graph_off_the_projector(room, size):
+    """The scenario's question asked at presenter step 3 (the one that shows the parameter's
+    bars): the question and its tally take the class band, whose height does not change, and
+    the graph and the bars stay on the screen; the next step puts the question away on the
+    teacher's and the student's pages."""
+    teacher, _relay, new_student = room
+    page = teacher.page
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    code = start_class(teacher, "reused_layer")
+    student = new_student()
+    join(student, code, "reused_layer")
+    followers(teacher, 1)
+    page.click("#present-toggle")
+    page.wait_for_selector("#presenter", state="visible")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=3')")
+    page.wait_for_selector(".col-panel .waterfall")
+    settled(page)
+    first = screen(page)
+    band = box(page, "#class-bar")
+    page.click("[data-ask=scenario]")
+    page.wait_for_selector(".class-question .tally-row")
+    student.page.wait_for_selector(".class-question button")
+    student.page.click(".class-question button[data-choice='1']")
+    page.wait_for_function("() => document.querySelector('.class-question')"
+                           ".textContent.includes('1 answered')")
+    page.wait_for_timeout(300)  # the graph's refit (a resize of the band) has come and gone
+    settled(page)
+    asked = box(page, "#class-bar")
+    fits = page_fits(page)
+    graph = box(page, "#graph")
+    total = box(page, "#details .acc-bar.total")
+    print(f"\n{size}: band {band['height']:.0f} -> {asked['height']:.0f} px, page {fits},"
+          f" graph {graph['y']:.0f}-{graph['bottom']:.0f}, .grad bar bottom {total['bottom']:.0f},"
+          f" tally row bottom {box(page, '.tally-row')['bottom']:.0f}")
+    teacher.shot(f"asked-{size[1]}", full_page=False)
+    assert asked["height"] == pytest.approx(band["height"], abs=1), "the band grew"
+    assert fits["scroll"] <= fits["inner"] + 1, f"the page overflows the screen: {fits}"
+    assert inside(graph, first), f"the graph runs past the screen: {graph}"
+    assert inside(total, first), f"the .grad bar is off screen: {total}"
+    assert inside(box(page, "#details .waterfall"), first), "the bars are off screen"
+    # the question and every choice's tally are in the band, on the screen
+    for i in range(4):
+        row = box(page, f".tally-row[data-choice='{i}']")
+        assert inside(row, asked) and inside(row, first), f"choice {i} is cut: {row}"
+    # the teacher moves on to the next step: the question leaves both pages
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("() => location.search.includes('say=2')")
+    page.wait_for_selector(".class-question", state="detached")
+    student.page.wait_for_selector(".class-question", state="detached")
+    settled(page)
+    assert box(page, "#class-bar")["height"] == pytest.approx(band["height"], abs=1)
+    assert inside(box(page, "#graph"), first)
+    teacher.shot(f"moved-on-{size[1]}", full_page=False)
+
+
+# ---- a phone following (issue 35) -------------------------------------------------------------
+
+FAILS = """\
+import torch
+
+w = torch.randn(3, requires_grad=True)
+h = w.sigmoid()
+h.mul_(2)
+h.sum().backward()
+"""
+
+
+def visible_graph(page) -> dict:
+    """The part of the graph a phone's reader sees: within the window, above the details sheet
+    when one is open."""
+    graph, window = box(page, "#graph"), screen(page)
+    bottom = min(graph["bottom"], window["bottom"])
+    if page.evaluate("() => document.body.classList.contains('sheet-open')"):
+        bottom = min(bottom, box(page, "#details")["y"])
+    top = max(graph["y"], 0)
+    return {"x": graph["x"], "y": top, "right": graph["right"], "bottom": bottom,
+            "width": graph["width"], "height": bottom - top}
+
+
+def test_a_phone_following_sees_the_picked_node_and_the_explanation(room):
+    """A student on a 390 x 844 phone follows: each node the teacher picks is brought into the
+    part of the graph the phone shows (in the window, above the details sheet); a failed run
+    the teacher opens keeps its explanation and fix uncovered by the sheet."""
+    teacher, _relay, new_student = room
+    code = start_class(teacher, "reused_layer")
+    student = new_student(phone=True)
+    join(student, code, "reused_layer")
+    followers(teacher, 1)
+    page = student.page
+    page.wait_for_selector("#progress", state="hidden")
+    teacher.page.wait_for_selector("#progress", state="hidden")
+    settled(page)
+    # the nodes the phone's opening view leaves out of sight: the teacher picks each of three
+    out = page.evaluate("""() => {
+      const g = document.querySelector('#graph').getBoundingClientRect();
+      return [...document.querySelectorAll('#graph svg g.node')].filter(n => {
+        const b = n.getBoundingClientRect();
+        return b.top < g.top || b.bottom > Math.min(g.bottom, innerHeight) || b.left < g.left ||
+          b.right > g.right; }).map(n => n.id); }""")
+    assert len(out) >= 3, f"the phone opens with {out} out of sight: pick others"
+    for node in (out[0], out[len(out) // 2], out[-1]):
+        teacher.page.locator(f"#graph svg g.node#{node}").dispatch_event("click")
+        wait_selected(student, node)
+        page.wait_for_timeout(400)  # the sheet's opening and the pan (two frames) are done
+        settled(page)
+        seen = visible_graph(page)
+        drawn = box(page, f"#graph svg g.node#{node}")
+        print(f"\n{node}: node {drawn['y']:.0f}-{drawn['bottom']:.0f}, seen graph"
+              f" {seen['y']:.0f}-{seen['bottom']:.0f}")
+        assert inside(drawn, screen(page)), f"{node} is off the phone's screen: {drawn}"
+        assert inside(drawn, seen), f"{node} is not in the part of the graph seen: {drawn}"
+    student.shot("picked", full_page=False)
+    # a failed run, opened by the teacher: its explanation and fix are not under the sheet
+    run = httpx.post(f"{teacher.base}/api/runs", json={"source": FAILS}, timeout=120).json()
+    teacher.page.goto(teacher.base + run["run"]["link"])
+    teacher.page.wait_for_selector("#status .explanation")
+    page.wait_for_url(re.compile(rf".*{run['run']['link']}(\?.*)?$"))
+    page.wait_for_selector("#status .explanation-fix")
+    page.wait_for_timeout(600)
+    settled(page)
+    explanation = box(page, "#status .explanation")
+    fix = box(page, "#status .explanation-fix")
+    print(f"explanation {explanation['y']:.0f}-{explanation['bottom']:.0f}, fix"
+          f" {fix['y']:.0f}-{fix['bottom']:.0f}")
+    student.shot("failed-run", full_page=False)
+    assert inside(fix, screen(page)), f"the fix is off the phone's screen: {fix}"
+    if page.evaluate("() => document.body.classList.contains('sheet-open')"):
+        sheet = box(page, "#details")
+        assert fix["bottom"] <= sheet["y"] + 1, f"the sheet ({sheet['y']:.0f}) covers the fix"

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, fields
 from app.web.errors import AppError
 
 from .lookalikes import lookalike_key, mixes_scripts
+from .moving_on import moved_on, place
 
 __all__ = ["ClassError", "ClassState", "Member", "check_view", "display_name", "per_address_limit"]
 
@@ -162,7 +163,7 @@ class ClassState:
     version: int = 0  # changes every reader sees
     audience: int = 0  # changes only the teacher sees: the tally, who joined, names
     view: dict | None = None
-    question: dict | None = None  # {id, prompt, choices, answer, revealed}
+    question: dict | None = None  # {id, prompt, choices, answer, revealed, at}
     answers: dict[str, int] = field(default_factory=dict)  # client key -> choice
     submissions: list[dict] = field(default_factory=list)
     # one address may have at most `people` members (cookies are free: a machine could
@@ -360,9 +361,21 @@ class ClassState:
 
     def show(self, path: str, query: str) -> None:
         view = check_view(path, query)
-        if view != self.view:
-            self.view = view
-            self.version += 1
+        if view == self.view:
+            return
+        self.view = view
+        self.version += 1
+        q = self.question
+        if q is None:
+            return
+        # the teacher moved on (another page, variant or presenter step: moving_on.py): the
+        # question goes away with the place it was about, on every page of the class
+        if moved_on(q.get("at"), place(view)):
+            self.question = None
+            self.answers = {}
+            self.answered_from = {}
+        elif q.get("at") is None or (q["at"]["say"] is None and place(view)["say"] is not None):
+            q["at"] = place(view)  # asked before a view, or on the page it now presents
 
     def ask(self, prompt: object, choices: object, answer: object) -> dict:
         if not isinstance(choices, list) or not 2 <= len(choices) <= MAX_CHOICES:
@@ -372,7 +385,8 @@ class ClassState:
                 not 0 <= answer < len(texts):
             raise ClassError(422, "the answer must be the index of one of the choices")
         self.question = {"id": secrets.token_hex(4), "prompt": _text(prompt, "the question"),
-                         "choices": texts, "answer": answer, "revealed": False}
+                         "choices": texts, "answer": answer, "revealed": False,
+                         "at": place(self.view)}  # where it was asked: moving_on.py
         self.answers = {}
         self.answered_from = {}
         self.version += 1
@@ -449,6 +463,16 @@ class ClassState:
 
     def sent(self, run_id: str) -> bool:
         return run_id in self.sent_from
+
+    def whose(self, run_id: str, started_by: str | None) -> str | None:
+        """Whose run it is, as another member's page titles it: the name of the member who
+        sent it (or its alias), "the teacher" for one the teacher started, else None."""
+        if run_id in self.sent_from:
+            return self._sender(run_id)["by"]
+        if started_by is not None and started_by == self.teacher:
+            return "the teacher"
+        member = self.members.get(started_by or "")
+        return member.shown if member is not None else None
 
     def _sender(self, run_id: str) -> dict:
         """Who sent a run, as the teacher's list says it: the member's name (or alias until it

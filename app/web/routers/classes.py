@@ -215,10 +215,14 @@ async def choose_name(request: Request, session: MemberSessionDep, classroom: Cl
 @router.get("/api/classes/{code}/runs/{run_id}")
 async def run_of_mine(session: MemberSessionDep, uploads: UploadsDep, client: ClientDep,
                       run_id: str) -> dict:
-    """Whether this browser started the run (so may send it to the teacher), and whether it
-    is on the teacher's list already: a student's page offers "Send" on their own runs only."""
-    mine = await asyncio.to_thread(uploads.started_by, run_id) == client
-    return {"run": run_id[:64], "yours": mine, "sent": session.state.sent(run_id)}
+    """Whether this browser started the run (so may send it to the teacher), whether it is
+    on the teacher's list already, and whose it is otherwise (`by`: the name of the member who
+    sent it, "the teacher", or None): a student's page offers "Send" on their own runs only,
+    and titles a classmate's run as theirs."""
+    started = await asyncio.to_thread(uploads.started_by, run_id)
+    mine = started is not None and started == client
+    return {"run": run_id[:64], "yours": mine, "sent": session.state.sent(run_id),
+            "by": None if mine else session.state.whose(run_id, started)}
 
 
 @router.post("/api/classes/{code}/runs")

@@ -49,3 +49,34 @@ def test_a_row_of_the_previous_release_is_the_same_class():
            "places": state.places, "turned_away": sorted(state.turned_away),
            "ended": state.ended}
     assert ClassState.from_dict(json.loads(json.dumps(old))) == state
+
+
+def test_a_question_goes_away_when_the_teacher_moves_on():
+    """Another page, variant or presenter step puts the question away; a node picked, a replay
+    step, or presenting the page it was asked on keeps it (moving_on.py)."""
+    state = ClassState("ABCDEF", "cookie:teacher", people=4)
+    state.show("/scenarios/reused_layer", "")
+    state.ask("Which?", ["a", "b"], 1)
+    for query in ("node=n3", "node=n3&step=2", "present=1&say=3", "present=1&say=3&step=1",
+                  "node=n1"):
+        state.show("/scenarios/reused_layer", query)
+        assert state.question is not None, query
+    state.show("/scenarios/reused_layer", "present=1&say=2")  # the next presenter step
+    assert state.question is None
+    for moving_on in ("/scenarios/stop_gradient", "/scenarios/reused_layer?variant=k1"):
+        state.show("/scenarios/reused_layer", "present=1&say=3")
+        state.ask("Which?", ["a", "b"], 1)
+        path, _, query = moving_on.partition("?")
+        state.show(path, query)
+        assert state.question is None, moving_on
+
+
+def test_a_run_is_named_as_whose_it_is():
+    """A run another member's page shows is titled by whose it is: the member who sent it, the
+    teacher, or (started by someone the class does not know) nobody named."""
+    state = a_class()
+    assert state.whose("run1", "cookie:ann") == "Ana"  # sent in by Ana
+    assert state.whose("run2", "cookie:teacher") == "the teacher"
+    assert state.whose("run3", "cookie:ann") == "Ana"  # hers, not sent
+    assert state.whose("run4", "cookie:stranger") is None
+    assert state.whose("run5", None) is None

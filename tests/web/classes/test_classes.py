@@ -264,10 +264,11 @@ def test_a_student_sends_a_run_and_the_teacher_sees_it_without_the_students_cook
     # the run is the student's own: its page may offer "Send"; a classmate who follows the
     # teacher onto it may neither be offered nor send it
     assert student.get(f"/api/classes/{code}/runs/{run_id}").json() == {
-        "run": run_id, "yours": True, "sent": True}
+        "run": run_id, "yours": True, "sent": True, "by": None}
     classmate = browser(teacher.app)
+    # ... and is told whose it is (its page titles it "Ana's code")
     assert classmate.get(f"/api/classes/{code}/runs/{run_id}").json() == {
-        "run": run_id, "yours": False, "sent": True}
+        "run": run_id, "yours": False, "sent": True, "by": "Ana"}
     refused = classmate.post(f"/api/classes/{code}/runs", json={"run": run_id})
     assert refused.status_code == 403 and refused.json()["code"] == "not_your_run"
     assert "only your own runs" in refused.json()["detail"]
