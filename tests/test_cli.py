@@ -144,7 +144,7 @@ def test_a_notebook_is_traced_as_the_server_runs_an_upload(tmp_path):
     cells = [("markdown", "# a leaf changed in place"),
              ("code", "%matplotlib inline\nimport torch\nw = torch.ones(3, requires_grad=True)"),
              ("code", "loss = (w * 2).sum()\nw.add_(1)\nloss.backward()")]
-    path = tmp_path / "lesson.ipynb"
+    path = tmp_path / "course.ipynb"
     path.write_text(_notebook(cells), encoding="utf-8")
     # plain Python, the cells' code as they run there (the magic is IPython's)
     code = "import torch\nw = torch.ones(3, requires_grad=True)\nloss = (w * 2).sum()\nw.add_(1)\n"
@@ -158,8 +158,8 @@ def test_a_notebook_is_traced_as_the_server_runs_an_upload(tmp_path):
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, load_schema())
     assert doc["error"]["message"] == plain
-    assert doc["script"]["notebook"]["name"] == "lesson.ipynb"
-    assert "(cell 3, line 2 of lesson.ipynb)" in done.stderr, done.stderr
+    assert doc["script"]["notebook"]["name"] == "course.ipynb"
+    assert "(cell 3, line 2 of course.ipynb)" in done.stderr, done.stderr
     assert "where: cell 3, line 2" in done.stderr
     assert any(d["code"] == "notebook_skipped" or "%matplotlib" in d["message"]
                for d in doc["diagnostics"])

@@ -95,6 +95,6 @@ def test_class_pages_of_teacher_and_student_have_no_serious_violation(audited):
         "() => (document.querySelector('#class-followers') || {}).textContent === ' · 1 following'")
     for w in (teacher, student):
         w.page.wait_for_selector("#progress", state="hidden")
-        w.page.wait_for_selector("#diagnostics-list li")  # a lesson with findings
+        w.page.wait_for_selector("#diagnostics-list li")  # a scenario with findings
     assert_clean(("the teacher's class page", audit(teacher.page)),
                  ("the student's class page", audit(student.page)))

@@ -185,7 +185,7 @@ def contrast(a: str, b: str) -> float:
 def test_the_focus_ring_stands_out_on_every_node_kind(watched):
     page = watched.page
     checked = set()
-    # the two lessons together draw every kind the legend names
+    # the two scenarios together draw every kind the legend names
     for scenario in ("reused_layer", "custom_function"):
         open_scenario(watched, scenario)
         nodes, _, _ = edges_of(api_trace(watched, scenario))
@@ -224,7 +224,7 @@ def test_f_moves_focus_to_the_findings(watched):
     page = watched.page
     open_scenario(watched, "no_grad_inference_detach")
     findings = api_trace(watched, "no_grad_inference_detach")["diagnostics"]
-    assert findings  # the lesson has some: what F must reach
+    assert findings  # the scenario has some: what F must reach
     page.locator("body").focus()
     page.keyboard.press("f")
     # the strip above the graph (findings.js): its first line, the most serious finding's
@@ -253,7 +253,7 @@ def test_f_without_findings_says_so_and_leaves_focus(watched):
     assert page.text_content("#keys-said") == "This run has no findings to show."
 
 
-def test_in_presenter_mode_the_arrows_aside_still_step_the_lesson(watched):
+def test_in_presenter_mode_the_arrows_aside_still_step_the_narration(watched):
     """Presenter mode keeps ← and → whatever has focus (trace_page.js); ↓ and ↑ still walk."""
     page = watched.page
     open_scenario(watched, "reused_layer", "k=3")
