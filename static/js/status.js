@@ -3,6 +3,7 @@
 
 import { ApiError, FormatError } from "./api.js";
 import { fill, h, richText } from "./dom.js";
+import { hookCallsParts } from "./hook_calls.js";
 import { lineLabel } from "./lines.js";
 
 export function setStatus(el, message, level = "info") {
@@ -102,15 +103,17 @@ function fixTried(fix) {
 export function renderEventNotice(box, ev, { onLine }) {
   const err = ev && ev.error;
   const check = ev && ev.gradcheck;
-  box.hidden = !err && !check;
+  const hooked = hookCallsParts(ev, onLine);
+  box.hidden = !err && !check && !hooked;
   if (box.hidden) return;
-  const level = err ? "error" : check.passed ? "info" : "warning";
+  const level = err ? "error" : check && !check.passed ? "warning" : "info";
   box.className = `notice notice-${level} event-notice`;
   box.setAttribute("role", level === "info" ? "status" : "alert");
   fill(box, check ? gradcheckParts(check, onLine) : "", check && err ? h("br") : "",
     err ? [h("strong", {}, `${ev.kind} #${ev.index} failed with ${err.type}`),
       ev.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(ev.line) }, lineLabel(ev.line))] : "",
-      ": ", ...richText(err.message, onLine)] : "");
+      ": ", ...richText(err.message, onLine)] : "",
+    hooked && (check || err) ? h("br") : "", hooked ? h("span.hook-calls-line", {}, hooked) : "");
 }
 
 // 1e-06 as "1e-6", not "0.000001"; 0.001 as it is
