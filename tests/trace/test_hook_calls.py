@@ -218,3 +218,17 @@ def test_a_script_with_no_hooks_records_no_hook_calls(tmp_path):
     doc, _plain = _run(tmp_path, "import torch\nw = torch.ones(2, requires_grad=True)\n"
                                  "(w * 2).sum().backward()\n")
     assert all("hook_calls" not in e for e in backward_events(doc))
+
+
+def test_the_legacy_findings_quote_is_pytorchs_own_warning(modules, tmp_path):
+    """The finding quotes torch's deprecation warning: held to what this torch prints."""
+    import re
+
+    doc, _plain = modules
+    (finding,) = diagnostics(doc, "legacy_module_hook")
+    (quoted,) = re.findall(r'"([^"]+)"', finding["message"])
+    path = tmp_path / "legacy.py"
+    path.write_text(MODULES)
+    plain = subprocess.run([sys.executable, "-W", "always", str(path)], capture_output=True,
+                           text=True, timeout=120, check=True)
+    assert quoted.lower() in plain.stderr.lower()
