@@ -76,6 +76,9 @@ LEAF_HOOKS = {"register_hook": "hook", "register_post_accumulate_grad_hook":
 # switched off: its stack capture (about 1 ms a node) made tracing a 12-layer transformer take
 # 0.35 s instead of 0.19, and the recorder's own tags give every node its line anyway
 ANOMALY_NODES = 64
+# the tracer's files and torch's, which stand between the script and a hook registration
+_OUR_FILES = __file__.rsplit("/", 1)[0] + "/"
+_DISPATCH_FILES = frozenset({torch._tensor.__file__, torch.overrides.__file__})
 # where nn.Module._apply lives: its no_grad copies are not the script reading under no_grad
 _MODULE_FILE = nn.modules.module.__file__
 
@@ -201,7 +204,7 @@ class Recorder:
         """`hook`, wrapped so that each call during a recorded pass is counted (hooks.py), or
         `hook` itself once no further pass will be recorded, past MAX_HOOKS, or for our own."""
         if self.busy or self.passes_kept or len(self.hook_registrations) >= MAX_HOOKS or \
-                not callable(hook):
+                not callable(hook) or not self._registered_by_script():
             return hook
         try:
             with self.guard():
@@ -211,6 +214,17 @@ class Recorder:
             return hook
         self.hook_registrations.append(reg)
         return counting(hook, reg, lambda: self._recording)
+
+    def _registered_by_script(self) -> bool:
+        """Did the script itself call the registration? torch registers hooks of its own from
+        inside its functions (`register_multi_grad_hook` puts one on each tensor): those are
+        left as they are and not called the script's. Between the call and here stand only
+        our frames and the registration's own dispatch (`Tensor.register_hook`'s)."""
+        frame = sys._getframe(2)
+        while frame is not None and (frame.f_code.co_filename.startswith(_OUR_FILES) or
+                                     frame.f_code.co_filename in _DISPATCH_FILES):
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename == self.script_path
 
     def _registration(self, kind: str, on: Any) -> HookRegistration:
         line = self.current_line()

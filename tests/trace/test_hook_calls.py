@@ -232,3 +232,24 @@ def test_the_legacy_findings_quote_is_pytorchs_own_warning(modules, tmp_path):
     plain = subprocess.run([sys.executable, "-W", "always", str(path)], capture_output=True,
                            text=True, timeout=120, check=True)
     assert quoted.lower() in plain.stderr.lower()
+
+
+MULTI = """
+import torch
+a = torch.ones(2, requires_grad=True)
+b = torch.ones(2, requires_grad=True)
+seen = []
+torch.autograd.graph.register_multi_grad_hook((a, b), lambda grads: seen.append(len(grads)))
+a.register_hook(lambda g: None)
+(a * b).sum().backward()
+print(seen)
+"""
+
+
+def test_hooks_torch_registers_itself_are_not_the_scripts(tmp_path):
+    """register_multi_grad_hook puts torch's own hook on each tensor: not the script's
+    registration, so not listed as a tensor hook of its line."""
+    doc, plain = _run(tmp_path, MULTI)
+    assert doc["stdout"] == plain
+    (event,) = backward_events(doc)
+    assert [c["line"] for c in event["hook_calls"]] == [_line(MULTI, "a.register_hook")]
