@@ -28,7 +28,7 @@ export function hookCallsParts(ev, onLine) {
   const calls = (ev && ev.hook_calls) || [];
   if (!calls.length) return null;
   const head = `${calls.length === 1 ? "1 hook" : `${calls.length} hooks`} of the script ran in ${ev.kind} #${ev.index}` +
-    (ev.call === "torch.autograd.grad" ? " (torch.autograd.grad: tensor hooks run, post-accumulate-grad hooks do not)" : "") + ": ";
+    (ev.call === "torch.autograd.grad" ? " (torch.autograd.grad accumulates into no .grad, so no post-accumulate-grad hook runs)" : "") + ": ";
   return [h("strong", {}, head), calls.map((c, i) => [i ? "; " : "",
     ...hookName(c, onLine), `, ${times(c.calls)}`, c.returned ? " (returned a gradient)" : ""])];
 }
