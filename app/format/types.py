@@ -145,6 +145,19 @@ class HookShare(TypedDict):
     to_norm: NotRequired[float | None]
 
 
+class HookCall(TypedDict):
+    """One hook of the script's, in one pass (app/trace/hooks.py): how often it ran, how many
+    of those calls returned a new gradient, the nodes it ran on."""
+    kind: Literal["tensor hook", "post-accumulate-grad hook", "module full backward hook",
+                  "module full backward pre-hook", "module backward hook (legacy)"]
+    line: int | None  # the line that registered it
+    on: str | None  # the tensor or module it was registered on
+    nodes: list[str]
+    calls: int
+    returned: int
+    sits_on: NotRequired[str]  # a legacy module hook: the node type it really sits on
+
+
 class GradChange(TypedDict):
     before: TensorSummary | None
     after: TensorSummary | None
@@ -199,6 +212,7 @@ class BackwardEvent(TypedDict):
     gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for
     hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
     saved_memory: NotRequired[SavedMemory]
+    hook_calls: NotRequired[list[HookCall]]  # every call of the script's hooks in the pass
 
 
 class StepCheck(TypedDict):

@@ -22,6 +22,7 @@ from app.format import clip
 
 from .cuts import find_cuts
 from .graph import Walk, walk
+from .hooks import HookCalls
 from .saved_memory import saved_memory
 from .summary import norm_of, summarize
 
@@ -35,7 +36,8 @@ class BackwardRecording:
                  create_graph: bool = False, budget=None,
                  hooks_on: Callable[[torch.Tensor], list] | None = None,
                  module_hook_lines: list[int] | None = None,
-                 nonleaf_inputs: list[tuple[torch.Tensor, str]] | None = None) -> None:
+                 nonleaf_inputs: list[tuple[torch.Tensor, str]] | None = None,
+                 hook_target: Callable[[Any], str | None] | None = None) -> None:
         self.index = index
         self.call = call
         self.line = line
@@ -76,7 +78,19 @@ class BackwardRecording:
         with guard():
             self._grad_before = {name: t.grad.detach().clone()
                                  for name, t, _ in self._hooked.values() if t.grad is not None}
+        # every call of the script's own hooks in this pass (hooks.py counts them)
+        self._hook_target = hook_target or (lambda reg: reg.on)
+        self._node_ids: dict[int, str] | None = None
+        self.hook_calls = HookCalls(self._node_id)
         self._hook_all()
+
+    def _node_id(self, fn: Any) -> str | None:
+        """The walked node that is `fn` (the engine's current node while a hook runs)."""
+        if fn is None:
+            return None
+        if self._node_ids is None:  # built at the first hook call: most passes have none
+            self._node_ids = {id(f): node_id for node_id, f in self.walk.fns.items()}
+        return self._node_ids.get(id(fn))
 
     def _slots_into_leaves(self, nonleaf_inputs: list[tuple[torch.Tensor, str]]
                            ) -> dict[str, dict[int, str]]:
@@ -216,6 +230,10 @@ class BackwardRecording:
                     out[name] = out.get(name, []) + shares
         return out
 
+    def _node_name(self, node_id: str) -> str | None:
+        fn = self.walk.fns.get(node_id)
+        return type(fn).__name__ if fn is not None else None
+
     def remove_hooks(self) -> None:
         for h in self._handles:
             h.remove()
@@ -270,6 +288,9 @@ class BackwardRecording:
         shares = self._hook_shares()
         if shares:
             event["hooks"] = shares
+        calls = self.hook_calls.records(self._hook_target, self._node_name)
+        if calls:
+            event["hook_calls"] = calls
         if dropped:
             event["dropped"] = dropped
         if inner:

@@ -113,6 +113,25 @@ def _hook_changed(name: str, share: dict, index: int, passes: int) -> dict:
                  params=[name], event=index)
 
 
+def _legacy_module_hook(call: dict, index: int) -> dict:
+    """`register_backward_hook` sits on the node that made the module's output (torch's
+    `_call_impl` registers it on that grad_fn), so its grad_input are that node's gradients for
+    its own inputs; torch warns that it "will be missing some grad_input" when the forward
+    made more than one node."""
+    on = f" on `{call['on']}`" if call.get("on") else ""
+    where = f" (line {call['line']})" if call.get("line") else ""
+    node = call["sits_on"]
+    return _diag("legacy_module_hook", "warning",
+                 f"`register_backward_hook`{on}{where} sits on the operation that made the "
+                 f"module's output, {node}, not on the module: its grad_input is what {node} "
+                 "computes for that operation's own inputs (which may include a parameter's and "
+                 "leave out the inputs of earlier operations), not necessarily the gradients of "
+                 "the module's inputs. PyTorch deprecates it (with more than one operation in "
+                 "the forward, \"this hook will be missing some grad_input\"); "
+                 "`register_full_backward_hook` gives the gradients of the module's inputs.",
+                 nodes=call["nodes"][:1], event=index)
+
+
 def _numbered(module: str) -> str:
     """`model.layers.3` as `model.layers.N`: one name for a stack of copies."""
     return ".".join("N" if part.isdigit() else part for part in module.split("."))
@@ -176,6 +195,15 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                 (first[0], first[1], first[2] + 1)
     for name, (share, index, passes) in hooked.items():
         out.append(_hook_changed(name, share, index, passes))
+
+    # a legacy module backward hook runs on the node that made the module's output: said
+    # once per hook, on that node of the first pass it ran in
+    legacy_said: set[tuple[int | None, str | None]] = set()
+    for e in backward_events:
+        for call in e.get("hook_calls") or ():
+            if call.get("sits_on") and (call["line"], call["on"]) not in legacy_said:
+                legacy_said.add((call["line"], call["on"]))
+                out.append(_legacy_module_hook(call, e["index"]))
 
     # one finding per parameter, not one per pass: a training loop would repeat it each time
     reused: dict[str, list[tuple[int, int, bool]]] = {}

@@ -16,6 +16,7 @@ import functools
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from . import _internals as internals
 from .backward_event import tensors_of
 from .func_forward import FuncCalls
 from .gradcheck_events import checked_calls
+from .hooks import KINDS
 from .recorder import Recorder
 from .views import keep_picture_local
 
@@ -48,6 +50,13 @@ def _called_by_torch() -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR)
 
 
+# a tensor's hook registrations, as a TorchFunctionMode sees them: each hook is counted per
+# pass (hooks.py); two identity checks per operation
+_TENSOR_HOOK_CALLS = ((torch.Tensor.register_hook, "register_hook"),
+                      (torch.Tensor.register_post_accumulate_grad_hook,
+                       "register_post_accumulate_grad_hook"))
+
+
 class _OpMode(TorchFunctionMode):
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()
@@ -55,6 +64,9 @@ class _OpMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        for registrar, call in _TENSOR_HOOK_CALLS:
+            if func is registrar:
+                args, kwargs = _counted_args(self.recorder, call, args, kwargs)
         out = func(*args, **kwargs)
         try:
             self.recorder.after_op(func, args, kwargs, out)
@@ -63,6 +75,27 @@ class _OpMode(TorchFunctionMode):
         except Exception as exc:  # noqa: BLE001 - never break the script for our bookkeeping
             self.recorder._internal_error("watching an operation", exc)
         return out
+
+
+def _counting_registrar(recorder: Recorder, call: str) -> Callable:
+    """nn.Module's `call` (a backward hook's registration), with the hook counted per pass."""
+    original = getattr(torch.nn.Module, call)
+
+    @functools.wraps(original)
+    def register(self, hook, *args, **kwargs):
+        return original(self, recorder.counted_hook(KINDS[call], hook, self), *args, **kwargs)
+    return register
+
+
+def _counted_args(recorder: Recorder, call: str, args: tuple, kwargs: dict
+                  ) -> tuple[tuple, dict]:
+    """A hook registration's arguments with the hook counted (`tensor.register_hook(hook)`)."""
+    if len(args) > 1:
+        return (args[0], recorder.counted_hook(KINDS[call], args[1], args[0]), *args[2:]), kwargs
+    if "hook" in kwargs and args:
+        return args, {**kwargs, "hook": recorder.counted_hook(KINDS[call], kwargs["hook"],
+                                                             args[0])}
+    return args, kwargs
 
 
 # (module, attribute, how the note names it): computed by the script, never drawn
@@ -243,9 +276,13 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     def full_backward_hook(self, hook, *args, **kwargs):
         if not recorder.busy:  # its line labels the share the hook takes (backward_event.py)
             recorder.saw_module_hook()
-        return register_full_backward_hook(self, hook, *args, **kwargs)
+        return register_full_backward_hook(
+            self, recorder.counted_hook(KINDS["register_full_backward_hook"], hook, self),
+            *args, **kwargs)
 
     patch(torch.nn.Module, "register_full_backward_hook", full_backward_hook)
+    for call in ("register_full_backward_pre_hook", "register_backward_hook"):
+        patch(torch.nn.Module, call, _counting_registrar(recorder, call))
     patch(torch.Tensor, "backward", backward_method)
     patch(torch.autograd, "backward", backward_function)
     patch(torch.autograd, "grad", grad_function)

@@ -22,12 +22,13 @@ from . import _internals as internals
 from .backward_event import BackwardRecording, tensors_of
 from .cuts import CutLog, Escape
 from .graph import MODULE_TAG, storage_key
+from .hooks import counting
 from .naming import Namer, script_frames
 from .optimizer_rules import group_settings, state_read, take_copies
 from .summary import ValueBudget, summarize
 from .views import ViewLog
 
-__all__ = ["Recorder", "RecordingLimits"]
+__all__ = ["HookRegistration", "Recorder", "RecordingLimits"]
 
 
 @dataclass
@@ -47,6 +48,7 @@ class InPlace:
     output_of: str | None
 
 
+MAX_HOOKS = 200  # hooks the script registers whose calls are counted; past that, left as they are
 MAX_NOTES = 200  # in-place changes and `.grad` reads kept, for explaining a failure
 MAX_GROUPS = 64  # an optimizer's parameter groups whose settings a step keeps
 MAX_USED = 10_000  # leaves whose first use with grad on is remembered
@@ -74,8 +76,23 @@ LEAF_HOOKS = {"register_hook": "hook", "register_post_accumulate_grad_hook":
 # switched off: its stack capture (about 1 ms a node) made tracing a 12-layer transformer take
 # 0.35 s instead of 0.19, and the recorder's own tags give every node its line anyway
 ANOMALY_NODES = 64
+# the tracer's files and torch's, which stand between the script and a hook registration
+_OUR_FILES = __file__.rsplit("/", 1)[0] + "/"
+_DISPATCH_FILES = frozenset({torch._tensor.__file__, torch.overrides.__file__})
 # where nn.Module._apply lives: its no_grad copies are not the script reading under no_grad
 _MODULE_FILE = nn.modules.module.__file__
+
+
+@dataclass(eq=False)
+class HookRegistration:
+    """One hook the script registered, whose calls each recorded pass counts: its kind, the
+    line that registered it, and what it sits on (weakly: a hook never keeps its tensor or
+    module alive); `on` is the script's variable for it, named when it was registered."""
+    kind: str
+    line: int | None
+    on: str | None
+    tensor: weakref.ref | None = None
+    module: weakref.ref | None = None
 
 
 @dataclass
@@ -120,6 +137,10 @@ class Recorder:
         self.func_passed_over: dict[int | None, str] = {}
         # lines where the script registered modules' full backward hooks (their shares' label)
         self.module_hook_lines: list[int] = []
+        # hooks the script registered (counted.py wraps each): their calls are counted by pass
+        self.hook_registrations: list[HookRegistration] = []
+        # id(module) -> its path, kept for modules the script hooked (a hook's `on`)
+        self.hooked_module_paths: dict[int, str] = {}
         # steps made while a recorded backward pass runs, appended after it (around_backward)
         self._held_steps: list[dict] | None = None
         self.values = ValueBudget()
@@ -178,6 +199,50 @@ class Recorder:
         if line is not None and line not in self.module_hook_lines and \
                 len(self.module_hook_lines) < MAX_NOTES:
             self.module_hook_lines.append(line)
+
+    def counted_hook(self, kind: str, hook: Any, on: Any) -> Any:
+        """`hook`, wrapped so that each call during a recorded pass is counted (hooks.py), or
+        `hook` itself once no further pass will be recorded, past MAX_HOOKS, or for our own."""
+        if self.busy or self.passes_kept or len(self.hook_registrations) >= MAX_HOOKS or \
+                not callable(hook) or not self._registered_by_script():
+            return hook
+        try:
+            with self.guard():
+                reg = self._registration(kind, on)
+        except Exception as exc:  # noqa: BLE001 - the hook is registered as it is
+            self._internal_error("noting a hook", exc)
+            return hook
+        self.hook_registrations.append(reg)
+        return counting(hook, reg, lambda: self._recording)
+
+    def _registered_by_script(self) -> bool:
+        """Did the script itself call the registration? torch registers hooks of its own from
+        inside its functions (`register_multi_grad_hook` puts one on each tensor): those are
+        left as they are and not called the script's. Between the call and here stand only
+        our frames and the registration's own dispatch (`Tensor.register_hook`'s)."""
+        frame = sys._getframe(2)
+        while frame is not None and (frame.f_code.co_filename.startswith(_OUR_FILES) or
+                                     frame.f_code.co_filename in _DISPATCH_FILES):
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename == self.script_path
+
+    def _registration(self, kind: str, on: Any) -> HookRegistration:
+        line = self.current_line()
+        if isinstance(on, nn.Module):
+            self.hooked_module_paths.setdefault(id(on), "")
+            prefix = self.namer.module_prefix(on)
+            name = prefix.rstrip(".") if prefix else self.namer.variable_name_of(on)
+            return HookRegistration(kind, line, name, module=weakref.ref(on))
+        return HookRegistration(kind, line, self.namer.variable_name_of(on),
+                                tensor=weakref.ref(on))
+
+    def hook_target(self, reg: HookRegistration) -> str | None:
+        """What a hook sits on, as the page names it: a module's path as its operations
+        carry it, else the script's variable for it when it was registered."""
+        module = reg.module() if reg.module is not None else None
+        if module is not None and self.hooked_module_paths.get(id(module)):
+            return self.hooked_module_paths[id(module)]
+        return reg.on
 
     def backward_count(self) -> int:
         return sum(1 for e in self.events if e["kind"] == "backward")
@@ -316,6 +381,7 @@ class Recorder:
                 guard=self.guard, synthetic=synthetic, max_nodes=self.limits.max_nodes,
                 escapes_of=self.escapes_of, create_graph=create_graph, budget=self.values,
                 hooks_on=self.hooks_on, module_hook_lines=self.module_hook_lines,
+                hook_target=self.hook_target,
                 nonleaf_inputs=[(t, n) for t, n in input_names or () if t.grad_fn is not None])
 
     # -- optimizer steps -------------------------------------------------------------------
@@ -396,6 +462,9 @@ class Recorder:
                 prefix = self.namer.module_prefix(module)
             own = prefix.rstrip(".") if prefix else type(module).__name__
             self._module_stack.append((module, own, prefix or ""))
+            if id(module) in self.hooked_module_paths and prefix:
+                # a lone model has no path of its own: its variable names it (hook_target)
+                self.hooked_module_paths[id(module)] = own
             return
         parent, parent_path, children_prefix = self._module_stack[-1]
         name = self._child_names(parent).get(id(module))
@@ -403,6 +472,8 @@ class Recorder:
             name = self._child_names(parent, fresh=True).get(id(module))
         path = children_prefix + name if name else type(module).__name__
         self._module_stack.append((module, path, path + "."))
+        if id(module) in self.hooked_module_paths:
+            self.hooked_module_paths[id(module)] = path
 
     def _child_names(self, parent: nn.Module, fresh: bool = False) -> dict[int, str]:
         """id(submodule) -> its dotted name under `parent`; built once per module, since a

@@ -5,6 +5,7 @@
 
 import { s } from "./dom.js";
 import { GraphWalk } from "./graph_keys.js";
+import { hookCounts } from "./hook_calls.js";
 import { lineLabel } from "./lines.js";
 import { touchGestures } from "./touch.js";
 
@@ -90,6 +91,7 @@ export class GraphView {
       if (g) this.edges.set(id, { g, edge });
     }
     this.addDiagnosticBadges(event, diagnostics, byId);
+    this.addHookBadges(event);
     if (window.svgPanZoom) {
       this.panZoom = window.svgPanZoom(svg, {
         fit: true, center: true, minZoom: 0.1, maxZoom: 25, zoomScaleSensitivity: 0.3,
@@ -190,6 +192,22 @@ export class GraphView {
       // on the node's top right corner, clear of its label
       const k = this.unit / BASE_UNIT;
       g.append(badge(box.x + box.width + 7 * k, box.y + 2 * k, level === "info" ? "i" : "!", `badge diag-badge badge-${level}`, k));
+    }
+  }
+
+  /** A node the script's hooks ran on in this pass: a small "h" on its bottom right corner
+   *  (the node panel lists them with their call counts). */
+  addHookBadges(event) {
+    for (const [id, count] of hookCounts(event)) {
+      const g = this.nodes.get(id);
+      if (!g) continue;
+      const box = shapeBox(g);
+      const k = this.unit / BASE_UNIT;
+      // beside the node, not inside it, as the use badges are (axe: its read name)
+      const mark = badge(box.x + box.width + 7 * k, box.y + box.height - 2 * k, "h", "badge hook-badge", k);
+      mark.dataset.node = id;
+      mark.dataset.hooks = String(count);
+      g.after(mark);
     }
   }
 

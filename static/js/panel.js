@@ -1,6 +1,7 @@
 // The details panel for one graph node: what it is, where it came from, what it saved for
 // backward, the gradients that flowed through it, and for a custom Function its backward code.
 
+import { hooksOnNode } from "./hook_calls.js";
 import { nonLeafNote, opNote } from "./op_notes.js";
 import { h, fmt, shapeText, richText } from "./dom.js";
 import { lineLabel } from "./lines.js";
@@ -45,6 +46,10 @@ export function nodeView(event, node, hooks) {
     body.append(h("ul.diag-inline", {}, diags.map((d) => h(`li.diag-${d.level}`, {},
       h(`span.badge.badge-${d.level}`, { "aria-hidden": "true" }, d.level === "info" ? "i" : "!"), ...richText(d.message, hooks.onLine)))));
   }
+
+  // the script's hooks the engine ran on this node in this pass, with their call counts
+  const ran = hooksOnNode(event, node.id, hooks.onLine);
+  if (ran) body.append(ran);
 
   // Edge source -> target: the gradient of `target`'s input `slot`, computed by target's backward.
   const incoming = event.graph.edges.filter((e) => e.source === node.id);

@@ -3,6 +3,7 @@
 
 import { ApiError, FormatError } from "./api.js";
 import { fill, h, richText } from "./dom.js";
+import { hookCallsParts } from "./hook_calls.js";
 import { lineLabel } from "./lines.js";
 
 export function setStatus(el, message, level = "info") {
@@ -103,19 +104,18 @@ export function renderEventNotice(box, ev, { onLine }) {
   const err = ev && ev.error;
   const check = ev && ev.gradcheck;
   const roots = ev && ev.kind === "backward" && !err ? rootsNote(ev, onLine) : null;
-  box.hidden = !err && !check && !roots;
+  const hooked = hookCallsParts(ev, onLine);
+  box.hidden = !err && !check && !roots && !hooked;
   if (box.hidden) return;
-  const level = err ? "error" : check ? (check.passed ? "info" : "warning") : "info";
+  const level = err ? "error" : check && !check.passed ? "warning" : "info";
   box.className = `notice notice-${level} event-notice`;
   box.setAttribute("role", level === "info" ? "status" : "alert");
-  if (roots && !check) {
-    fill(box, roots);
-    return;
-  }
   fill(box, check ? gradcheckParts(check, onLine) : "", check && err ? h("br") : "",
     err ? [h("strong", {}, `${ev.kind} #${ev.index} failed with ${err.type}`),
       ev.line ? [" at ", h("button.link", { type: "button", onclick: () => onLine(ev.line) }, lineLabel(ev.line))] : "",
-      ": ", ...richText(err.message, onLine)] : "");
+      ": ", ...richText(err.message, onLine)] : "",
+    roots && !check ? h("span.roots-line", {}, roots) : "",
+    hooked && (check || err || roots) ? h("br") : "", hooked ? h("span.hook-calls-line", {}, hooked) : "");
 }
 
 /** A backward started from several roots at once (`torch.autograd.backward([l1, l2])`): one

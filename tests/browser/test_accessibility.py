@@ -87,6 +87,23 @@ def test_own_code_page_and_a_run_with_findings_have_no_serious_violation(audited
     assert_clean(("the Your-code page", own_code), ("a stored run with findings", audit(page)))
 
 
+def test_a_node_the_scripts_hooks_ran_on_has_no_serious_violation(audited):
+    """Issue 34: the "h" badge, the node panel's list of hooks and the pass's hook line."""
+    import httpx
+
+    from .test_hook_share import HOOK_CALLS
+
+    w = audited()
+    page = w.page
+    run = httpx.post(w.base + "/api/runs", json={"source": HOOK_CALLS}, timeout=120).json()
+    (event,) = [e for e in run["events"] if e["kind"] == "backward"]
+    node = event["hook_calls"][0]["nodes"][0]
+    page.goto(f"{w.base}{run['run']['link']}?event={event['index']}&node={node}")
+    page.wait_for_selector("#details .hook-call")
+    page.wait_for_selector("#graph .hook-badge")
+    assert_clean(("a node with a hook", audit(page)))
+
+
 def test_class_pages_of_teacher_and_student_have_no_serious_violation(audited):
     teacher, student = audited("teacher"), audited("student")
     code = start_class(teacher, "no_grad_inference_detach")

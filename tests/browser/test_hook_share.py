@@ -77,3 +77,49 @@ def test_parameters_no_backward_reached_come_last_under_a_heading(watched):
     assert shown[-12:] == [n for n in run["params"] if n.startswith("layer.")]
     assert all("unreached" in c for c in names[head + 1:]) and len(names) - head - 1 == 12
     assert "Never reached by a backward pass" in rows.nth(head).inner_text()
+
+
+HOOK_CALLS = """
+import torch
+torch.manual_seed(0)
+w = torch.randn(3, requires_grad=True)
+h = w * 2
+calls = []
+h.register_hook(lambda g: calls.append(g.sum().item()))  # observes: returns None
+loss = (h * h).sum() + h.sum()
+loss.backward()
+print(len(calls), type(h.grad_fn).__name__)
+"""
+
+
+def test_the_node_panel_shows_the_hook_that_ran_on_it_with_its_call_count(watched, tmp_path):
+    """Issue 34: a hook that only observes is shown on the node it ran on, with how many times
+    PyTorch called it in the pass; the oracle is the script run plainly, counting its calls."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "hooked.py"
+    script.write_text(HOOK_CALLS)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=120, check=True).stdout
+    called, node_type = plain.split()
+    page = watched.page
+    doc = _open_run(watched, HOOK_CALLS)
+    (event,) = [e for e in doc["events"] if e["kind"] == "backward"]
+    (record,) = event["hook_calls"]
+    node_id = record["nodes"][0]
+    page.goto(page.url.split("?")[0] + f"?event={event['index']}&node={node_id}")
+    panel = page.locator("#details .node-view")
+    panel.wait_for()
+    assert panel.locator(".op-name").inner_text() == node_type
+    item = panel.locator(".hook-call")
+    assert item.count() == 1
+    assert item.get_attribute("data-calls") == called
+    text = item.inner_text()
+    assert "tensor hook on h" in text and "returned None" in text
+    assert {"1": "called once in this pass", "2": "called twice in this pass"}.get(
+        called, f"called {called} times in this pass") in text
+    assert page.locator(f"#graph .hook-badge[data-node={node_id}]").count() == 1
+    notice = page.locator("#event-notice").inner_text()
+    assert f"1 hook of the script ran in backward #{event['index']}" in notice
+    watched.shot("hook-calls")
