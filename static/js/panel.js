@@ -67,7 +67,7 @@ export function nodeView(event, node, hooks) {
     body.append(h("h4", {}, "Saved for backward", sizes.size ? ` (${bytesText(held)})` : ""), h("table.saved", {},
       h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "value or tensor"))),
       h("tbody", {}, node.saved.map((t) => h("tr", {}, h("td", {}, h("code", {}, t.name)),
-        h("td", {}, t.packed ? "kept by a saved-tensor hook (a checkpoint recomputes it during backward): not read" :
+        h("td", {}, t.packed ? "kept by a saved-tensor hook (a checkpoint's, or the script's own): not read, since reading it runs the hook" :
           t.value !== undefined ? t.value :
           [shapeText(t.shape), t.dtype, t.device].filter(Boolean).join(" "),
         t.bytes !== undefined ? ` · ${bytesText(t.bytes)}` : "",
@@ -154,8 +154,11 @@ export function savedMemoryParts(ev) {
       h("strong", {}, `Held for backward #${ev.index}: ${bytesText(m.held_bytes)}`),
       " saved by its nodes (each allocation once)",
       m.leaf_bytes ? `, besides ${bytesText(m.leaf_bytes)} of parameters it saved, kept anyway.` : ".",
+      // what a pack hook keeps is its own: a non-reentrant checkpoint keeps nothing (and
+      // recomputes in backward), torch's save_on_cpu keeps a copy elsewhere
       m.packed_tensors ? ` ${m.packed_tensors} more saved tensor${m.packed_tensors > 1 ? "s were" : " was"} taken by a ` +
-        "saved-tensor hook (a checkpoint keeps none of them and recomputes them during backward), not counted." : ""),
+        "saved-tensor hook, not counted: what the hook keeps is its own (a non-reentrant checkpoint keeps none and " +
+        "recomputes them during backward)." : ""),
     top.length ? h("ul.saved-by-module", {}, top.map(([name, b]) =>
       h("li", {}, h("code", {}, name), ` ${bytesText(b)}`))) : "");
 }
