@@ -12,6 +12,10 @@ const changed = new Set();
 const shownListeners = new Set();
 let redraw = null;
 let lastShown = null;
+// the path a navigation is under way to: a later view of that same page waits for it, since
+// the page, once loaded, is sent the class's latest view (a second assign aborted the first
+// load: a follower on a busy machine got ERR_ABORTED and no page)
+let leavingFor = null;
 
 /** The view now shown: the page's path and its query (without "?"). */
 export function current() {
@@ -30,6 +34,8 @@ export function apply(view) {
   if (!view) return;
   const target = view.path + (view.query ? `?${view.query}` : "");
   if (location.pathname !== view.path) {
+    if (leavingFor === view.path) return;
+    leavingFor = view.path;
     location.assign(target);
     return;
   }
