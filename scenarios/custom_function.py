@@ -43,19 +43,19 @@ class NumpyConv2dFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, image, filter, bias):
         # torch records nothing in here: this is plain NumPy arithmetic
-        image_np, filter_np = image.detach().numpy(), filter.detach().numpy()
+        image_np, filter_np = image.detach().cpu().numpy(), filter.detach().cpu().numpy()
         result = correlate2d(image_np, filter_np) + bias.item()
         ctx.save_for_backward(image, filter)
-        return torch.as_tensor(result, dtype=image.dtype)
+        return torch.as_tensor(result, dtype=image.dtype, device=image.device)
 
     @staticmethod
     def backward(ctx, grad_output):
         image, filter = ctx.saved_tensors
-        g = grad_output.detach().numpy()
-        grad_image = convolve2d_full(g, filter.detach().numpy())
-        grad_filter = correlate2d(image.detach().numpy(), g)
+        g = grad_output.detach().cpu().numpy()
+        grad_image = convolve2d_full(g, filter.detach().cpu().numpy())
+        grad_filter = correlate2d(image.detach().cpu().numpy(), g)
         grad_bias = np.sum(g, keepdims=True).reshape(1)
-        as_tensor = lambda a: torch.as_tensor(a, dtype=grad_output.dtype)  # noqa: E731
+        as_tensor = lambda a: torch.as_tensor(a, dtype=grad_output.dtype, device=grad_output.device)  # noqa: E731
         return as_tensor(grad_image), as_tensor(grad_filter), as_tensor(grad_bias)
 
 

@@ -45,7 +45,7 @@ class MaskedLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:  # slot 0 is x
             grad_x = grad_output @ weight
         if ctx.needs_input_grad[1]:  # slot 1 is the weight
-            mask = torch.zeros(weight.shape[1], dtype=weight.dtype)
+            mask = torch.zeros(weight.shape[1], dtype=weight.dtype, device=weight.device)
             mask[columns] = 1  # one vectorised step: 1 in the chosen input columns
             grad_weight = (grad_output.T @ x) * mask  # true gradient, zero outside the columns
         if ctx.needs_input_grad[2]:

@@ -185,7 +185,7 @@ def test_a_gradient_on_the_wrong_device_is_explained_and_fixed(trace_source):
         Move.apply(x).sum().backward()
     """).lstrip("\n")
     ex = trace_source(code)["error"]["explanation"]
-    assert ex["code"] == "invalid_gradient" and ex["line"] == 9
+    assert ex["code"] == "invalid_gradient" and ex["line"] == 10  # backward's return
     assert trace_source(apply(code, ex["fix"]), name="fixed.py")["error"] is None
 
 
