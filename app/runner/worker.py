@@ -330,7 +330,7 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     drop_stdin()
     # mapped before the job's limit is set from what is mapped: the script's budget is whole
     reserve = _keep_back(REPORT_ROOM)
-    apply_job(run_limits, float(job.timeout))
+    apply_job(run_limits, float(job.timeout), address_space=not job.device.startswith("cuda"))
     limits = RecordingLimits(max_backward_events=job.max_events,
                              max_step_events=job.max_events)
     script_module: list = []  # never freed: this process ends with os._exit (tracer.py)

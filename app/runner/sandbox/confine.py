@@ -2,7 +2,8 @@
 
 What the worker may still read is derived from the worker itself: its interpreter, the
 entries of its `sys.path` (torch, numpy, scipy may import submodules lazily), the system's
-shared libraries, /proc and the CPU topology in /sys (read by OpenMP and numpy), a few devices.
+shared libraries, /proc and the CPU topology in /sys (read by OpenMP and numpy), a few devices,
+and on a machine with an NVIDIA GPU its device files and driver folder (gpu.py).
 Left out on purpose: /etc, /home, /root, and the app's own source tree, which is already
 imported. /etc/passwd and /etc/group are read only in a root of the run's own, where they are
 its own (own_root.py), not the machine's list of accounts. Torch-free.
@@ -14,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import landlock
+from . import gpu, landlock
 
 __all__ = ["apply_landlock", "apply_seccomp", "landlock_rules"]
 
@@ -44,10 +45,13 @@ def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False,
             continue
         if str(path) not in read:
             read.append(str(path))
+    # a GPU's driver, where this machine has one (gpu.py): its libraries and device files
+    read += [d for d in gpu.driver_dirs() if d not in read]
     return {"read": read + _SYSTEM_READ,
             "read_files": _SYSTEM_READ_FILES + (_OWN_ROOT_READ_FILES if own_root else []),
             "write": [str(run_dir)] + (["/dev/shm"] if private_shm else []),
-            "write_files": _SYSTEM_WRITE_FILES}
+            "write_files": _SYSTEM_WRITE_FILES,
+            "device_files": gpu.device_files()}
 
 
 def apply_landlock(run_dir: Path, app_dir: Path, private_shm: bool = False,

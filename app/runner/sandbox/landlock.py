@@ -76,11 +76,12 @@ def abi_version() -> int:
 
 
 def restrict(read: list[str], write: list[str], read_files: list[str] = (),
-             write_files: list[str] = ()) -> dict:
+             write_files: list[str] = (), device_files: list[str] = ()) -> dict:
     """Confine this process (and its future children) for good.
 
     `read`: directories readable beneath; `write`: directories fully usable beneath (but never
-    executable); `read_files` / `write_files`: single files. Paths that do not exist are skipped.
+    executable); `read_files` / `write_files`: single files; `device_files`: devices that may
+    also be driven with ioctl (a GPU's). Paths that do not exist are skipped.
     Nothing may be executed anywhere. Returns what was enforced, for the sandbox report.
     """
     abi = abi_version()
@@ -101,7 +102,8 @@ def restrict(read: list[str], write: list[str], read_files: list[str] = (),
     try:
         for paths, rights, kind in ((read, READ, "read"), (write, READ_WRITE, "write"),
                                     (read_files, READ_FILE, "read"),
-                                    (write_files, READ_FILE | WRITE_FILE, "write")):
+                                    (write_files, READ_FILE | WRITE_FILE, "write"),
+                                    (device_files, READ_FILE | WRITE_FILE | IOCTL_DEV, "write")):
             for path in paths:
                 if _add_path(ruleset, path, rights & handled_fs):
                     granted[kind].append(path)

@@ -25,11 +25,12 @@ of the run's own (enter.py checks); nothing changes outside. Torch-free.
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import platform
 import stat
 from pathlib import Path
+
+from . import gpu
 
 __all__ = ["enter_own_root"]
 
@@ -41,7 +42,6 @@ _DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/pro
 RUN_USER = "autograd-lab-run"
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
-GPU_DEVICES = "/dev/nvidia*"  # CUDA_VISIBLE_DEVICES reaches the worker: so do the devices
 OPTIONAL = ("/sys/devices/system/cpu",)  # read if there, not needed to run
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
 _MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
@@ -108,13 +108,16 @@ def enter_own_root(keep: list[str], staging: Path, mount, uid: int | None = None
     for link in sorted(os.listdir("/")):  # /lib -> usr/lib and the like, as they are
         if stat.S_ISLNK(os.lstat("/" + link).st_mode):
             (new_root / link).symlink_to(os.readlink("/" + link))
-    wanted = [p for p in (*SYSTEM_DIRS, *keep) if os.path.exists(p) and not os.path.islink(p)]
+    # a GPU's driver libraries too (gpu.py: a container may mount them in /usr/local/nvidia)
+    wanted = [p for p in (*SYSTEM_DIRS, *gpu.driver_dirs(), *keep)
+              if os.path.exists(p) and not os.path.islink(p)]
     for path in _outermost(wanted):
         _bind(path, new_root, mount)
         if path not in keep[-1:]:  # all but the run folder (the last kept path) read-only
             _read_only(new_root / path.lstrip("/"), mount)
         seen.append(path)
-    for path in (*SYSTEM_FILES, *DEVICES, *sorted(glob.glob(GPU_DEVICES))):
+    # CUDA_VISIBLE_DEVICES reaches the worker: so do NVIDIA's device files (gpu.py)
+    for path in (*SYSTEM_FILES, *DEVICES, *gpu.device_files()):
         if os.path.exists(path):
             _bind(path, new_root, mount, recursive=False)
             seen.append(path)

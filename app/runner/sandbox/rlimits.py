@@ -63,10 +63,14 @@ def address_space_in_use() -> int:
     return 0
 
 
-def apply_job(limits: ResourceLimits, wall_clock_s: float) -> dict:
-    """In the worker, after the imports and before the script: the script's own budget."""
-    address_space = address_space_in_use() + limits.memory_mb * MIB
-    _lower(resource.RLIMIT_AS, address_space)
+def apply_job(limits: ResourceLimits, wall_clock_s: float, address_space: bool = True) -> dict:
+    """In the worker, after the imports and before the script: the script's own budget.
+    `address_space=False` (a run on a CUDA GPU) leaves the address space unlimited: CUDA
+    reserves tens of GB of it when it starts, however little memory it then uses, and fails
+    to start under a cap; the run's memory cgroup still bounds the memory it really takes."""
+    cap = address_space_in_use() + limits.memory_mb * MIB
+    if address_space:
+        _lower(resource.RLIMIT_AS, cap)
     _lower(resource.RLIMIT_FSIZE, limits.file_size_mb * MIB)
     used_fds = _open_descriptors()
     _lower(resource.RLIMIT_NOFILE, used_fds + limits.open_files)
@@ -76,7 +80,8 @@ def apply_job(limits: ResourceLimits, wall_clock_s: float) -> dict:
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     resource.setrlimit(resource.RLIMIT_CPU,
                        (cpu, cpu + 1 if hard == resource.RLIM_INFINITY else min(cpu + 1, hard)))
-    return {"address_space_mb": address_space // MIB, "file_size_mb": limits.file_size_mb,
+    return {"address_space_mb": cap // MIB if address_space else None,
+            "file_size_mb": limits.file_size_mb,
             "open_files": used_fds + limits.open_files, "cpu_s": cpu,
             "processes": resource.getrlimit(resource.RLIMIT_NPROC)[0]}
 

@@ -236,9 +236,25 @@ def test_other_content_types_are_415(client_):
 
 
 def test_a_device_this_machine_lacks_is_422_naming_it(client_):
-    response = client_.post("/api/runs", json={"source": "import torch\n", "device": "cuda"})
+    # one past the GPUs this machine has: cuda:0 where there are none (CI), cuda:1 beside one
+    gpus = sum(d.startswith("cuda") for d in client_.get("/api/devices").json()["devices"])
+    device = f"cuda:{gpus}"
+    response = client_.post("/api/runs", json={"source": "import torch\n", "device": device})
     assert response.status_code == 422
-    assert "'cuda' is not available" in response.json()["detail"]
+    assert f"{device!r}" in response.json()["detail"]
+    assert ("is not available" if gpus == 0 else "does not exist") in response.json()["detail"]
+
+
+def test_a_run_on_cuda_runs_there_in_the_sandbox(client_):
+    """The worker's sandbox lets a script reach the GPU it was asked to use: its tensors, and
+    the .grad PyTorch left, are on that device (needs a CUDA GPU; skipped without one)."""
+    if not any(d.startswith("cuda") for d in client_.get("/api/devices").json()["devices"]):
+        pytest.skip("this machine has no CUDA GPU")
+    doc = post(client_, "import torch\nx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)\n"
+                        "(x ** 3).sum().backward()\n", device="cuda")
+    assert doc["error"] is None and doc["device"] == "cuda"
+    assert doc["params"]["x"]["device"] == "cuda:0"
+    assert doc["params"]["x"]["grad"]["values"] == [3.0, 12.0, 27.0]  # d(x^3)/dx = 3x^2
 
 
 def test_a_syntax_error_is_a_trace_whose_error_has_the_line(client_):
