@@ -44,10 +44,14 @@ def counting(hook: Any, registration: Any, recording: Callable[[], Any]) -> Call
             result = hook(*args, **kwargs)
             return result
         finally:
-            calls = recording()
-            if calls is not None:
-                # a hook that raised is counted too: it ran, and the pass failed in it
-                calls.hook_calls.called(registration, result is not None)
+            # the count is the tracer's; it never replaces what the hook returned or raised
+            try:
+                calls = recording()
+                if calls is not None:
+                    # a hook that raised is counted too: it ran, and the pass failed in it
+                    calls.hook_calls.called(registration, result is not None)
+            except Exception:  # noqa: BLE001, S110 - a lost count, not a changed script
+                pass
 
     try:
         functools.update_wrapper(counted, hook)

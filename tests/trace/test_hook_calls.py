@@ -253,3 +253,22 @@ def test_hooks_torch_registers_itself_are_not_the_scripts(tmp_path):
     assert doc["stdout"] == plain
     (event,) = backward_events(doc)
     assert [c["line"] for c in event["hook_calls"]] == [_line(MULTI, "a.register_hook")]
+
+
+def test_a_count_that_fails_never_changes_what_the_hook_returned_or_raised():
+    """The tracer's bookkeeping around a script's hook (hooks.counting) may fail (here: the
+    pass being recorded cannot be read); the hook's own result and its own error, as plain
+    Python gives them, come through unchanged."""
+    from app.trace.hooks import counting
+
+    def lost():
+        raise RuntimeError("the tracer's own failure")
+
+    doubled = counting(lambda g: g * 2, registration=None, recording=lost)
+    assert doubled(21) == 42
+
+    def refuses(g):
+        raise ValueError("the hook's own error")
+
+    with pytest.raises(ValueError, match="the hook's own error"):
+        counting(refuses, registration=None, recording=lost)(1)
