@@ -55,6 +55,8 @@ class SavedValue(TypedDict):
     value: NotRequired[str]
     freed: NotRequired[bool]
     modified: NotRequired[bool]
+    version: NotRequired[int]        # its version counter when the pass was recorded
+    saved_version: NotRequired[int]  # when saved, where it was changed in place since
     param: NotRequired[str]
     packed: NotRequired[bool]  # kept by a saved_tensors_hooks pack hook: named, not read
     bytes: NotRequired[int]    # the memory behind it (a view: all of its base's)

@@ -8,13 +8,14 @@ upgrade that renames or removes one fails loudly there rather than quietly empty
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 
 __all__ = [
     "FREED",
-    "MODIFIED",
+    "Modified",
     "accumulated_leaf",
     "creation_line",
     "LINE_TAG",
@@ -139,21 +140,31 @@ class _Freed:
         return "<freed>"
 
 
-class _Modified:
+class Modified:
+    """A saved tensor changed in place since it was saved: backward will refuse it. The two
+    versions are torch's own, read from its version-counter check's message ("is at version
+    2; expected version 1"); None where the message did not say."""
+
+    def __init__(self, saved_version: int | None = None, version: int | None = None):
+        self.saved_version, self.version = saved_version, version
+
     def __repr__(self) -> str:
         return "<modified in place>"
 
 
 _FREED = _Freed()
 FREED = _FREED
-# A saved tensor changed in place since it was saved: backward will refuse it.
-MODIFIED = _Modified()
+_VERSIONS = re.compile(r"is at version (\d+); expected version (\d+) instead")
 
 
 def _unreadable(exc: RuntimeError):
     """Why a saved value cannot be read: freed by an earlier backward, or changed in place
     (torch's version-counter check, which reading it runs too)."""
-    return MODIFIED if "inplace operation" in str(exc) else _FREED
+    text = str(exc)
+    if "inplace operation" not in text:
+        return _FREED
+    m = _VERSIONS.search(text)
+    return Modified(int(m.group(2)), int(m.group(1))) if m else Modified()
 
 
 def is_custom_function_node(fn: Any) -> bool:

@@ -223,10 +223,15 @@ def _saved(fn: Any, storage_names: dict[int, str], storages: dict[int, int],
             out.append({"name": name, "packed": True})
         elif value is internals.FREED:
             out.append({"name": name, "freed": True})
-        elif value is internals.MODIFIED:
-            out.append({"name": name, "modified": True})
+        elif isinstance(value, internals.Modified):
+            entry = {"name": name, "modified": True}
+            if value.saved_version is not None:
+                entry.update(saved_version=value.saved_version, version=value.version)
+            out.append(entry)
         elif isinstance(value, torch.Tensor):
-            entry = {"name": name, **describe(value)}
+            # read through torch's version check, which passed: the version it was saved at is
+            # the one it has now (in-place changes before the save did it no harm)
+            entry = {"name": name, **describe(value), "version": value._version}
             key = storage_key(value)
             owner = storage_names.get(key)
             if owner is not None:

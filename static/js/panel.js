@@ -73,7 +73,10 @@ export function nodeView(event, node, hooks) {
         t.bytes !== undefined ? ` · ${bytesText(t.bytes)}` : "",
         t.param ? [" · shares memory with ", h("code", {}, t.param)] : "",
         t.freed ? " · freed after backward" : "",
-        t.modified ? " · changed in place after it was saved: this backward cannot use it" : ""))))));
+        t.modified ? (t.saved_version !== undefined
+          ? ` · saved at version ${t.saved_version}, now at version ${t.version}: changed in place after it was saved, so this backward cannot use it`
+          : " · changed in place after it was saved: this backward cannot use it") :
+          t.version ? ` · version ${t.version}: changed in place before it was saved, which does this backward no harm` : ""))))));
   }
   if (node.gradcheck) {
     const ok = node.gradcheck.passed;

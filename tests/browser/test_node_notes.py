@@ -86,3 +86,33 @@ def test_the_memory_held_for_backward_is_shown_as_pytorch_counts_it(watched):
     modules = page.locator("#details .saved-by-module li code").all_inner_texts()
     assert modules and set(modules) <= set(expected["by_module"])
     watched.shot("saved-memory", full_page=False)
+
+
+def test_a_saved_tensors_versions_are_said_as_pytorch_counts_them(watched):
+    """Changed in place after the save (backward fails) and before it (harmless): the panel's
+    versions are torch's own (tests/trace/test_saved_versions.py runs both plainly)."""
+    import re
+
+    from tests.trace.test_saved_versions import CHANGED_AFTER, CHANGED_BEFORE, _plain
+
+    page = watched.page
+    now, then = re.search(r"is at version (\d+); expected version (\d+)",
+                          _plain(CHANGED_AFTER)["error"]).groups()
+    for code, node_name, said in (
+            (CHANGED_AFTER, "TanhBackward0",
+             f"saved at version {then}, now at version {now}: changed in place after it was "
+             "saved, so this backward cannot use it"),
+            (CHANGED_BEFORE, "SinBackward0",
+             f"version {_plain(CHANGED_BEFORE)['before_backward']}: changed in place before it "
+             "was saved, which does this backward no harm")):
+        source = "\n".join(line[4:] for line in code.strip("\n").splitlines()) + "\n"
+        run = httpx.post(watched.base + "/api/runs", json={"source": source}, timeout=120).json()
+        node_id = {n["name"]: n["id"] for n in run["events"][0]["graph"]["nodes"]}[node_name]
+        page.goto(watched.base + run["run"]["link"])
+        page.wait_for_selector("#graph svg g.node")
+        page.wait_for_selector("#progress", state="hidden")
+        page.click(f"#graph svg g.node#{node_id}")
+        page.wait_for_function("(id) => document.querySelector('.node-view')?.dataset.node === id",
+                               arg=node_id)
+        assert said in page.text_content("#details-body table.saved")
+    watched.shot("saved-version", full_page=False)

@@ -139,7 +139,8 @@ def test_saved_tensor_modified_in_place_is_told_apart_from_freed():
     h = torch.tanh(x)
     h[0] = 0  # tanh saved its result; this changes it
     (name, value), = internals.saved_values(h.grad_fn.next_functions[0][0])
-    assert name == "result" and value is internals.MODIFIED
+    assert name == "result" and isinstance(value, internals.Modified)
+    assert (value.saved_version, value.version) == (0, h._version) == (0, 1)
 
 
 def test_op_names_the_recorder_matches_are_the_names_torch_gives_in_a_mode():
