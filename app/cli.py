@@ -180,8 +180,9 @@ def cmd_serve(args) -> int:
     from app.web.http.slow_clients import BoundedH11Protocol
 
     settings = serve_settings(args)
-    # the peer address is the one that connected: a proxy's X-Forwarded-For must not make a
-    # remote client look local (auth.py treats forwarded requests as remote)
+    # uvicorn believes no forwarding header itself: create_app reads them only from the proxies
+    # named in forwarded_allow_ips (trusted_proxies.py), and auth.py treats a forwarded
+    # request as remote, so a proxy's X-Forwarded-For never makes a client look local
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info",
                 proxy_headers=False, http=BoundedH11Protocol)
     return 0

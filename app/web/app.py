@@ -10,6 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
 from app.catalog import load_catalog
@@ -110,6 +111,10 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.add_middleware(SecurityHeaders)
     app.add_middleware(CrossSiteGuard)
     app.add_middleware(HostGuard, settings=settings)
+    if settings.forwarded_allow_ips:
+        # outermost: every guard and limit sees the address a trusted proxy forwarded for
+        # (trusted_proxies.py); uvicorn's own reading of the headers
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.forwarded_allow_ips)
     app.include_router(api.router)
     app.include_router(runs.router)
     app.include_router(classes.router)

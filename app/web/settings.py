@@ -11,6 +11,7 @@ Bad values are refused at start with a message naming the setting.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import resource
@@ -149,6 +150,13 @@ class Settings:
     per_address_connections: int = setting(
         256, "connections open at once from one network address (a browser opens about 6, "
         "plus one per page following a class: a room behind one NAT needs ~8 per student)")
+    forwarded_allow_ips: str = setting(
+        "", "reverse proxies whose X-Forwarded-For is believed, comma-separated addresses or "
+        "networks (`127.0.0.1`, `10.0.0.0/8`; `*` trusts every peer: only where nothing else "
+        "can reach the server); requests through them count against the per-address limits by "
+        "the address they were forwarded for, and connections from them are held only to "
+        "max_connections; empty: no header is believed, and behind a proxy the whole course is "
+        "one address", shown='"" (none)')
     forkserver: bool = setting(
         True, "fork each run's worker from a warm process that imported torch once (~0.1 s "
         "instead of ~3 s of CPU); not root, each child enters a user namespace of its own; "
@@ -204,6 +212,14 @@ class Settings:
         if self.max_connections < 1 or self.per_address_connections < 1:
             raise SettingsError("max_connections and per_address_connections must be at "
                                 "least 1")
+        try:  # read as trusted_proxies.py reads it
+            for item in self.forwarded_allow_ips.split(","):
+                if item.strip() not in ("", "*"):
+                    ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError as exc:
+            raise SettingsError(f"forwarded_allow_ips must be addresses or networks separated "
+                                f"by commas (10.0.0.5, 10.0.0.0/8) or *, not "
+                                f"{self.forwarded_allow_ips!r} ({exc})") from None
         if self.pool_size < 0:
             raise SettingsError(f"pool_size must be 0 or more, not {self.pool_size}")
 

@@ -33,6 +33,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from app.web.settings import Settings
+from app.web.trusted_proxies import TrustedProxies
 
 from .clients import address_key
 
@@ -49,6 +50,12 @@ _used = False  # a connection came through BoundedH11Protocol in this process
 def _limits() -> Settings:
     # the protocol is made by uvicorn, not by create_app: it reads the same environment
     return Settings.from_env()
+
+
+@functools.cache
+def _trusted_proxies() -> TrustedProxies:
+    """A trusted proxy's connections are everyone's behind it (trusted_proxies.py)."""
+    return TrustedProxies(_limits().forwarded_allow_ips)
 
 
 def connection_report() -> dict:
@@ -97,7 +104,8 @@ class BoundedH11Protocol(H11Protocol):
             self.app = _refusal(
                 f"the server has {limits.max_connections} connections open, as many as it "
                 f"takes; try again in a few seconds")
-        elif _open_from[self._address] > limits.per_address_connections:
+        elif _open_from[self._address] > limits.per_address_connections and \
+                not (self.client and self.client[0] in _trusted_proxies()):
             self.app = _refusal(
                 f"your network address has {limits.per_address_connections} connections open "
                 "to this server, as many as one address may; close some tabs, or try again in "
