@@ -148,7 +148,7 @@ def _mode(settings: Settings, traces: TraceService, drawings: Drawings,
         classroom = SharedClassroom(store.database, settings.max_classes,
                                     people_per_address=settings.per_address_people)
         queue = SharedQueue(store, *share, settings.queue_size, settings.per_address_people,
-                            classroom.people_at)
+                            classroom.people_at, settings.wait_for_upload_hosts)
         traces.shared_scenarios = store
         return Mode(True, store, classroom, queue)
     store = RunStore(Path(settings.store_path).expanduser(), *bounds)

@@ -150,6 +150,10 @@ class Settings:
     per_address_connections: int = setting(
         256, "connections open at once from one network address (a browser opens about 6, "
         "plus one per page following a class: a room behind one NAT needs ~8 per student)")
+    wait_for_upload_hosts: bool = setting(
+        False, "in the shared mode (database_url), when no upload host has been heard from "
+        "for 30 s: false, an upload is refused at once (503, with what to do); true, it is "
+        "accepted and waits in line for one, its status saying that none is running")
     forwarded_allow_ips: str = setting(
         "", "reverse proxies whose X-Forwarded-For is believed, comma-separated addresses or "
         "networks (`127.0.0.1`, `10.0.0.0/8`; `*` trusts every peer: only where nothing else "

@@ -188,7 +188,9 @@ async function waitForRun(run, what) {
   for (;;) {
     if (run.state === "queued") {
       const place = run.place ? `number ${run.place} in line` : "waiting for its turn";
-      progress.show(`${what}: ${place} (${run.running} running, ${run.waiting} waiting) — waited ${run.waited_s} s`);
+      // a line nobody takes from (no upload host running) says so, rather than a place alone
+      progress.show(`${what}: ${place} (${run.running} running, ${run.waiting} waiting) — waited ${run.waited_s} s` +
+        (run.detail ? `. ${run.detail}` : ""));
     } else if (run.state === "running") {
       progress.show(`Running ${what}: ${run.elapsed_s} s of at most ${run.limit_s} s`);
     } else {

@@ -28,6 +28,11 @@ def test_healthz_answers_with_the_sandbox_state(client):
     assert body["status"] == "ok"
     # this test app skips the self-test; a served one reports it (test_runs_server.py)
     assert body["sandbox"]["state"] == "off" and body["sandbox"]["ok"] is False
+    # one machine: its own upload lane takes the runs, as many at once as its workers say
+    line = body["uploads"]
+    assert line["takers"] == "this process's upload lane" and "upload_hosts" not in line
+    assert line["slots"] == body["workers"]["uploads_at_once"]
+    assert (line["running"], line["waiting"], line["oldest_wait_s"]) == (0, 0, None)
 
 
 def test_list_and_get_scenarios(client):

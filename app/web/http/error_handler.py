@@ -7,6 +7,7 @@ The exception kinds of the layers below (which know nothing of HTTP) become AppE
 table, `KINDS`:
 
 - Busy (every worker and queue place taken): 503 with Retry-After;
+- NoUploadHost (the shared mode with no live upload host): 503, Retry-After 30;
 - TooMany (this person's share of runs is taken): 429 with Retry-After;
 - UnknownDevice (not a device name) and DeviceError (not on this machine): 422;
 - UnknownVariant: 404; any other OptionError (an option or value the scenario lacks): 422;
@@ -35,6 +36,7 @@ from app.render import EventNotFound, RenderError
 from app.web.errors import AppError
 from app.web.runs.gate import Busy
 from app.web.runs.run_book import TooMany
+from app.web.runs.shared_queue import NoUploadHost
 from app.web.runs.trace_service import DeviceError
 from app.web.store.common import StoreUnavailable
 
@@ -48,6 +50,7 @@ _RETRY = {"Retry-After": str(RETRY_AFTER_BUSY)}
 # (UnknownVariant of OptionError) finds its own row before its parent's
 KINDS: dict[type[Exception], tuple[int, str, dict[str, str] | None]] = {
     Busy: (503, "busy", _RETRY),
+    NoUploadHost: (503, "no_upload_host", {"Retry-After": "30"}),
     TooMany: (429, "too_many", _RETRY),
     UnknownDevice: (422, "unknown_device", None),
     DeviceError: (422, "device_unavailable", None),

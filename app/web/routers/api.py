@@ -21,12 +21,14 @@ from app.web.deps import (
     SettingsDep,
     StoreDep,
     TracesDep,
+    UploadsDep,
 )
 from app.web.errors import AppError
 from app.web.http.responses import MEDIA, document, drawing
 from app.web.http.slow_clients import connection_report
 from app.web.runs.sandbox_status import sandbox_status
 from app.web.runs.trace_service import DEVICES_WAIT, DevicesUnknown
+from app.web.store.common import StoreUnavailable
 
 router = APIRouter(tags=["autograd-lab"])
 
@@ -45,17 +47,28 @@ def scenario_run(request: Request, scenario, traces, variant, device) -> tuple[t
 
 @router.get("/healthz")
 def healthz(settings: SettingsDep, selftest: SelfTestDep, traces: TracesDep,
-            store: StoreDep) -> dict:
+            store: StoreDep, uploads: UploadsDep) -> dict:
     """The server answers; `sandbox` is the start-up self-test's result (`state` "running"
     until it is done); `workers` says whether runs are forked from the fork server; `scenarios`
     whether every scenario is traced yet, and how many seconds after start that was done;
     `connections` whether slow clients and connection counts are bounded (http/slow_clients.py);
     `store` where runs are kept and whether it answers (a shared store's database may be down:
-    the status is then "degraded", and scenarios are still served)."""
+    the status is then "degraded", and scenarios are still served); `uploads` who runs
+    uploads and how their line stands: in the shared mode the live upload hosts, and the status
+    is "degraded" while there are none, since an upload would then run nowhere."""
     reachable, where = store.reachable()
-    return {"status": "ok" if reachable else "degraded",
+    line = {"reachable": False, "detail": where}  # a shared line is in that database
+    if reachable:
+        try:
+            line = uploads.line()
+        except StoreUnavailable as exc:
+            line = {"reachable": False, "detail": str(exc)}
+    working = reachable and line.get("reachable", True) and \
+        not ("upload_hosts" in line and not line["upload_hosts"])
+    return {"status": "ok" if working else "degraded",
             "sandbox": sandbox_status(settings, selftest),
             "workers": traces.workers(), "scenarios": traces.warmth(),
+            "uploads": line,
             "connections": connection_report(),
             "store": {"reachable": reachable, "detail": where}}
 

@@ -163,6 +163,9 @@ class InProcessQueue:
     def close(self) -> None:
         """Nothing to let go of: the lane is the TraceService's to stop."""
 
+    def line(self) -> dict:
+        return {"takers": "this process's upload lane", **self.book.line()}
+
     def recent(self, run_id: str) -> Trace | None:
         job = self.book.get(run_id)
         if job is None or not job.done.is_set() or not job.kept_whole:

@@ -84,6 +84,12 @@ class RunQueue(Protocol):
     def close(self) -> None:
         """Let go of what the queue holds open (the server is stopping)."""
 
+    def line(self) -> dict:
+        """For /healthz: who takes runs and how the line stands: {"takers": where runs run,
+        "slots": runs that may run at once now, "running", "waiting", "oldest_wait_s" (the
+        longest a waiting run has waited, or None), and "upload_hosts" in the shared mode}.
+        Raises StoreUnavailable where the line is in a database that does not answer."""
+
     def recent(self, run_id: str) -> Trace | None:
         """Its Trace as the store kept it, while this process still holds it parsed (a run
         that just ended); None otherwise: the store is asked. The page asks for its drawings

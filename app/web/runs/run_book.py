@@ -147,6 +147,15 @@ class RunBook:
                 if held[1] <= 0:
                     del self._client_gates[client]
 
+    def line(self) -> dict:
+        """The server's runs at once, running and waiting now, and the longest wait."""
+        now = time.monotonic()
+        with self._lock:
+            waits = [now - j.created for j in self._jobs.values() if j.state == "queued"]
+        running, waiting = self.gate.load()
+        return {"slots": self.gate.workers, "running": running, "waiting": waiting,
+                "oldest_wait_s": round(max(waits), 1) if waits else None}
+
     def status(self, job: BookedRun) -> dict:
         now = time.monotonic()
         place = self.gate.position(job.ticket) if job.state == "queued" and job.ticket else None

@@ -43,7 +43,7 @@ from .gate import Busy
 from .queue import RunEnded, Submission, UnknownRun
 from .run_book import TooMany
 
-__all__ = ["SharedQueue", "TASK", "QUEUE", "end_without_trace", "procrastinate_app",
+__all__ = ["NoUploadHost", "SharedQueue", "TASK", "QUEUE", "end_without_trace", "procrastinate_app",
            "prepare_schema"]
 
 log = logging.getLogger(__name__)
@@ -97,14 +97,29 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+class NoUploadHost(Exception):
+    """No upload host has been heard from lately (HOST_SEEN_S): a run sent now would wait for
+    ever, unless the operator chose that it waits (wait_for_upload_hosts). 503."""
+
+
+def _live_hosts(db) -> list[tuple[str, int, float]]:
+    """(name, slots, seconds since heard from) of each upload host heard from lately."""
+    return db.execute(
+        "SELECT name, slots, EXTRACT(EPOCH FROM now() - seen)::float FROM upload_hosts "
+        "WHERE seen > now() - make_interval(secs => %s) ORDER BY name",
+        (HOST_SEEN_S,)).fetchall()
+
+
 class SharedQueue:
     """`RunQueue` over PostgreSQL and Procrastinate; the runs happen in upload host processes."""
 
     def __init__(self, store: PostgresRunStore, running: int, queued: int,
                  queue_size: int = default_of("queue_size"),
                  people_per_address: int = default_of("per_address_people"),
-                 people_at=None) -> None:
+                 people_at=None,
+                 wait_for_upload_hosts: bool = default_of("wait_for_upload_hosts")) -> None:
         self.store = store
+        self.wait_for_upload_hosts = wait_for_upload_hosts
         self.per_client = (running, queued)
         self.queue_size = queue_size
         self.people_per_address = people_per_address
@@ -157,6 +172,12 @@ class SharedQueue:
             slots = db.execute("SELECT COALESCE(SUM(slots), 0) FROM upload_hosts WHERE "
                                "seen > now() - make_interval(secs => %s)",
                                (HOST_SEEN_S,)).fetchone()[0]
+            if slots == 0 and not self.wait_for_upload_hosts:
+                raise NoUploadHost(
+                    "no upload host is running, so nothing would run this: it would wait in "
+                    "line for one that may never come. Ask whoever runs this server to start "
+                    "`autograd-lab upload-host` (their /healthz says which are live), then "
+                    "send it again; the scenarios still run")
             if booked >= slots + self.queue_size:
                 place = booked - slots + 1  # where it would have waited
                 raise Busy(f"the line is full: {booked} runs are running or waiting for "
@@ -193,13 +214,15 @@ class SharedQueue:
                 "u.events, u.error_type, u.detail, u.kept_whole, u.job_id, "
                 "(SELECT COUNT(*) FROM uploads o WHERE o.state = 'queued' AND o.seq <= u.seq), "
                 "(SELECT COUNT(*) FROM uploads WHERE state = 'queued'), "
-                "(SELECT COUNT(*) FROM uploads WHERE state = 'running'), now() "
-                "FROM uploads u WHERE u.id = %s", (run_id,))
+                "(SELECT COUNT(*) FROM uploads WHERE state = 'running'), now(), "
+                "(SELECT COUNT(*) FROM upload_hosts WHERE seen > now() - make_interval(secs "
+                "=> %s)) FROM uploads u WHERE u.id = %s", (HOST_SEEN_S, run_id))
             row = cur.fetchone()
             if row is None:
                 return None
             names = [c.name for c in cur.description]
-        return dict(zip(names[:11] + ["place", "waiting", "running", "now"], row, strict=True))
+        return dict(zip(names[:11] + ["place", "waiting", "running", "now", "hosts"], row,
+                        strict=True))
 
     def status(self, run_id: str) -> dict | None:
         row = self._row(run_id)
@@ -215,12 +238,38 @@ class SharedQueue:
                   if started else 0.0, "link": f"/runs/{run_id}"}
         if row["state"] == "failed":
             status["detail"] = row["detail"] or "the run could not be started"
+        if row["state"] == "queued" and row["hosts"] == 0:
+            status["detail"] = ("no upload host is running now: this run starts when one does "
+                                "(whoever runs this server can start `autograd-lab "
+                                "upload-host`)")
         if row["state"] in ("done", "stopped", "failed") and row["kept_whole"] is not None:
             if row["kept_whole"]:
                 status["events"], status["error_type"] = row["events"], row["error_type"]
             else:
                 status["events"], status["error_type"] = 0, "TraceTooLarge"
         return status
+
+    def line(self) -> dict:
+        with self.store.database.transaction() as db:
+            hosts = _live_hosts(db)
+            running, waiting, oldest = db.execute(
+                "SELECT COUNT(*) FILTER (WHERE state = 'running'), "
+                "COUNT(*) FILTER (WHERE state = 'queued'), "
+                "EXTRACT(EPOCH FROM now() - MIN(created) FILTER (WHERE state = 'queued'))::float "
+                "FROM uploads WHERE state IN ('queued', 'running')").fetchone()
+        report = {"takers": "upload hosts (autograd-lab upload-host), through the database",
+                  "slots": sum(slots for _, slots, _ in hosts), "running": running,
+                  "waiting": waiting,
+                  "oldest_wait_s": round(oldest, 1) if oldest is not None else None,
+                  "upload_hosts": [{"name": name, "slots": slots, "seen_s_ago": round(ago, 1)}
+                                   for name, slots, ago in hosts]}
+        if not hosts:
+            report["detail"] = (
+                "no upload host has been heard from in the last "
+                f"{HOST_SEEN_S} s: uploads are " + ("accepted and wait for one"
+                                                    if self.wait_for_upload_hosts else
+                                                    "refused (503) until one starts"))
+        return report
 
     def owner(self, run_id: str) -> str | None:
         with self.store.database.transaction() as db:

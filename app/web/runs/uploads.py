@@ -57,6 +57,10 @@ class UploadService:
         except Exception:  # noqa: BLE001 - timed out, or the run failed: its status says which
             pass
 
+    def line(self) -> dict:
+        """For /healthz: who takes uploads and how their line stands (RunQueue.line)."""
+        return self.queue.line()
+
     def recent(self, run_id: str) -> Trace | None:
         """The run's Trace while the queue still holds it parsed (see RunQueue.recent)."""
         return self.queue.recent(run_id)

@@ -86,7 +86,9 @@ def _cgroup_folders(worker_pid: int) -> list[Path]:
 def line(tmp_path, postgres_url):
     database = fresh_database(postgres_url)
     store = PostgresRunStore(database, pool_size=4).open()
-    queue = SharedQueue(store, running=1, queued=2, queue_size=4)
+    # runs sent before any upload host is up wait for one (the operator's choice): the tests
+    # start the hosts after
+    queue = SharedQueue(store, running=1, queued=2, queue_size=4, wait_for_upload_hosts=True)
     yield database, store, queue
     queue.close()
     store.close()
