@@ -141,8 +141,8 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
     if sig in ("SIGXCPU", "SIGKILL"):
         return error_record(
             "ResourceLimit", f"The script's process was killed ({sig}){at}: it used more CPU "
-            f"time than allowed (about {timeout:g} s) or more memory than the "
-            f"{limits.memory_mb} MiB a run may have.", line, log=o.log)
+            f"time than its {timeout:g} s limit allows on all of this machine's cores, or "
+            f"more memory than the {limits.memory_mb} MiB a run may have.", line, log=o.log)
     if sig:
         return error_record("WorkerCrashed", f"The script's process was killed by {sig}{at} "
                             "before it could report.", line, log=o.log)

@@ -60,3 +60,4 @@ def test_a_run_on_cuda_has_no_address_space_cap_and_one_on_the_cpu_has():
         print(resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY)
     """)
     assert done.stdout.strip() == "False", done.stderr
+

@@ -9,6 +9,7 @@ script should not have to pay for. Limits only ever go down, so the script canno
 
 from __future__ import annotations
 
+import os
 import resource
 from dataclasses import asdict, dataclass
 
@@ -26,7 +27,8 @@ class ResourceLimits:
     report_mb: int = 32        # largest Trace the server reads back (it is parsed in the server)
     open_files: int = 256      # descriptors beyond those the worker already holds
     processes: int = 32        # processes and threads of the run's uid, the worker included
-    cpu_grace_s: int = 5       # CPU seconds beyond the wall-clock limit (a backstop only)
+    cpu_grace_s: int = 5       # CPU seconds beyond the wall-clock limit on every core the
+                               # run may use (a backstop only: the wall clock ends a run)
     folder_mb: int = 256       # room in the run folder, all files together (a private tmpfs)
     folder_files: int = 4096   # files and folders the run folder may hold
 
@@ -75,7 +77,12 @@ def apply_job(limits: ResourceLimits, wall_clock_s: float, address_space: bool =
     used_fds = _open_descriptors()
     _lower(resource.RLIMIT_NOFILE, used_fds + limits.open_files)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = int(usage.ru_utime + usage.ru_stime + wall_clock_s + limits.cpu_grace_s) + 1
+    # a backstop behind the supervisor's wall clock, never ahead of it: a script on n threads
+    # spends n CPU seconds a second, so a cap of the wall clock's length once killed a
+    # two-threaded training loop (SIGXCPU, its recorded passes lost) before its time was up
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    cpu = int(usage.ru_utime + usage.ru_stime + wall_clock_s * cores + limits.cpu_grace_s) + 1
     # soft limit: SIGXCPU; the hard limit one second later is a SIGKILL nothing can catch
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     resource.setrlimit(resource.RLIMIT_CPU,
@@ -87,8 +94,6 @@ def apply_job(limits: ResourceLimits, wall_clock_s: float, address_space: bool =
 
 
 def _open_descriptors() -> int:
-    import os
-
     try:
         return len(os.listdir("/proc/self/fd"))
     except OSError:
