@@ -14,7 +14,8 @@ import os
 import re
 import tempfile
 
-from app.format import InvalidTrace, Trace, error_record, new_document, validate
+from app.format import InvalidTrace, Trace, diagnostic, error_record, new_document, validate
+from app.format.png import figure_problem
 
 from .child import Outcome
 from .protocol import Job
@@ -53,6 +54,7 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
         doc["error"]["message"] = _timeout_message(timeout, doc["error"].get("line"))
     elif doc.get("error"):
         _explain_exception(doc["error"], limits, source)
+    _refuse_bad_figures(doc)
     if outcome.oom_kills:
         doc["error"] = _run_memory_error(outcome.oom_kills, limits, doc.get("error"),
                                          outcome.oom_all_runs)
@@ -68,6 +70,23 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
                      "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest()}
     doc["sandbox"] = _sandbox(outcome, limits)
     return doc
+
+
+def _refuse_bad_figures(doc: dict) -> None:
+    """Figures whose PNG is not what it says (png.py) are taken out, and a diagnostic says
+    which and why; the others are numbered again in order, as the store serves them."""
+    kept = []
+    for figure in doc.get("figures") or []:
+        problem = figure_problem(figure)
+        if problem is None:
+            kept.append({**figure, "index": len(kept)})
+            continue
+        doc.setdefault("diagnostics", []).append(diagnostic(
+            "figure_refused", "warning",
+            f"Figure {figure['index'] + 1} is not shown: {problem}. A figure made with "
+            "matplotlib is always shown; this one was written some other way."))
+    if "figures" in doc:
+        doc["figures"] = kept
 
 
 def _sandbox(outcome: Outcome, limits: ResourceLimits) -> dict:

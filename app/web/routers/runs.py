@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, Response
 from app.devices import parse_device
 from app.format import Trace
 from app.format.notebook import NotANotebook, looks_like_notebook, script_from_notebook
+from app.format.png import MAX_SIDE, png_size
 from app.web.auth import has_token, upload_policy
 from app.web.deps import (
     AddressDep,
@@ -281,9 +282,6 @@ def run_graph(store: StoreDep, uploads: UploadsDep, drawings: DrawingsDep, run_i
 
 
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
 @router.get("/api/runs/{run_id}/figures/{index}.png")
 def run_figure(store: StoreDep, uploads: UploadsDep, run_id: str, index: int) -> Response:
     """One matplotlib figure the script made, as the PNG it is. The worker wrote it: only a
@@ -295,9 +293,14 @@ def run_figure(store: StoreDep, uploads: UploadsDep, run_id: str, index: int) ->
     data = store.figure(run_id, index)
     if data is None:  # dropped since its head was read
         raise _not_kept(uploads, run_id)
-    if not data.startswith(PNG_SIGNATURE):
+    size = png_size(data)
+    if size is None:
         raise AppError(422, f"figure {index} of run {run_id!r} is not a PNG image, so it "
                                  "is not served")
+    if max(size) > MAX_SIDE:  # kept before figures were checked as they came (png.py)
+        raise AppError(422, f"figure {index} of run {run_id!r} is {size[0]} x {size[1]} "
+                            f"pixels, past the {MAX_SIDE} x {MAX_SIDE} a figure may be, so "
+                            "it is not served")
     return Response(data, media_type="image/png", headers={
         "Content-Security-Policy": "default-src 'none'; sandbox",
         "Cache-Control": "private, max-age=86400"})

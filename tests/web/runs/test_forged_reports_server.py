@@ -154,19 +154,60 @@ def test_names_that_are_not_valid_unicode_are_shown_not_a_500(base, first_run):
     _then_all_is_well(base, first_run)
 
 
-def test_a_forged_figure_that_is_not_a_png_is_not_served(base, first_run):
+def _refused(doc: dict) -> list[str]:
+    return [d["message"] for d in doc["diagnostics"] if d["code"] == "figure_refused"]
+
+
+def test_a_forged_figure_that_is_not_a_png_is_not_kept(base, first_run):
     """A report's figure is the script's to write: base64 of an HTML page passes the schema
-    (it is base64) but is never served, let alone as something a browser would run."""
+    (it is base64) but is taken out as the report comes in, with a diagnostic saying why."""
     import base64
 
     html = base64.b64encode(b"<html><script>alert(1)</script></html>").decode()
     doc = post(base, "import json\nforged = " + FORGERY + "\nforged['figures'] = [{'index': 0, "
                f"'via': 'show', 'line': 1, 'width': 10, 'height': 10, 'png': '{html}'}}]\n"
                "report = json.dumps(forged)" + WRITE_AND_LEAVE)
-    served = httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/0.png", timeout=10)
-    assert served.status_code == 422 and "not a PNG" in served.json()["detail"]
-    assert httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/1.png",
+    assert doc["figures"] == []
+    assert _refused(doc) == ["Figure 1 is not shown: it is not a PNG image. A figure made with "
+                             "matplotlib is always shown; this one was written some other way."]
+    assert httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/0.png",
                      timeout=10).status_code == 404
+    _then_all_is_well(base, first_run)
+
+
+# a real PNG (it decodes) of 20,000 x 20,000 one-bit pixels, about 60 KB compressed, declared
+# as 640 x 480: the decompression bomb of issue 38; and a true 8 x 8 one beside it
+BOMB = r"""
+import base64, json, struct, zlib
+def png(width, height):
+    def chunk(kind, data):
+        crc = struct.pack('>I', zlib.crc32(kind + data))
+        return struct.pack('>I', len(data)) + kind + data + crc
+    rows = zlib.compress((b'\0' * (1 + (width + 7) // 8)) * height, 9)
+    head = struct.pack('>IIBBBBB', width, height, 1, 0, 0, 0, 0)
+    return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', head) + chunk(b'IDAT', rows)
+            + chunk(b'IEND', b''))
+def figure(i, data, width, height):
+    return {'index': i, 'via': 'show', 'line': 1, 'width': width, 'height': height,
+            'png': base64.b64encode(data).decode()}
+"""
+
+
+def test_a_figure_bigger_than_it_declares_is_not_kept_and_a_true_one_is(base, first_run):
+    from PIL import Image
+
+    doc = post(base, BOMB + "forged = " + FORGERY + "\nforged['figures'] = "
+               "[figure(0, png(20000, 20000), 640, 480), figure(1, png(8, 8), 8, 8)]\n"
+               "report = json.dumps(forged)" + WRITE_AND_LEAVE)
+    assert _refused(doc) == ["Figure 1 is not shown: it is 20000 x 20000 pixels, past the "
+                             "2000 x 2000 a figure may be. A figure made with matplotlib is "
+                             "always shown; this one was written some other way."]
+    assert [(f["index"], f["width"], f["height"]) for f in doc["figures"]] == [(0, 8, 8)]
+    kept = httpx.get(f"{base}/api/runs/{doc['run']['id']}/figures/0.png", timeout=10)
+    assert kept.status_code == 200
+    import io
+
+    assert Image.open(io.BytesIO(kept.content)).size == (8, 8)  # Pillow reads what we served
     _then_all_is_well(base, first_run)
 
 
