@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _internals as internals
 from .backward_event import tensors_of
+from .compiled import ours
 from .func_forward import FuncCalls
 from .gradcheck_events import checked_calls
 from .hooks import KINDS
@@ -322,6 +323,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
         nn_module.register_module_forward_pre_hook(module_entered),
         nn_module.register_module_forward_hook(module_left, always_call=True),
     ]
+    ours(_OpMode.__torch_function__, step_entered, step_left, module_entered, module_left,
+         *(getattr(owner, name) for owner, name, _ in originals))
     anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
     recorder.anomaly_off = lambda: torch.set_anomaly_enabled(False)
     mode = _OpMode(recorder)
