@@ -2,10 +2,11 @@
 
 Inductor, torch.compile's default backend, writes C++ and runs a compiler, which a sandboxed run
 may not exec. For the run's duration `torch.compile` (and so `nn.Module.compile`, which calls it)
-compiles with "aot_eager" instead where the script left the backend to torch: dynamo captures the
-graph and AOTAutograd splits it into forward and backward as under inductor, and the graphs run
-as eager operations. Each such call is said in one `compiled_with_aot_eager` diagnostic, with the
-Inductor settings (`mode`, `options`) it had to drop. A backend the script names is its own.
+compiles with "aot_eager" instead wherever it would use Inductor (the default, or named: it cannot
+run here either way): dynamo captures the graph and AOTAutograd splits it into forward and
+backward as under inductor, and the graphs run as eager operations. Each such call is said in one
+`compiled_with_aot_eager` diagnostic, with the Inductor settings (`mode`, `options`) it had to
+drop. Any other backend the script names (eager, aot_eager, its own) is its own, failures too.
 
 The tracer's hooks and TorchFunctionMode do nothing while dynamo traces
 (`torch.compiler.is_compiling()`), so that a compiled region is one node of the eager graph

@@ -173,7 +173,8 @@ def test_graph_break_makes_two_compiled_regions(trace_source):
 
 
 # each way a script compiles: a module, a bare decorator, a decorator with an Inductor mode, a
-# module's own .compile(); then backends the script names itself
+# module's own .compile(), Inductor named (it cannot run in the sandbox either); then backends
+# the script names itself
 CALLS = """
 import torch
 from torch import nn
@@ -192,11 +193,12 @@ def squash(x):
 
 inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
 inner.compile()
+hot = torch.compile(lambda x: x.exp(), backend="inductor")
 mine = torch.compile(lambda x: x.sin(), backend="eager")
 theirs = torch.compile(lambda x: x.cos(), backend="aot_eager")
 x = torch.randn(3, 4)
 for _ in range(2):
-    out = squash(double(fast(x))) + inner(x) + mine(x) + theirs(x)
+    out = squash(double(fast(x))) + inner(x) + hot(x) + mine(x) + theirs(x)
 out.pow(2).sum().backward()
 print(double(x).shape)
 """
@@ -210,11 +212,11 @@ def test_each_default_backend_call_is_said_once_with_its_line(trace_source):
     lines = [int(re.search(r"at line (\d+) ", d["message"]).group(1)) for d in said]
     expected = [_line_of(CALLS, text) for text in
                 ("torch.compile(model)", "@torch.compile\n", "@torch.compile(mode",
-                 "inner.compile()")]
+                 "inner.compile()", "backend=\"inductor\"")]
     assert lines == expected
     assert all(d["level"] == "info" and "aot_eager" in d["message"] and "inductor" in
                d["message"] for d in said)
-    assert ["mode" in d["message"] for d in said] == [False, False, True, False]
+    assert ["mode" in d["message"] for d in said] == [False, False, True, False, False]
     (event,) = backward_events(doc)
     assert traced_names(event)["CompiledFunctionBackward"] >= 3
 
@@ -232,7 +234,7 @@ def test_tracer_adds_no_graph_and_no_graph_break(trace_source, monkeypatch):
     original = torch.compile
 
     def aot_eager(model=None, **kwargs):
-        if kwargs.get("backend") is None:
+        if kwargs.get("backend") in (None, "inductor"):
             kwargs.pop("mode", None)
             kwargs["backend"] = "aot_eager"
         return original(model, **kwargs)
@@ -240,7 +242,7 @@ def test_tracer_adds_no_graph_and_no_graph_break(trace_source, monkeypatch):
     monkeypatch.setattr(torch, "compile", aot_eager)
     exec(compile(textwrap.dedent(CALLS), "<calls>", "exec"), {"__name__": "__main__"})  # noqa: S102
     plain = (dict(counters["graph_break"]), counters["stats"]["unique_graphs"])
-    assert plain[1] >= 4
+    assert plain[1] >= 5
     assert traced == plain
 
 
