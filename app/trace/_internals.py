@@ -17,6 +17,7 @@ __all__ = [
     "FREED",
     "Modified",
     "accumulated_leaf",
+    "compiled_original",
     "creation_line",
     "LINE_TAG",
     "forward_class",
@@ -285,3 +286,14 @@ def is_transform_wrapper(t: torch.Tensor) -> bool:
     """Is `t` a tensor a torch.func transform made to stand for one of the script's inside it
     (a grad level's or a vmap batch's wrapper), rather than a tensor of the script's?"""
     return torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def compiled_original(module: Any) -> Any:
+    """The module `torch.compile(module)` wrapped, for its wrapper (dynamo's OptimizedModule,
+    which holds it as `_orig_mod`); None for any other module. Checked by class name: importing
+    dynamo to compare classes costs a second."""
+    cls = type(module)
+    if cls.__name__ == "OptimizedModule" and cls.__module__ == "torch._dynamo.eval_frame":
+        original = getattr(module, "_orig_mod", None)
+        return original if isinstance(original, torch.nn.Module) else None
+    return None

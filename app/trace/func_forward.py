@@ -83,7 +83,7 @@ class FuncCalls:
         @functools.wraps(transform)
         def transformed(func, *args, **kwargs):
             result = transform(func, *args, **kwargs)
-            if recorder.busy or not callable(func):
+            if torch.compiler.is_compiling() or recorder.busy or not callable(func):
                 return result
             try:
                 line = recorder.current_line()
@@ -325,6 +325,8 @@ class _Tagging(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if torch.compiler.is_compiling():  # dynamo traces this mode: it adds nothing there
+            return out
         try:
             self.recorder.tag_nodes(tensors_of(out))
         except Exception:  # noqa: BLE001, S110 - a node without its line is still drawn

@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _internals as internals
 from .backward_event import tensors_of
+from .compiled import ours
 from .func_forward import FuncCalls
 from .gradcheck_events import checked_calls
 from .hooks import KINDS
@@ -64,6 +65,8 @@ class _OpMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.compiler.is_compiling():  # dynamo traces this mode: it adds nothing there
+            return func(*args, **kwargs)
         for registrar, call in _TENSOR_HOOK_CALLS:
             if func is registrar:
                 args, kwargs = _counted_args(self.recorder, call, args, kwargs)
@@ -136,6 +139,8 @@ def _noting(recorder: Recorder, owner: Any, name: str, call: str):
 
     @functools.wraps(original)
     def noted(*args, **kwargs):
+        if torch.compiler.is_compiling():  # dynamo traces the transform itself
+            return original(*args, **kwargs)
         if not recorder.busy and not _called_by_torch():
             try:
                 recorder.saw_unrecorded(call)
@@ -207,7 +212,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     autograd_grad = torch.autograd.grad
 
     def backward_method(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        if _called_by_torch():  # counted by backward_function, which it calls
+        # dynamo traces torch's own backward; torch's calls are counted by backward_function
+        if torch.compiler.is_compiling() or _called_by_torch():
             return tensor_backward(self, gradient, retain_graph, create_graph, inputs)
         return recorder.around_backward(
             "Tensor.backward", self,
@@ -215,6 +221,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             create_graph=bool(create_graph), seed=gradient)
 
     def backward_function(tensors, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return autograd_backward(tensors, *args, **kwargs)
         if _called_by_torch():
             recorder.saw_nested_backward()
             return autograd_backward(tensors, *args, **kwargs)
@@ -226,7 +234,7 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             seed=_argument(autograd_backward, (tensors, *args), kwargs, "grad_tensors"))
 
     def grad_function(outputs, *args, **kwargs):
-        if _called_by_torch():
+        if torch.compiler.is_compiling() or _called_by_torch():
             return autograd_grad(outputs, *args, **kwargs)
         # `inputs` may be a generator (model.parameters()): torch would use it up, and the
         # recorder needs it too to name the gradients; a tuple serves both
@@ -250,6 +258,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     apply_original = internals.function_apply()
 
     def apply(cls, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return apply_original(cls, *args, **kwargs)
         with recorder.custom_forward():
             out = apply_original(cls, *args, **kwargs)
         try:
@@ -288,16 +298,33 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     patch(torch.autograd, "grad", grad_function)
     patch(function_cls, "apply", classmethod(apply))
 
+    # global hooks: dynamo traces them into the code it compiles (the module hooks inline
+    # into every compiled forward), so while it traces they do nothing; a compiled region is
+    # then one node of the eager graph (AOTAutograd's CompiledFunctionBackward)
+    def step_entered(opt, args, kwargs):
+        if not torch.compiler.is_compiling():
+            recorder.before_step(opt, closure=_closure(args, kwargs))
+
+    def step_left(opt, args, kwargs):
+        if not torch.compiler.is_compiling():
+            recorder.after_step(opt)
+
+    def module_entered(module, args):
+        if not torch.compiler.is_compiling():
+            recorder.module_entered(module)
+
+    def module_left(module, args, out):
+        if not torch.compiler.is_compiling():
+            recorder.module_left(module)
+
     handles = [
-        optim_module.register_optimizer_step_pre_hook(
-            lambda opt, args, kwargs: recorder.before_step(opt, closure=_closure(args, kwargs))),
-        optim_module.register_optimizer_step_post_hook(
-            lambda opt, args, kwargs: recorder.after_step(opt)),
-        nn_module.register_module_forward_pre_hook(
-            lambda module, args: recorder.module_entered(module)),
-        nn_module.register_module_forward_hook(
-            lambda module, args, out: recorder.module_left(module), always_call=True),
+        optim_module.register_optimizer_step_pre_hook(step_entered),
+        optim_module.register_optimizer_step_post_hook(step_left),
+        nn_module.register_module_forward_pre_hook(module_entered),
+        nn_module.register_module_forward_hook(module_left, always_call=True),
     ]
+    ours(_OpMode.__torch_function__, step_entered, step_left, module_entered, module_left,
+         *(getattr(owner, name) for owner, name, _ in originals))
     anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
     recorder.anomaly_off = lambda: torch.set_anomaly_enabled(False)
     mode = _OpMode(recorder)

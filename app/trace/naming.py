@@ -71,15 +71,27 @@ class Namer:
         variables = self.variables()
         candidates: list[tuple[str, nn.Module]] = []
         seen: set[int] = set()
+        compiled: list[tuple[nn.Module, nn.Module]] = []  # (torch.compile's wrapper, model)
+
+        def add(name: str, module: nn.Module) -> None:
+            # a compiled model (`torch.compile(model)`) is named as the model it wraps: its
+            # parameters are `0.weight`, not `_orig_mod.0.weight`
+            original = internals.compiled_original(module)
+            if original is not None:
+                compiled.append((module, original))
+                seen.add(id(module))
+                module = original
+            if id(module) not in seen:
+                candidates.append((name, module))
+                seen.add(id(module))
+
         for name, value in variables:
             if isinstance(value, nn.Module) and id(value) not in seen and not name.startswith("_"):
-                candidates.append((name, value))
-                seen.add(id(value))
+                add(name, value)
         for ref in self._top_modules:
             module = ref()
             if module is not None and id(module) not in seen:
-                candidates.append((type(module).__name__.lower(), module))
-                seen.add(id(module))
+                add(type(module).__name__.lower(), module)
         inner: set[int] = set()
         for _, module in candidates:
             inner.update(id(m) for m in module.modules() if m is not module)
@@ -93,6 +105,9 @@ class Namer:
                 # transform's wrappers of the script's tensors for the call: not its own
                 if not internals.is_transform_wrapper(p):
                     self._assign(p, prefix + pname, "parameter")
+        for wrapper, original in compiled:  # its calls' ops go with the model's parameters
+            if id(original) in self._prefixes:
+                self._prefixes[id(wrapper)] = self._prefixes[id(original)]
         for name, value in variables:
             # a transform's wrapper (`x` inside `jacrev(f)(x)`) stands for a tensor of the
             # script's that may not even require grad: never named as one of its own

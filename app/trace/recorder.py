@@ -460,7 +460,9 @@ class Recorder:
                 except Exception as exc:  # noqa: BLE001
                     self._internal_error("naming a model", exc)
                 prefix = self.namer.module_prefix(module)
-            own = prefix.rstrip(".") if prefix else type(module).__name__
+            # a compiled model is its model's, by class too (not dynamo's OptimizedModule)
+            own = prefix.rstrip(".") if prefix else \
+                type(internals.compiled_original(module) or module).__name__
             self._module_stack.append((module, own, prefix or ""))
             if id(module) in self.hooked_module_paths and prefix:
                 # a lone model has no path of its own: its variable names it (hook_target)

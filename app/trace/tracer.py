@@ -25,6 +25,7 @@ from .as_main import (
     main_module,
     scrub_frames,
 )
+from .compiled import CompileCalls
 from .custom_check import check_custom_functions
 from .devices import device_problem
 from .diagnose import diagnose, flow_findings
@@ -97,6 +98,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
         warnings.showwarning = _show_warning
         func_calls = FuncCalls(recorder)
         stack.enter_context(instrumented(recorder, func_calls))
+        compile_calls = stack.enter_context(CompileCalls(recorder.current_line).patched())
         figures = stack.enter_context(FigureCapture(recorder.current_line))
         sys.stdout, sys.stderr = out, err
         try:
@@ -148,6 +150,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
     doc["diagnostics"].extend(flow_findings(doc))
     doc["diagnostics"].extend(hand.notes(backward_ran=recorder.backward_count() > 0))
     doc["diagnostics"].extend(after_notes)
+    doc["diagnostics"].extend(compile_calls.notes())
     if recorder.views.records:
         doc["views"] = recorder.views.finish(recorder.events)
     if recorder.views.dropped:

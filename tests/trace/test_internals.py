@@ -239,3 +239,11 @@ def test_a_saved_integer_is_read_as_torch_means_it():
     loss2 = torch.nn.functional.nll_loss(x.log_softmax(1), torch.tensor([0, 1, 2]),
                                          ignore_index=7)
     assert dict(internals.saved_values(loss2.grad_fn))["ignore_index"] == 7
+
+
+def test_compiled_original_is_the_module_torch_compile_wrapped():
+    model = torch.nn.Linear(2, 2)
+    wrapper = torch.compile(model, backend="eager")
+    assert isinstance(wrapper, torch._dynamo.eval_frame.OptimizedModule)
+    assert internals.compiled_original(wrapper) is model
+    assert internals.compiled_original(model) is None
