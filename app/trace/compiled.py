@@ -121,8 +121,8 @@ class CompileCalls:
     def notes(self) -> list[dict]:
         out = []
         for line, dropped in self.calls.items():
-            where = f"The torch.compile call at line {line}" if line else \
-                "A torch.compile call"
+            where = f"the torch.compile call at line {line}" if line else \
+                "a torch.compile call"
             settings = " and ".join(f"`{k}`" for k in dropped)
             extra = ""
             if dropped:
@@ -130,8 +130,9 @@ class CompileCalls:
                 extra = f" Its {settings}, Inductor's own, {verb} left out: aot_eager takes none."
             out.append(diagnostic(
                 "compiled_with_aot_eager", "info",
-                f"{where} was compiled by autograd-lab with the aot_eager backend instead of "
-                "inductor, since the sandbox runs no compiler: the graphs dynamo captured and "
-                "the gradients are AOTAutograd's own (its CompiledFunctionBackward node), "
-                f"the kernels inductor would generate are not.{extra}"))
+                f"autograd-lab gave {where} the aot_eager backend instead of inductor, since "
+                "the sandbox runs no compiler: whatever dynamo captures there is compiled by "
+                "AOTAutograd as in PyTorch (a CompiledFunctionBackward node in the backward "
+                "graph, its gradients PyTorch's own), without the kernels inductor would "
+                f"generate.{extra}"))
         return out
