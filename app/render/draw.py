@@ -41,7 +41,8 @@ def render(dot_source: str, fmt: str = "svg", timeout: float = 60.0) -> bytes:
         raise RenderError("graphviz's `dot` program is not installed; install it with "
                           "`apt-get install graphviz` (or run `make serve`, which does)")
     try:
-        done = subprocess.run([exe, f"-T{fmt}"], input=dot_source.encode("utf-8"),
+        done = subprocess.run(_bounded([exe, f"-T{fmt}"], timeout),
+                              input=dot_source.encode("utf-8"),
                               capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         raise RenderError(f"graphviz took longer than {timeout:g} s to lay out this graph") \
@@ -51,6 +52,21 @@ def render(dot_source: str, fmt: str = "svg", timeout: float = 60.0) -> bytes:
     if fmt == "svg":
         check_inert(done.stdout)
     return done.stdout
+
+
+def _bounded(command: list[str], timeout: float) -> list[str]:
+    """`command` bounded on its own, not only by the server that waits for it: a CPU-time limit
+    a little past `timeout` (util-linux's prlimit; no core file), and death with the thread
+    that started it (setpriv's parent-death signal), so a server stopped mid-render leaves no
+    `dot` behind (one once ran on at a full core for 16 minutes after its server). Where
+    util-linux lacks either, the command runs without that bound."""
+    prlimit, setpriv = shutil.which("prlimit"), shutil.which("setpriv")
+    if prlimit:
+        cpu = int(timeout) + 5
+        command = [prlimit, f"--cpu={cpu}:{cpu + 1}", "--core=0", "--", *command]
+    if setpriv:
+        command = [setpriv, "--pdeathsig", "KILL", "--", *command]
+    return command
 
 
 def check_inert(svg: bytes) -> None:
