@@ -107,6 +107,28 @@ def test_the_uid_lock_folder_is_used_only_when_it_is_the_server_s_own(tmp_path):
         _lock_dir(tmp_path / "theirs")
 
 
+def test_a_root_server_keeps_its_uid_locks_where_no_other_user_can_make_the_folder_first(
+        tmp_path, monkeypatch):
+    """Another user's /tmp/autograd-lab-uids stopped a root server from starting (issue 38):
+    a root server's locks are in /run/autograd-lab, root's alone, whatever /tmp holds."""
+    import tempfile
+
+    from app.runner.sandbox import identity
+
+    if os.geteuid() != 0:
+        pytest.skip("only root leases uids")
+    os.chown(tmp_path, 0, 0)
+    (tmp_path / "autograd-lab-uids").mkdir(mode=0o700)
+    os.chown(tmp_path / "autograd-lab-uids", 65534, 65534)  # made first by someone else
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(RuntimeError):
+        identity._lock_dir(tmp_path)  # where it was: refused
+    folder = identity._lock_dir()
+    assert folder == identity.RUN_STATE / "autograd-lab-uids"
+    st = os.stat(identity.RUN_STATE)
+    assert st.st_uid == 0 and st.st_mode & 0o077 == 0
+
+
 @pytest.mark.parametrize("own_folder", [True, False], ids=["server-folder", "older-layout"])
 def test_cgroups_a_dead_server_left_are_swept_and_a_live_one_s_are_not(own_folder):
     from app.runner.sandbox import cgroups

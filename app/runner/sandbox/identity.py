@@ -64,11 +64,29 @@ class UidLease:
             self._fd = -1
 
 
+# where a root server keeps its uid locks: /run is root's, so no other user can have made the
+# folder first (in /tmp, another user's folder of that name once stopped a root server from
+# starting); every server process of the machine shares it, as the uids are the machine's
+RUN_STATE = Path("/run/autograd-lab")
+
+
+def _lock_base() -> Path:
+    """/run/autograd-lab where this process may make it (root), else the temporary folder."""
+    if os.geteuid() == 0 and RUN_STATE.parent.is_dir():
+        try:
+            RUN_STATE.mkdir(mode=0o700, exist_ok=True)
+            return RUN_STATE
+        except OSError:
+            pass
+    return Path(tempfile.gettempdir())
+
+
 def _lock_dir(base: Path | None = None) -> Path:
-    """The folder of uid lock files. /tmp is everyone's: someone could have made it first (a
-    symlink to elsewhere, or a folder they own and can fill with locks that hold every uid),
-    so it is used only if it is a real folder of ours that nobody else may write."""
-    path = Path(base or tempfile.gettempdir()) / "autograd-lab-uids"
+    """The folder of uid lock files, in `_lock_base()`. Where that is /tmp, everyone's, someone
+    could have made it first (a symlink to elsewhere, or a folder they own and can fill with
+    locks that hold every uid), so it is used only if it is a real folder of ours that nobody
+    else may write."""
+    path = Path(base or _lock_base()) / "autograd-lab-uids"
     try:
         path.mkdir(mode=0o700)
     except FileExistsError:
