@@ -23,6 +23,7 @@ import base64
 import binascii
 import gzip
 import json
+import os
 import secrets
 import sqlite3
 import threading
@@ -69,6 +70,21 @@ FLOWS_KEPT = 32  # stored runs' gradient flows kept in memory
 FLOW_KEPT_NUMBERS = 20_000  # a flow with more numbers (a forged report's) is not kept
 
 
+def _private(path: Path) -> None:
+    """The store holds everyone's scripts and runs: its folder, when made here, is the
+    server's alone (0700), and its file is read and written by the server alone (0600; SQLite
+    gives its journal the file's mode). A file made by an older release, 0644, is made 0600."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class RunStore:
     # the defaults are the settings' own, declared once in settings.py
     def __init__(self, path: Path, max_runs: int = default_of("store_max_runs"),
@@ -90,7 +106,7 @@ class RunStore:
         stores a run leaves no file behind)."""
         with self._open_lock:
             if not self._opened:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _private(self.path)
                 with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
                     for table in _SCHEMA:
                         db.execute(table)

@@ -119,3 +119,22 @@ def test_a_run_over_the_per_run_bound_keeps_its_script_and_pushes_nobody_out(mak
     assert kept["script"]["source"] == "print(1)\n" and "pad" not in kept
     assert kept["error"]["type"] == "TraceTooLarge" and "KiB" in kept["error"]["message"]
     assert all(store.get(i) is not None for i in others)  # nobody else was dropped
+
+
+def test_the_sqlite_store_is_the_servers_alone(tmp_path):
+    """Every run's script is in it: other local users read none of it (issue 38, point 10)."""
+    import os
+    import stat
+
+    store = RunStore(tmp_path / "new" / "runs.sqlite3").open()
+    store.keep(doc("a.py"), "r1")
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
+    made = sorted(p for p in (tmp_path / "new").iterdir())  # the file and any journal beside
+    assert made and all(stat.S_IMODE(os.stat(p).st_mode) & 0o077 == 0 for p in made), \
+        [(p.name, oct(os.stat(p).st_mode)) for p in made]
+    # a store an older release made readable by all is made private when opened
+    old = tmp_path / "old.sqlite3"
+    old.touch()
+    os.chmod(old, 0o644)
+    RunStore(old).open()
+    assert stat.S_IMODE(os.stat(old).st_mode) == 0o600
