@@ -167,10 +167,34 @@ def cmd_scenarios(args) -> int:
 
 def serve_settings(args):
     """The server's settings: a flag given wins over AUTOGRAD_LAB_HOST/PORT/TOKEN; neither
-    given, the default declared in `Settings`."""
+    given, the default declared in `Settings`. The token may come from a file (`--token-file`,
+    AUTOGRAD_LAB_TOKEN_FILE): a `--token` is in every local user's process list."""
+    import os
+
     from app.web.settings import Settings
 
-    return Settings.from_env(host=args.host, port=args.port, token=args.token)
+    token = args.token
+    token_file = getattr(args, "token_file", None) or os.environ.get("AUTOGRAD_LAB_TOKEN_FILE")
+    if token is not None:
+        print("autograd-lab: --token is visible to every user of this machine (ps); give it "
+              "in a file with --token-file, or in AUTOGRAD_LAB_TOKEN", file=sys.stderr)
+    elif token_file:
+        token = _token_from(Path(token_file))
+    return Settings.from_env(host=args.host, port=args.port, token=token)
+
+
+def _token_from(path: Path) -> str:
+    """The secret in `path`, its first line without surrounding space."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"autograd-lab: cannot read the token file {path} "
+                         f"({getattr(exc, 'strerror', None) or exc}): give a file the server "
+                         "may read, holding the token") from None
+    lines = text.strip().splitlines()
+    if not lines or not lines[0].strip():
+        raise SystemExit(f"autograd-lab: the token file {path} is empty: write the token in it")
+    return lines[0].strip()
 
 
 def cmd_serve(args) -> int:
@@ -249,9 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{default_of('host')})")
     p.add_argument("--port", type=int, help=f"port to bind (default: AUTOGRAD_LAB_PORT, else "
                    f"{default_of('port')})")
-    p.add_argument("--token", help="secret that running uploaded code needs (sent as "
-                   "'Authorization: Bearer TOKEN'); required to accept uploads off loopback "
-                   "(default: AUTOGRAD_LAB_TOKEN)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--token", help="secret that running uploaded code needs (sent as "
+                     "'Authorization: Bearer TOKEN'); required to accept uploads off loopback "
+                     "(default: AUTOGRAD_LAB_TOKEN); other users of the machine see it in ps: "
+                     "prefer --token-file")
+    who.add_argument("--token-file", metavar="PATH", help="read the token from this file's "
+                     "first line (default: AUTOGRAD_LAB_TOKEN_FILE)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("upload-host", aliases=["worker"], help="run uploads from the shared "

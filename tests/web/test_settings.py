@@ -131,3 +131,24 @@ def test_a_setting_set_under_its_former_name_still_applies_and_the_new_name_is_s
     # the new name, where both are set, is the one that counts
     both = Settings.from_env({"AUTOGRAD_LAB_MAX_WORKERS": "3", "AUTOGRAD_LAB_MAX_DRAWINGS": "5"})
     assert both.max_drawings == 5
+
+
+def test_the_token_can_come_from_a_file_and_a_flag_says_ps_shows_it(tmp_path, monkeypatch,
+                                                                     capsys):
+    from app.cli import build_parser, serve_settings
+
+    monkeypatch.delenv("AUTOGRAD_LAB_TOKEN", raising=False)
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    args = build_parser().parse_args(["serve", "--token-file", str(secret)])
+    assert serve_settings(args).token == "s3cret"
+    monkeypatch.setenv("AUTOGRAD_LAB_TOKEN_FILE", str(secret))
+    assert serve_settings(build_parser().parse_args(["serve"])).token == "s3cret"
+    monkeypatch.delenv("AUTOGRAD_LAB_TOKEN_FILE")
+    assert capsys.readouterr().err == ""
+    assert serve_settings(build_parser().parse_args(["serve", "--token", "x"])).token == "x"
+    assert "visible to every user of this machine" in capsys.readouterr().err
+    (tmp_path / "empty").write_text("\n")
+    for path, words in ((tmp_path / "empty", "is empty"), (tmp_path / "none", "cannot read")):
+        with pytest.raises(SystemExit, match=words):
+            serve_settings(build_parser().parse_args(["serve", "--token-file", str(path)]))
