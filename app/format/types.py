@@ -110,6 +110,7 @@ class Edge(TypedDict):
     target: str
     slot: int
     shape: NotRequired[list[int]]
+    dtype: NotRequired[str]  # the gradient's dtype along it (autocast's casts change it)
     grad_norm: NotRequired[Number | None]
 
 
@@ -247,6 +248,7 @@ class StepEvent(TypedDict):
     line: NotRequired[int | None]
     lr: NotRequired[list[float | None]]
     settings: NotRequired[list[dict]]  # each parameter group's settings (lr, momentum, betas…)
+    scaler: NotRequired[dict]  # {"scale"}: a GradScaler divided each .grad by it just before
 
 
 Event = BackwardEvent | StepEvent

@@ -169,6 +169,10 @@ def to_dot(graph: dict, title: str | None = None, compact: bool = False,
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             count = 1  # a forged report may put anything here
         label = _shape(edge.get("shape")) if count == 1 or "shape" in edge else f"{count} edges"
+        dtype = edge.get("dtype")
+        if isinstance(dtype, str) and dtype != "float32" and label:
+            # a gradient in another dtype (autocast's bfloat16, float16) says so on its edge
+            label = f"{label} {dtype}"
         if compact:
             label = ""
         dot.edge(_text(edge["source"]), _text(edge["target"]), id=_text(eid),

@@ -151,8 +151,9 @@ class BackwardRecording:
                 for slot, g in enumerate(grad_inputs):
                     if g is None:
                         continue
-                    self._edge_grads[(node_id, slot)] = {"shape": list(g.shape),
-                                                         "grad_norm": norm_of(g)}
+                    self._edge_grads[(node_id, slot)] = {
+                        "shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."),
+                        "grad_norm": norm_of(g)}
                     leaf = leaf_slots.get(slot)
                     if leaf is not None:
                         came = grad_outputs[slot] if module_hook and slot < len(

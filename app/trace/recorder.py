@@ -114,6 +114,8 @@ class Recorder:
         self._submodule_names: dict[int, tuple[Any, dict[int, str]]] = {}
         self.cut_log = CutLog()
         self.inplace: list[InPlace] = []
+        self.last_step: dict | None = None  # the latest step event (grad_scaler.py reads it)
+        self.steps_taken = 0
         # (line, variable) of each read of a non-leaf's .grad: the variable the script holds
         # it in, found by identity (a line may read a leaf's .grad beside it: `w.grad, y.grad`)
         self.nonleaf_grad_reads: list[tuple[int, str | None]] = []
@@ -415,6 +417,7 @@ class Recorder:
 
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
         self._in_step = max(0, self._in_step - 1)
+        self.steps_taken += 1  # every step that ran, recorded or past the limit
         pending = self._pending_steps.pop(id(optimizer), None)
         if pending is None:
             return
@@ -438,6 +441,7 @@ class Recorder:
             step = {"kind": "step", "index": len(self.events),
                     "optimizer": type(optimizer).__name__, "line": pending["line"], "lr": lr,
                     "settings": pending["settings"], "params": params}
+            self.last_step = step
             if self._held_steps is not None:  # inside a recorded pass: after it (its index)
                 self._held_steps.append(step)
             else:

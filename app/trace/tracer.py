@@ -32,6 +32,7 @@ from .diagnose import diagnose, flow_findings
 from .failures import explain as explain_failure
 from .figures import MAX_FIGURES, FigureCapture
 from .func_forward import FuncCalls, rng_forked
+from .grad_scaler import ScalerWatch
 from .intercept import instrumented
 from .manual_nodes import HandCalls
 from .recorder import Recorder, RecordingLimits
@@ -99,6 +100,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
         func_calls = FuncCalls(recorder)
         stack.enter_context(instrumented(recorder, func_calls))
         compile_calls = stack.enter_context(CompileCalls(recorder.current_line).patched())
+        scalers = stack.enter_context(ScalerWatch(recorder).patched())
         figures = stack.enter_context(FigureCapture(recorder.current_line))
         sys.stdout, sys.stderr = out, err
         try:
@@ -151,6 +153,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
     doc["diagnostics"].extend(hand.notes(backward_ran=recorder.backward_count() > 0))
     doc["diagnostics"].extend(after_notes)
     doc["diagnostics"].extend(compile_calls.notes())
+    doc["diagnostics"].extend(scalers.notes())
     if recorder.views.records:
         doc["views"] = recorder.views.finish(recorder.events)
     if recorder.views.dropped:

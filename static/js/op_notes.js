@@ -18,6 +18,7 @@ export const OP_NOTES = {
   GatherBackward0: "Sends each gradient back to the position it was gathered from; a position gathered more than once gets the sum.",
   SortBackward0: "Sends each sorted value's gradient back to the position that value came from.",
   TopkBackward0: "Sends each of the top values' gradient back to the position it came from; the entries not among the top get 0.",
+  ToCopyBackward0: "A cast (.to(), .float(), or autocast's cast into bfloat16 or float16): the gradient is cast back to the dtype the input had, its values otherwise unchanged.",
   AccumulateGrad: "Adds the gradient that arrives to this leaf's .grad (or sets .grad, if it was None).",
 };
 

@@ -18,8 +18,20 @@ export function settingsText(settings) {
     .join(", ");
 }
 
-/** The sentences that say how this step moves a weight: [lead, ...details]. */
+/** The sentences that say how this step moves a weight: [lead, ...details], and, where a
+ *  GradScaler ran the step, what it did to the gradient first (app/trace/grad_scaler.py). */
 export function ruleSentences(event, change) {
+  const said = optimizerSentences(event, change);
+  if (event.scaler && typeof event.scaler.scale === "number") {
+    said.push(`A GradScaler ran this step: scaler.step divided each .grad by its scale ` +
+      `(${fmt(event.scaler.scale)}), found them finite, and then called ` +
+      `${event.optimizer}.step(), so the update used .grad ÷ ${fmt(event.scaler.scale)} ` +
+      "(the gradient of the unscaled loss, where the loss was scaled with scaler.scale).");
+  }
+  return said;
+}
+
+function optimizerSentences(event, change) {
   const settings = (event.settings || [])[change.group ?? 0];
   const name = event.optimizer;
   if (!settings) {

@@ -132,7 +132,20 @@ def accumulate():
     return type(accumulate_grad).__name__, first == [3.0, 3.0] and w.grad.tolist() == [6.0, 6.0]
 
 
-CHECKS = {"ReluBackward0": relu, "ClampBackward1": clamp, "AbsBackward0": abs_,
+def to_copy():
+    """autocast's cast: a float32 weight used in bfloat16; its gradient arrives as float32,
+    equal to the bfloat16 gradient of the cast value, cast back."""
+    w = leaf(1.5, -2.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = w.to(torch.bfloat16)
+    seen = {}
+    cast.register_hook(lambda g: seen.setdefault("bf16", g))
+    (cast * torch.tensor([3.0, 5.0], dtype=torch.bfloat16)).sum().backward()
+    return node(cast), (seen["bf16"].dtype == torch.bfloat16 and w.grad.dtype == torch.float32
+                        and w.grad.tolist() == seen["bf16"].float().tolist() == [3.0, 5.0])
+
+
+CHECKS = {"ToCopyBackward0": to_copy, "ReluBackward0": relu, "ClampBackward1": clamp, "AbsBackward0": abs_,
           "MaxBackward1": max_all, "MinBackward1": min_all, "AmaxBackward0": amax,
           "AminBackward0": amin, "MaxBackward0": max_dim, "MinBackward0": min_dim,
           "WhereBackward0": where, "IndexBackward0": index, "GatherBackward0": gather,
