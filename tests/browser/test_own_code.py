@@ -504,3 +504,34 @@ def test_a_failed_run_keeps_its_explanation_in_sight_with_its_line_selected(brow
     finally:
         context.close()
     assert not w.errors, w.errors
+
+
+SCALED = """\
+import torch
+
+w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+opt = torch.optim.SGD([w], lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+scaler.scale((w * torch.tensor([3.0, 5.0])).sum()).backward()
+scaler.step(opt)
+scaler.update()
+"""
+
+
+def test_a_step_a_grad_scaler_ran_says_it_divided_the_gradient_by_the_scale(watched):
+    """tests/trace/test_mixed_precision.py checks the scale against the scaler's own; here, the
+    page says it: the .grad the step used is the unscaled one, as plain PyTorch leaves it."""
+    import torch
+
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler.scale((w * torch.tensor([3.0, 5.0])).sum()).backward()
+    assert w.grad.tolist() == [3072.0, 5120.0]  # the backward carried the scaled gradient
+    scaler.step(opt)
+    assert w.grad.tolist() == [3.0, 5.0] and torch.allclose(w, torch.tensor([0.7, -2.5]))
+
+    text = step_text(watched, SCALED)
+    assert "A GradScaler ran this step: scaler.step divided each .grad by its scale (1024)" in text
+    assert "SGD step #1" in text and "✓" in text  # the check by SGD's rule still holds
+    watched.shot("grad-scaler-step")
