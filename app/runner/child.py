@@ -13,6 +13,7 @@ cap on the size of the result file it reads. Torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -464,6 +465,16 @@ def _write_file(dir_fd: int, name: str, text: str, owner: int | None) -> None:
 # script can write its own report (64 MiB of "[]," would be 22 million lists). An honest trace
 # of a 200,000-node graph holds about a million.
 MAX_REPORT_CONTAINERS = 2_000_000
+# and strings and values: 8 million one-letter strings in one list (31 MiB, a single list)
+# took 662 MB to parse. An honest report has a string per ~90 bytes and a value per ~16 (a
+# 12-layer encoder's: 3.4 MB, 38,000 strings, 200,000 values); these bounds pass an honest
+# report up to the 32 MiB cap and keep any report's parse to a few hundred MB
+MAX_REPORT_STRINGS = 3_000_000
+MAX_REPORT_VALUES = 8_000_000
+# a report this big is parsed by one thread at a time, server-wide: six at once took 1.6 GB
+# and held the event loop (the GIL) for 8.7 s
+LARGE_REPORT = 4 * 2**20
+_large_parses = threading.BoundedSemaphore(1)
 
 
 def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, str | None]:
@@ -483,8 +494,13 @@ def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, s
     containers = data.count(b"[") + data.count(b"{")  # brackets in strings count too: a bound
     if containers > MAX_REPORT_CONTAINERS:
         return None, False, f"it holds more than {MAX_REPORT_CONTAINERS:,} lists and objects"
+    if data.count(b'"') // 2 > MAX_REPORT_STRINGS:  # escaped quotes count too: a bound
+        return None, False, f"it holds more than {MAX_REPORT_STRINGS:,} strings"
+    if data.count(b",") + containers > MAX_REPORT_VALUES:
+        return None, False, f"it holds more than {MAX_REPORT_VALUES:,} values"
     try:
-        doc = json.loads(data, parse_constant=_refuse_constant)
+        with _large_parses if len(data) > LARGE_REPORT else contextlib.nullcontext():
+            doc = json.loads(data, parse_constant=_refuse_constant)
     except RecursionError:
         return None, False, "it is nested too deeply"
     except ValueError:

@@ -91,6 +91,11 @@ CASES = {
     # under the size cap, over the count of lists and objects a report may hold
     "millions-of-lists": ("report = '[' + '[],' * 3_000_000 + '[]]'",
                           "WorkerFailed", "more than 2,000,000 lists and objects"),
+    # under the size cap and the count of lists: millions of one-letter strings, or of zeros
+    "millions-of-strings": ("report = '[' + '\"a\",' * 3_100_000 + '\"a\"]'",
+                            "WorkerFailed", "more than 3,000,000 strings"),
+    "millions-of-values": ("report = '[' + '0,' * 8_100_000 + '0]'",
+                           "WorkerFailed", "more than 8,000,000 values"),
     "10000-deep": ("report = '{\"format\": \"autograd-lab/trace@1\", \"events\": ' + "
                    "'[' * 10_000 + ']' * 10_000 + '}'", "WorkerFailed", "nested too deeply"),
     "not-json": ("report = 'this is not json'", "WorkerFailed", "not JSON"),
