@@ -466,10 +466,11 @@ def _write_file(dir_fd: int, name: str, text: str, owner: int | None) -> None:
 # of a 200,000-node graph holds about a million.
 MAX_REPORT_CONTAINERS = 2_000_000
 # and strings and values: 8 million one-letter strings in one list (31 MiB, a single list)
-# took 662 MB to parse. An honest report has a string per ~90 bytes and a value per ~16 (a
-# 12-layer encoder's: 3.4 MB, 38,000 strings, 200,000 values); these bounds pass an honest
-# report up to the 32 MiB cap and keep any report's parse to a few hundred MB
-MAX_REPORT_STRINGS = 3_000_000
+# took 662 MB to parse. An honest report has a string per 13 bytes or more (a 15,000-node
+# chain's: 11.6 MB, 907,000 strings, keys included) and a value per 11 or more (a 12-layer
+# encoder's: 16): these bounds pass an honest report up to the 32 MiB cap, and refuse one of
+# 4- or 2-byte items (`"a",`, `0,`)
+MAX_REPORT_STRINGS = 6_000_000
 MAX_REPORT_VALUES = 8_000_000
 # a report this big is parsed by one thread at a time, server-wide: six at once took 1.6 GB
 # and held the event loop (the GIL) for 8.7 s

@@ -92,8 +92,8 @@ CASES = {
     "millions-of-lists": ("report = '[' + '[],' * 3_000_000 + '[]]'",
                           "WorkerFailed", "more than 2,000,000 lists and objects"),
     # under the size cap and the count of lists: millions of one-letter strings, or of zeros
-    "millions-of-strings": ("report = '[' + '\"a\",' * 3_100_000 + '\"a\"]'",
-                            "WorkerFailed", "more than 3,000,000 strings"),
+    "millions-of-strings": ("report = '[' + '\"a\",' * 6_100_000 + '\"a\"]'",
+                            "WorkerFailed", "more than 6,000,000 strings"),
     "millions-of-values": ("report = '[' + '0,' * 8_100_000 + '0]'",
                            "WorkerFailed", "more than 8,000,000 values"),
     "10000-deep": ("report = '{\"format\": \"autograd-lab/trace@1\", \"events\": ' + "
