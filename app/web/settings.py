@@ -145,7 +145,9 @@ class Settings:
         "following a class is sent a line every 15 s and reads it)")
     max_connections: int = setting(
         None, "connections open at once; past it, a request is answered 503 and its "
-        "connection closed", shown="half the open-file limit, 64-2000",
+        "connection closed; past three quarters of it, an address already holding 8 gets no "
+        "more (the rest are kept for addresses holding few; a room behind one NAT is then "
+        "held to what it has, a trusted proxy is not)", shown="half the open-file limit, 64-2000",
         factory=_connection_cap)
     per_address_connections: int = setting(
         256, "connections open at once from one network address (a browser opens about 6, "

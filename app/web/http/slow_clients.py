@@ -41,8 +41,14 @@ __all__ = ["BoundedH11Protocol", "connection_report", "USAGE"]
 
 USAGE = "--http app.web.http.slow_clients:BoundedH11Protocol"
 RETRY_AFTER = 5  # seconds: connections come free as pages finish loading
+# past this share of max_connections, an address holding more than a browser's connections
+# (about 6, and one per page following a class) gets no more: the rest are kept for others
+BUSY_SHARE = 0.75
+BROWSER_CONNECTIONS = 8
 
 _open_from: Counter[str] = Counter()  # address key -> connections open (the event loop's own)
+_admitted = 0  # connections taken, all addresses: refused ones are never counted
+REFUSED_GRACE = 1.0  # seconds a refused connection has to send the request its 503 answers
 _used = False  # a connection came through BoundedH11Protocol in this process
 
 
@@ -61,7 +67,7 @@ def _trusted_proxies() -> TrustedProxies:
 def connection_report() -> dict:
     """For /healthz: whether connections are bounded here, how many are open, the limits."""
     limits = _limits()
-    report = {"bounded": _used, "open": sum(_open_from.values()),
+    report = {"bounded": _used, "open": _admitted,
               "max_connections": limits.max_connections,
               "per_address_connections": limits.per_address_connections,
               "request_read_timeout_s": limits.request_read_timeout,
@@ -92,34 +98,57 @@ class BoundedH11Protocol(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
     _stalled: asyncio.TimerHandle | None = None
     _address = ""
+    _counted = False  # an admitted connection: in the counts until it is lost
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        global _used
+        global _used, _admitted
         super().connection_made(transport)
         _used = True
         limits = _limits()
         self._address = address_key(self.client[0]) if self.client else "unknown"
-        _open_from[self._address] += 1
-        if len(self.connections) > limits.max_connections:
-            self.app = _refusal(
-                f"the server has {limits.max_connections} connections open, as many as it "
-                f"takes; try again in a few seconds")
-        elif _open_from[self._address] > limits.per_address_connections and \
-                not (self.client and self.client[0] in _trusted_proxies()):
-            self.app = _refusal(
-                f"your network address has {limits.per_address_connections} connections open "
-                "to this server, as many as one address may; close some tabs, or try again in "
-                "a few seconds")
+        refusal = self._refusal(limits)
+        if refusal is None:
+            _open_from[self._address] += 1
+            _admitted += 1
+            self._counted = True
+        else:
+            # answered 503 once its request is here, given REFUSED_GRACE to send it, and never
+            # counted: refused connections held open must not fill the caps for everyone else
+            self.app = _refusal(refusal)
         self._arm()
 
+    def _refusal(self, limits: Settings) -> str | None:
+        """Why this new connection is not taken, or None."""
+        if _admitted >= limits.max_connections:
+            return (f"the server has {limits.max_connections} connections open, as many as it "
+                    "takes; try again in a few seconds")
+        if self.client and self.client[0] in _trusted_proxies():
+            return None  # everyone behind the proxy: held only to the server's cap
+        held = _open_from[self._address]
+        if held >= limits.per_address_connections:
+            return (f"your network address has {limits.per_address_connections} connections "
+                    "open to this server, as many as one address may; close some tabs, or "
+                    "try again in a few seconds")
+        if _admitted >= limits.max_connections * BUSY_SHARE and held >= BROWSER_CONNECTIONS:
+            # the last quarter of the server's connections is kept for addresses holding few:
+            # nine addresses of 240 slow connections each once shut every other person out
+            return (f"the server is busy and your network address has {held} connections "
+                    f"open, as many as one address may have while it is; close some tabs, or "
+                    "try again in a few seconds")
+        return None
+
     def connection_lost(self, exc: Exception | None) -> None:
+        global _admitted
         self._disarm()
         if self._stalled is not None:
             self._stalled.cancel()
             self._stalled = None
-        _open_from[self._address] -= 1
-        if _open_from[self._address] <= 0:
-            del _open_from[self._address]
+        if self._counted:
+            self._counted = False
+            _admitted -= 1
+            _open_from[self._address] -= 1
+            if _open_from[self._address] <= 0:
+                del _open_from[self._address]
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -154,7 +183,8 @@ class BoundedH11Protocol(H11Protocol):
 
     def _arm(self) -> None:
         self._disarm()
-        self._deadline = self.loop.call_later(_limits().request_read_timeout, self._too_slow)
+        wait = _limits().request_read_timeout if self._counted else REFUSED_GRACE
+        self._deadline = self.loop.call_later(wait, self._too_slow)
 
     def _disarm(self) -> None:
         if self._deadline is not None:

@@ -165,10 +165,11 @@ def test_connections_past_the_caps_are_answered_503_and_the_next_normal_request_
         assert refused.status_code == 503
         assert "your network address has 40 connections" in refused.json()["detail"]
         assert refused.headers["retry-after"]
-        # another address still gets in, up to the server's cap of 60 in all
+        # another address still gets in, up to the server's cap of 60 in all: past 45 only
+        # addresses holding fewer than 8 get more, so three more fill it (7 + 7 + 5)
         elsewhere = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
         assert elsewhere.get(base + "/healthz", timeout=10).status_code == 200
-        more = _dripping(base, 20, source="127.0.0.3")
+        more = [s for n in (3, 4, 5) for s in _dripping(base, 7, source=f"127.0.0.{n}")]
         try:
             with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as new:
                 full = new.get(base + "/healthz", timeout=10)  # a new connection: the 61st
@@ -205,3 +206,23 @@ def test_autograd_lab_serve_runs_with_the_bounds(tmp_path):
                WARM_SCENARIOS="false", SELFTEST="false") as url:
         report = httpx.get(url + "/healthz", timeout=10).json()["connections"]
     assert report["bounded"] is True and "detail" not in report
+
+
+def test_many_addresses_holding_many_connections_cannot_shut_out_a_light_one(base):
+    """Issue 38: nine addresses of 240 slow connections each once took every connection and
+    everyone else got 503 for 30 s. Past three quarters of the server's cap (45 of 60 here),
+    an address already holding a browser's 8 connections gets no more, so the rest stay for
+    addresses holding few (here: 40 + 8 + 8 taken, and a fourth address gets in)."""
+    held = []
+    try:
+        for n in range(3):  # each tries for its whole share of 40: before, two filled all 60
+            held += _dripping(base, 40, source=f"127.0.0.{60 + n}")
+        time.sleep(1.5)  # refused ones, never counted, are cut off after 1 s anyway
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.70")) as light:
+            answer = light.get(base + "/healthz", timeout=10)
+        assert answer.status_code == 200, answer.text
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.5)
+    assert httpx.get(base + "/healthz", timeout=10).status_code == 200
