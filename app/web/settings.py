@@ -102,9 +102,12 @@ class Settings:
         "", "PostgreSQL (postgresql://user:password@host/db): the runs and the cookies' signing "
         "key are kept there instead, shared by every web process, kept across restarts "
         "(docs/SCALING.md; the `shared` extra installs psycopg)", shown="(none: store_path)")
-    store_max_runs: int = setting(500, "runs kept; the oldest go first")
+    store_max_runs: int = setting(500, "runs kept; past it, the runs of whoever holds the most "
+                                  "go first, oldest first (a run sent to a class's teacher "
+                                  "is kept 12 hours whatever the bound)")
     store_max_bytes: int = setting(256 * 1024 * 1024, "bytes kept (gzip Traces and their "
-                                   "figures); the oldest go first")
+                                   "figures); past it, the runs of whoever holds the most "
+                                   "bytes go first, oldest first")
     store_max_run_bytes: int = setting(
         16 * 1024 * 1024, "gzip bytes of one run; a larger run is stored as its script and an "
         "error saying so")

@@ -241,6 +241,8 @@ async def send_run(request: Request, session: MemberSessionDep, classroom: Class
     owner = await asyncio.to_thread(uploads.started_by, run_id)
     classroom.change(session, lambda s: s.submit(client, run_id, str(head["name"] or ""),
                                                  address, owner))
+    # the teacher opens it later: no one's runs, however many, may push it out of the store
+    await asyncio.to_thread(store.pin, run_id)
     return {"version": session.version}
 
 

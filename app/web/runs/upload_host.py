@@ -129,12 +129,13 @@ class UploadHost:
         packed = self.store.pack(doc, run_id)  # gzip, before the row is locked
         error = doc.get("error")
         with self.store.database.transaction() as db:
-            if db.execute("SELECT 1 FROM uploads WHERE id = %s AND state = 'running' "
-                          "AND host = %s FOR UPDATE", (run_id, self.name)).fetchone() is None:
+            row = db.execute("SELECT client FROM uploads WHERE id = %s AND state = 'running' "
+                             "AND host = %s FOR UPDATE", (run_id, self.name)).fetchone()
+            if row is None:
                 log.warning("run %s was given to another upload host meanwhile: its Trace is not "
                             "stored from here", run_id)
                 return
-            over = self.store.write(db, run_id, packed)
+            over = self.store.write(db, run_id, packed, owner=row[0])
             db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
                        "events = %s, error_type = %s, detail = %s WHERE id = %s",
                        (state, packed[2], len(doc.get("events") or ()),

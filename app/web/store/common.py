@@ -51,3 +51,7 @@ class RunReader(Protocol):
     def figure(self, run_id: str, number: int) -> bytes | None: ...
 
     def gradient_flow(self, run_id: str) -> dict | None: ...
+
+    def pin(self, run_id: str, seconds: float = ...) -> None:
+        """Keep the run a while whatever the store's bounds (a run sent to a class's teacher:
+        fair_share.py)."""

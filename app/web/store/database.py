@@ -151,8 +151,16 @@ CREATE TABLE IF NOT EXISTS scenario_traces (
 );
 """
 
+# Step 3: whose each run is, and how long it is kept whatever the bounds (a run sent to a
+# class's teacher): the store's bound drops the biggest holder's runs first (fair_share.py).
+# Additive, with defaults: a process of the release before writes rows without them.
+_RUN_OWNERS = """
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS pinned_until DOUBLE PRECISION NOT NULL DEFAULT 0;
+"""
+
 # The schema's steps, in order: step n is STEPS[n - 1]. Append; never edit a released one.
-STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES, _SCENARIO_TRACES)
+STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES, _SCENARIO_TRACES, _RUN_OWNERS)
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS autograd_lab_schema (

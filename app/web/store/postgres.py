@@ -24,6 +24,7 @@ from app.web.settings import default_of
 
 from .common import RunGone, StoredBlob
 from .database import Database, Lock, lock, redacted
+from .fair_share import PIN_S, victims
 from .sqlite import CHUNK, RunStore, _head, _pack, _size
 
 __all__ = ["PostgresRunStore", "SIGNING_KEY"]
@@ -70,15 +71,15 @@ class PostgresRunStore(RunStore):
 
     # ---- writing ------------------------------------------------------------------------------
 
-    def keep(self, doc: dict, run_id: str) -> bool:
+    def keep(self, doc: dict, run_id: str, owner: str = "") -> bool:
         packed = self.pack(doc, run_id)
         with self.database.transaction() as db:
-            over = self.write(db, run_id, packed)
+            over = self.write(db, run_id, packed, owner)
         if over:
             self.prune(keep=run_id)
         return packed[2]
 
-    def write(self, db, run_id: str, packed: tuple) -> bool:
+    def write(self, db, run_id: str, packed: tuple, owner: str = "") -> bool:
         """Write a Trace packed by `pack` (outside any transaction: gzip takes a while) in
         `db`'s transaction: the shared line closes the run's row in the same one
         (runs/upload_host.py). True if the store is now past its bounds (asked without a lock:
@@ -88,11 +89,12 @@ class PostgresRunStore(RunStore):
         # an upsert: a run stored twice (retried on another worker) is replaced whole, and
         # given a new seq, so a reader of the old bytes is told RunGone
         db.execute(
-            "INSERT INTO runs (id, created, name, size, doc) VALUES (%s, %s, %s, %s, %s) "
+            "INSERT INTO runs (id, created, name, size, doc, owner) "
+            "VALUES (%s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (id) DO UPDATE SET created = EXCLUDED.created, "
             "name = EXCLUDED.name, size = EXCLUDED.size, doc = EXCLUDED.doc, "
-            "seq = nextval(pg_get_serial_sequence('runs', 'seq'))",
-            (run_id, time.time(), stored["script"]["name"], _size(blob, figures), blob))
+            "owner = EXCLUDED.owner, seq = nextval(pg_get_serial_sequence('runs', 'seq'))",
+            (run_id, time.time(), stored["script"]["name"], _size(blob, figures), blob, owner))
         db.execute("INSERT INTO run_heads (id, head) VALUES (%s, %s) ON CONFLICT (id) "
                    "DO UPDATE SET head = EXCLUDED.head",
                    (run_id, json.dumps(_head(stored, figures))))
@@ -117,16 +119,16 @@ class PostgresRunStore(RunStore):
     def _within_bounds(self, count: int, total: int) -> bool:
         return count <= self.max_runs and total <= self.max_bytes
 
+    def pin(self, run_id: str, seconds: float = PIN_S) -> None:
+        """Keep the run for `seconds` whatever the bounds (a run sent to a class's teacher)."""
+        with self.database.transaction() as db:
+            db.execute("UPDATE runs SET pinned_until = GREATEST(pinned_until, %s) "
+                       "WHERE id = %s", (time.time() + seconds, run_id))
+
     def _prune(self, db, keep: str) -> None:
-        count, total = self._totals(db)  # asked again: another process may have swept
-        gone = []
-        for run_id, size in db.execute("SELECT id, size FROM runs ORDER BY seq").fetchall():
-            if self._within_bounds(count, total):
-                break
-            if run_id == keep:
-                continue  # a run larger than the whole bound still answers its own link once
-            gone.append(run_id)
-            count, total = count - 1, total - size
+        # asked again, whole: another process may have swept (fair_share.py chooses)
+        rows = db.execute("SELECT id, size, owner, pinned_until FROM runs ORDER BY seq")
+        gone = victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes)
         if not gone:
             return
         db.execute("DELETE FROM runs WHERE id = ANY(%s)", (gone,))  # heads, figures: cascade

@@ -39,6 +39,7 @@ from app.single_flight import SingleFlight
 from app.web.settings import default_of
 
 from .common import RunGone, StoredBlob, run_link
+from .fair_share import PIN_S, victims
 
 __all__ = ["RunStore"]
 
@@ -56,6 +57,12 @@ CREATE TABLE IF NOT EXISTS run_heads (
     head TEXT NOT NULL
 )
 """, """
+CREATE TABLE IF NOT EXISTS run_owners (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    pinned_until REAL NOT NULL DEFAULT 0
+)
+""", """
 CREATE TABLE IF NOT EXISTS run_figures (
     id TEXT NOT NULL,
     number INTEGER NOT NULL,
@@ -63,7 +70,7 @@ CREATE TABLE IF NOT EXISTS run_figures (
     PRIMARY KEY (id, number)
 )
 """)
-_SIDE_TABLES = ("run_heads", "run_figures")
+_SIDE_TABLES = ("run_heads", "run_figures", "run_owners")
 
 CHUNK = 128 * 1024  # bytes of a stored blob read at a time
 FLOWS_KEPT = 32  # stored runs' gradient flows kept in memory
@@ -157,14 +164,18 @@ class RunStore:
             blob = _pack(stored)
         return stored, blob, whole, _figures(stored)
 
-    def keep(self, doc: dict, run_id: str) -> bool:
-        """Keep `doc` under `run_id`: True if kept as it is, False if it was too large and
-        only its script was kept."""
+    def keep(self, doc: dict, run_id: str, owner: str = "") -> bool:
+        """Keep `doc` under `run_id`, as `owner`'s (the client key that sent it): True if kept
+        as it is, False if it was too large and only its script was kept."""
         stored, blob, whole, figures = self.pack(doc, run_id)
         with self._lock, self._connect() as db:
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
                        (run_id, time.time(), doc["script"]["name"], _size(blob, figures),
                         blob))
+            # beside the run, not a column of it: a server of an older release opening the
+            # same file still writes its rows as it did (fair_share.py reads both)
+            db.execute("INSERT OR REPLACE INTO run_owners (id, owner) VALUES (?, ?)",
+                       (run_id, owner))
             _keep_beside(db, run_id, stored, figures)
             self._prune(db, keep=run_id)
         return whole
@@ -308,17 +319,20 @@ class RunStore:
         with self._connect() as db:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
+    def pin(self, run_id: str, seconds: float = PIN_S) -> None:
+        """Keep the run for `seconds` whatever the bounds (a run sent to a class's teacher)."""
+        with self._lock, self._connect() as db:
+            db.execute("INSERT INTO run_owners (id, owner, pinned_until) SELECT id, '', ? "
+                       "FROM runs WHERE id = ? ON CONFLICT (id) DO UPDATE SET pinned_until = "
+                       "MAX(pinned_until, excluded.pinned_until)", (time.time() + seconds, run_id))
+
     def _prune(self, db: sqlite3.Connection, keep: str) -> None:
-        count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM runs").fetchone()
         # rowid, not `created`: insertion order does not go back when the clock does
-        rows = db.execute("SELECT id, size FROM runs ORDER BY rowid").fetchall()
-        for run_id, size in rows:
-            if count <= self.max_runs and total <= self.max_bytes:
-                break
-            if run_id == keep:
-                continue  # a run larger than the whole bound still answers its own link once
+        rows = db.execute("SELECT r.id, r.size, COALESCE(o.owner, ''), "
+                          "COALESCE(o.pinned_until, 0) FROM runs r LEFT JOIN run_owners o "
+                          "ON o.id = r.id ORDER BY r.rowid")
+        for run_id in victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes):
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-            count, total = count - 1, total - size
         for table in _SIDE_TABLES:  # also what an older server left when it dropped a run
             db.execute(f"DELETE FROM {table} WHERE id NOT IN (SELECT id FROM runs)")
 

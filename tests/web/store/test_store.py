@@ -138,3 +138,41 @@ def test_the_sqlite_store_is_the_servers_alone(tmp_path):
     os.chmod(old, 0o644)
     RunStore(old).open()
     assert stat.S_IMODE(os.stat(old).st_mode) == 0o600
+
+
+def test_one_persons_many_big_runs_push_out_their_own_not_others(make_store):
+    """Issue 38: 18 runs of 15 MB from one member pushed every other run out, the run a
+    student had sent to the teacher included. The biggest holder's runs go first."""
+    import os
+
+    def big(name: str) -> dict:  # random hex: about 8.5 kB stored
+        return {**doc(name), "pad": os.urandom(8000).hex()}
+
+    store = make_store(max_bytes=40_000)
+    ann = store.put(doc("ann.py"))                 # one small run
+    sent = "sent-to-teacher"
+    store.keep(big("bob-sent.py"), sent, owner="cookie:bob")
+    store.pin(sent)                                # as a class's send does
+    store.keep(doc("ann2.py"), "ann-2", owner="cookie:ann")
+    flood = [f"eve-{i}" for i in range(8)]
+    for run_id in flood:
+        store.keep(big(f"{run_id}.py"), run_id, owner="cookie:eve")
+    assert store.get("ann-2") is not None and store.get(sent) is not None
+    assert store.get(ann) is not None              # the unknown owner held little too
+    kept = [store.get(r) is not None for r in flood]
+    assert kept[-1] and not kept[0]                # eve's oldest went, her newest answers
+
+
+def test_the_fair_share_picks_the_biggest_holder_then_the_oldest():
+    from app.web.store.fair_share import victims
+
+    rows = [("a1", 10, "a", 0.0), ("b1", 30, "b", 0.0), ("a2", 10, "a", 0.0),
+            ("b2", 30, "b", 100.0), ("c1", 5, "c", 0.0)]  # b2 pinned until t=100
+    # bytes over by 40: b holds most (60), but b2 is pinned: b1 goes, then b (30) vs a (20)
+    assert victims(rows, keep="c1", now=50.0, max_runs=10, max_bytes=45) == ["b1", "a1"]
+    # the pin has ended: b2 is b's, and b still holds the most
+    assert victims(rows, keep="c1", now=200.0, max_runs=10, max_bytes=45) == ["b1", "b2"]
+    # the count bound: runs held, not bytes; a tie (a and b hold 2) goes to the older first run
+    assert victims(rows, keep="c1", now=200.0, max_runs=4, max_bytes=10**9) == ["a1"]
+    # nothing may go (pinned, or the run just kept): the bound stays past, nothing is lost
+    assert victims([("x", 99, "x", 10.0)], keep="y", now=0.0, max_runs=0, max_bytes=0) == []
