@@ -36,8 +36,8 @@ from typing import Any
 from .build import clip, diagnostic
 from .schema import deeper_than
 
-__all__ = ["MAX_NOTEBOOK_BYTES", "NotANotebook", "Notebook", "SKIPPED_CODE", "annotate",
-           "cell_line", "lines_of", "listing_rows", "looks_like_notebook",
+__all__ = ["MAX_NOTEBOOK_BYTES", "notebook_bound", "NotANotebook", "Notebook", "SKIPPED_CODE",
+           "annotate", "cell_line", "lines_of", "listing_rows", "looks_like_notebook",
            "script_from_notebook", "skipped_note", "where"]
 
 SKIPPED_CODE = "ipython_lines_skipped"  # the run's diagnostic that names the skipped lines
@@ -84,6 +84,12 @@ class Notebook:
         """The Trace's `script.notebook`: the file's name, the cell map, the skipped lines."""
         return {"name": name, "cells": self.cells, "skipped": self.skipped[:MAX_NOTED],
                 "skipped_count": len(self.skipped)}
+
+
+def notebook_bound(script_cap: int) -> int:
+    """How large a notebook may be as saved where a script may be `script_cap` bytes: never
+    less than a script (a server that takes bigger scripts takes notebooks that big too)."""
+    return max(script_cap, MAX_NOTEBOOK_BYTES)
 
 
 def looks_like_notebook(text: str) -> bool:

@@ -25,7 +25,7 @@ import secrets
 
 from fastapi import Request
 
-from app.format.notebook import MAX_NOTEBOOK_BYTES
+from app.format.notebook import notebook_bound
 from app.web.http.clients import client_key
 from app.web.http.guards import forwarded
 from app.web.runs.sandbox_status import sandbox_status
@@ -87,7 +87,7 @@ def upload_policy(request: Request) -> dict:
             "token_required": bool(settings.token) and member is None,
             "class_member": member, "max_upload_bytes": settings.max_upload_bytes,
             # a notebook as saved: its code alone is held to max_upload_bytes
-            "max_notebook_bytes": MAX_NOTEBOOK_BYTES, "sandbox": status}
+            "max_notebook_bytes": notebook_bound(settings.max_upload_bytes), "sandbox": status}
 
 
 def has_token(request: Request) -> bool:

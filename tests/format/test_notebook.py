@@ -19,6 +19,7 @@ from app.format.notebook import (
     cell_line,
     listing_rows,
     looks_like_notebook,
+    notebook_bound,
     script_from_notebook,
     where,
 )
@@ -262,3 +263,8 @@ def annotate_note(nb) -> str:
     annotate(doc, nb.document_part("m.ipynb"))
     (note,) = [d for d in doc["diagnostics"] if d["code"] == SKIPPED_CODE]
     return note["message"]
+
+
+def test_a_notebook_may_be_as_large_as_a_script_where_scripts_are_larger():
+    assert notebook_bound(64 * 1024) == 4 * 2**20
+    assert notebook_bound(8 * 2**20) == 8 * 2**20

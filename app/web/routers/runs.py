@@ -28,9 +28,9 @@ from fastapi.responses import JSONResponse, Response
 from app.devices import parse_device
 from app.format import Trace
 from app.format.notebook import (
-    MAX_NOTEBOOK_BYTES,
     NotANotebook,
     looks_like_notebook,
+    notebook_bound,
     script_from_notebook,
 )
 from app.format.png import MAX_SIDE, png_size
@@ -61,15 +61,16 @@ _NOTEBOOK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,94}\.ipynb")
 
 async def _read_capped(request: Request, cap: int) -> bytes:
     """The request body, refusing (413) as soon as it passes what a script of `cap` bytes or a
-    notebook of MAX_NOTEBOOK_BYTES as saved could take."""
-    too_big = AppError(413, f"the upload is larger than {_size(MAX_NOTEBOOK_BYTES)}: a script "
-                            f"may be {_size(cap)}, a notebook {_size(MAX_NOTEBOOK_BYTES)} as "
-                            f"saved (outputs included) with {_size(cap)} of code; send a "
-                            "smaller script, or clear the notebook's outputs (Jupyter: Edit → "
-                            "Clear Outputs of All Cells), save it and upload it again")
+    notebook as saved (notebook_bound) could take."""
+    bound = notebook_bound(cap)
+    too_big = AppError(413, f"the upload is larger than {_size(bound)}: a script may be "
+                            f"{_size(cap)}, a notebook {_size(bound)} as saved (outputs "
+                            f"included) with {_size(cap)} of code; send a smaller script, or "
+                            "clear the notebook's outputs (Jupyter: Edit → Clear Outputs of All "
+                            "Cells), save it and upload it again")
     # JSON escapes (\n, \", \uXXXX) can double a script; multipart adds its framing. The
     # script's or notebook's own size is checked exactly once decoded.
-    limit = 2 * max(cap, MAX_NOTEBOOK_BYTES) + 64 * 1024
+    limit = 2 * bound + 64 * 1024
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_big
@@ -131,8 +132,8 @@ async def _submission(request: Request, body: bytes, cap: int) -> _Upload:
         raise AppError(415, "send JSON ({\"source\": ..., \"device\": ...}) or a "
                                  "multipart form with the field 'file'")
     if name.lower().endswith(".ipynb") or looks_like_notebook(source):
-        if len(source.encode("utf-8")) > MAX_NOTEBOOK_BYTES:
-            raise AppError(413, f"the notebook is larger than {_size(MAX_NOTEBOOK_BYTES)} as "
+        if len(source.encode("utf-8")) > notebook_bound(cap):
+            raise AppError(413, f"the notebook is larger than {_size(notebook_bound(cap))} as "
                                 "saved: clear its outputs (Jupyter: Edit → Clear Outputs of All "
                                 "Cells; they are not used), save it and upload it again")
         # nbformat's schema check takes a while on a big notebook: off the event loop

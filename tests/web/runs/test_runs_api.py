@@ -336,6 +336,7 @@ def test_upload_policy_twin_of_the_page(client_):
     body = client_.get("/api/uploads").json()
     assert body["accepts"] is True and body["refused"] is None
     assert body["token_required"] is False and body["max_upload_bytes"] == 64 * 1024
+    assert body["max_notebook_bytes"] == 4 * 1024 * 1024  # as saved: its code is held to 64 KiB
     assert body["sandbox"]["state"] == "off"  # this test app skips the self-test
     health = client_.get("/healthz").json()
     assert health["status"] == "ok" and health["sandbox"] == body["sandbox"]
