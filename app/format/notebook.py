@@ -3,7 +3,9 @@
 A notebook runs as its code cells would in a fresh kernel, top to bottom: they are joined, in
 order, into one script (one namespace), one script line per cell line and nothing between
 cells, so script line L is line L - first + 1 of the cell whose lines cover it. Markdown and
-raw cells and every output kept in the file are ignored.
+raw cells, every output kept in the file, cells' attachments and all metadata are ignored: they
+are dropped before nbformat reads the rest, so only the code counts against the script's size
+(`MAX_NOTEBOOK_BYTES` bounds the file as saved).
 
 Cells are numbered by their place among all the notebook's cells, markdown included, counting
 from 1: the number a person finds by counting down the notebook (Jupyter's execution counts
@@ -14,9 +16,11 @@ IPython-only lines cannot run as Python; they are skipped and named in the run's
   assignments from them (`files = !ls`); with a trailing backslash, the lines it continues too.
   Only at the start of a statement: a `!` inside a multi-line string or bracket is Python's.
   Each becomes `pass` at its own indentation, so a block it was the body of stays a block;
-- cell magics: `%%time`, `%%timeit`, `%%capture` and `%%prun` wrap Python, so only their
-  first line is skipped and the body runs once; any other (`%%bash`, `%%writefile`, `%%html`,
-  ...) is not Python, and its whole cell is skipped (as blank lines, so lines stay aligned).
+- cell magics: `%%time`, `%%timeit`, `%%capture`, `%%prun` and `%%autograd_lab` (our own
+  extension's, which traces its cell: here the whole notebook is traced) wrap Python, so only
+  their first line is skipped and the body runs once, its lines the cell's own; any other
+  (`%%bash`, `%%writefile`, `%%html`, ...) is not Python, and its whole cell is skipped (as
+  blank lines, so lines stay aligned).
 
 Pure: no torch, no web. nbformat, imported when a notebook is read, reads and validates it.
 """
@@ -32,14 +36,18 @@ from typing import Any
 from .build import clip, diagnostic
 from .schema import deeper_than
 
-__all__ = ["NotANotebook", "Notebook", "SKIPPED_CODE", "annotate", "cell_line", "lines_of",
-           "listing_rows", "looks_like_notebook", "script_from_notebook", "skipped_note", "where"]
+__all__ = ["MAX_NOTEBOOK_BYTES", "notebook_bound", "NotANotebook", "Notebook", "SKIPPED_CODE",
+           "annotate", "cell_line", "lines_of", "listing_rows", "looks_like_notebook",
+           "script_from_notebook", "skipped_note", "where"]
 
 SKIPPED_CODE = "ipython_lines_skipped"  # the run's diagnostic that names the skipped lines
 MAX_NOTED = 100  # skipped lines kept in the document; the note says how many more
 MAX_DIAGNOSTICS = 5000  # the schema's bound on a Trace's diagnostics
 MAX_TEXT = 200  # of a skipped line, as kept
-PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "autograd_lab"})
+# a notebook as saved, outputs included (its code alone is held to the script's limit): the
+# course notebooks seen were 76-187 KB with their outputs, a few MB with many figures
+MAX_NOTEBOOK_BYTES = 4 * 1024 * 1024
 # deeper than any notebook Jupyter writes (its outputs and widget state are a few levels):
 # nbformat's reading and schema check recurse, and give up a few hundred levels down
 MAX_DEPTH = 100
@@ -49,6 +57,7 @@ _HELP = re.compile(r"\?\??[\w.]*|[\w.]+\?\??")
 # a timed statement runs once, as itself: %time STMT, %timeit [-n N -r R -q -o ...] STMT
 _TIMED = re.compile(r"%time\s+(?P<stmt>\S.*)|"
                     r"%timeit\s+(?:-[nrp]\s*\d+\s+|-[tcqo]\s+)*(?P<stmt2>\S.*)")
+_MAGIC = re.compile(r"\s*%%autograd_lab\b(?P<options>.*)")  # our extension's cell magic
 _ASSIGNED = re.compile(r"[A-Za-z_][\w., ]*=\s*[!%]")
 # the line breaks of Python and of Jupyter: str.splitlines() also breaks at \x0c, \x1c-\x1e,
 # \x85, U+2028 and U+2029, which Python reads as part of a line (a string may hold them)
@@ -75,6 +84,12 @@ class Notebook:
         """The Trace's `script.notebook`: the file's name, the cell map, the skipped lines."""
         return {"name": name, "cells": self.cells, "skipped": self.skipped[:MAX_NOTED],
                 "skipped_count": len(self.skipped)}
+
+
+def notebook_bound(script_cap: int) -> int:
+    """How large a notebook may be as saved where a script may be `script_cap` bytes: never
+    less than a script (a server that takes bigger scripts takes notebooks that big too)."""
+    return max(script_cap, MAX_NOTEBOOK_BYTES)
 
 
 def looks_like_notebook(text: str) -> bool:
@@ -109,7 +124,7 @@ def script_from_notebook(data: bytes | str) -> Notebook:
                            "never writes; clear its outputs (Jupyter: Edit → Clear Outputs of "
                            "All Cells) and any metadata a tool added, save it and upload it "
                            "again, or upload its code as a .py script")
-    nb = _read(text)
+    nb = _read(json.dumps(_without_outputs(raw)))
     cells, skipped, lines = [], [], []
     for number, cell in enumerate(nb.cells, start=1):
         if cell.get("cell_type") != "code":
@@ -189,6 +204,7 @@ def skipped_note(part: dict) -> dict | None:
     for s in skipped[:20]:
         more = (f" (the whole cell, {s['lines']} lines)" if s.get("lines")
                 and s["text"].lstrip().startswith("%%") else
+                _traced_cell(s["text"]) if _MAGIC.match(s["text"]) else
                 " (what it wraps ran, once, without the magic)" if s.get("ran") else "")
         text = s["text"].strip()
         text = text if len(text) <= 80 else text[:77] + "..."
@@ -201,6 +217,15 @@ def skipped_note(part: dict) -> dict | None:
                       "installs must already be on the server.")
 
 
+def _traced_cell(text: str) -> str:
+    """What a `%%autograd_lab` line's note adds: its body ran; its options did nothing here."""
+    options = _MAGIC.match(text)["options"].strip()
+    return (" (its body ran, once, traced with the rest of the notebook; its options, `"
+            f"{clip(options, 60)}`, choose what Jupyter draws and are not used here: the run's "
+            "page shows every backward event)" if options else
+            " (its body ran, once, traced with the rest of the notebook)")
+
+
 def _text(data: bytes | str) -> str:
     if isinstance(data, str):
         return data
@@ -208,6 +233,32 @@ def _text(data: bytes | str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise NotANotebook(f"the notebook is not UTF-8 text; {_WHAT_TO_DO}") from None
+
+
+def _without_outputs(raw: dict) -> dict:
+    """The notebook with what never runs dropped: outputs, execution counts, attachments and
+    metadata (a widget's state, a tool's notes), in nbformat 4's cells or 3's worksheets."""
+    def code_only(cell: Any) -> Any:
+        if not isinstance(cell, dict):
+            return cell  # nbformat says what is wrong with it
+        cell = {k: v for k, v in cell.items() if k != "attachments"}
+        if "metadata" in cell:
+            cell["metadata"] = {}
+        if "outputs" in cell:
+            cell["outputs"] = []
+        for count in ("execution_count", "prompt_number"):
+            if count in cell:
+                cell[count] = None
+        return cell
+
+    out = {**raw, "metadata": {}} if "metadata" in raw else dict(raw)
+    if isinstance(raw.get("cells"), list):
+        out["cells"] = [code_only(c) for c in raw["cells"]]
+    if isinstance(raw.get("worksheets"), list):
+        out["worksheets"] = [{**w, "cells": [code_only(c) for c in w["cells"]]}
+                             if isinstance(w, dict) and isinstance(w.get("cells"), list) else w
+                             for w in raw["worksheets"]]
+    return out
 
 
 def _read(text: str):

@@ -210,6 +210,9 @@ def prepare() -> None:
 
     from app.format import shrink  # noqa: F401 - used after the script: the app is shut by then
     from app.trace import tracer  # noqa: F401 - the tracer and everything it imports
+    # a notebook written for the Jupyter extension imports it: the sandbox's own stand-in,
+    # never the real package (which fetches runs over the network)
+    sys.modules["autograd_lab"] = importlib.import_module("app.trace.sandbox_autograd_lab")
 
     _warm_up(torch)
     from .sandbox import seccomp

@@ -25,6 +25,7 @@ import secrets
 
 from fastapi import Request
 
+from app.format.notebook import notebook_bound
 from app.web.http.clients import client_key
 from app.web.http.guards import forwarded
 from app.web.runs.sandbox_status import sandbox_status
@@ -85,7 +86,8 @@ def upload_policy(request: Request) -> dict:
     return {"accepts": refusal is None, "refused": refusal.detail if refusal else None,
             "token_required": bool(settings.token) and member is None,
             "class_member": member, "max_upload_bytes": settings.max_upload_bytes,
-            "sandbox": status}
+            # a notebook as saved: its code alone is held to max_upload_bytes
+            "max_notebook_bytes": notebook_bound(settings.max_upload_bytes), "sandbox": status}
 
 
 def has_token(request: Request) -> bool:

@@ -93,7 +93,7 @@ class Settings:
     token: str = setting(
         "", "when set, every upload needs it, on loopback too; bound to another address, "
         "uploads are refused without one", shown="(none)")
-    max_upload_bytes: int = setting(64 * 1024, "largest script, bytes (then 413)")
+    max_upload_bytes: int = setting(64 * 1024, "largest script or notebook code, bytes (then 413)")
     store_path: str = setting(
         None, "the SQLite file where submitted runs are kept",
         shown="~/.cache/autograd-lab/runs.sqlite3",

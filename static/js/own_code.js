@@ -223,9 +223,12 @@ async function readFile() {
   const file = $("file").files[0];
   if (!file) return;
   const notebook = file.name.toLowerCase().endsWith(".ipynb");
-  if (file.size > policy.max_upload_bytes) {
+  // a notebook's outputs do not count against the script's limit: the server holds its code to
+  // that, and the file as saved to a bound of its own
+  const limit = notebook ? policy.max_notebook_bytes : policy.max_upload_bytes;
+  if (file.size > limit) {
     setStatus(status, `${file.name} is ${Math.ceil(file.size / 1024)} KiB; the limit is ` +
-      `${policy.max_upload_bytes / 1024} KiB. ` + (notebook ? "Clear its outputs (Jupyter: Edit → " +
+      `${limit / 1024} KiB. ` + (notebook ? "Clear its outputs (Jupyter: Edit → " +
       "Clear Outputs of All Cells; they are not used), save it and upload it again." : "Upload a smaller script."), "error");
     return;
   }

@@ -93,3 +93,30 @@ def test_a_notebook_functions_backward_is_named_by_its_cell(watched):
     assert title and title.endswith("cell 4, line 1"), title
     assert f"line {script_line}" not in details.inner_text().replace(f"line {starts}", "")
     watched.shot("notebook-custom-backward")
+
+
+# a course notebook as saved: the training step traced by the extension's cell magic, and
+# 200 KiB of outputs (past the 64 KiB a script may be) that the page must not refuse
+STEP_CELLS = [
+    new_code_cell("import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(3, 2)\n"
+                  "x = torch.randn(4, 3)"),
+    new_markdown_cell("One step, twice:"),
+    new_code_cell("%%autograd_lab --event 0\nloss = model(x).pow(2).mean()\nloss.backward()\n"
+                  "loss.backward()"),
+]
+
+
+def test_a_saved_notebook_with_an_autograd_lab_cell_says_its_error_by_the_cells_line(watched):
+    page = watched.page
+    cells = [new_code_cell(c.source) if c.cell_type == "code" else c for c in STEP_CELLS]
+    cells[0].outputs = [nbformat.v4.new_output("display_data",
+                                               data={"image/png": "iVBORw0KGgo" * 20_000})]
+    _upload(watched, "course.ipynb", cells)
+    doc = run_and_read(watched)
+    # torch's own words for a second backward through a freed graph, at the cell's line 4
+    assert doc["error"]["type"] == "RuntimeError"
+    assert "backward through the graph a second time" in doc["error"]["message"]
+    assert STEP_CELLS[2].source.splitlines()[3] == "loss.backward()"
+    body = page.locator("body").inner_text()
+    assert "cell 3, line 4" in body, body[:3000]
+    watched.shot("notebook-magic-error")

@@ -19,6 +19,7 @@ from app.format.notebook import (
     cell_line,
     listing_rows,
     looks_like_notebook,
+    notebook_bound,
     script_from_notebook,
     where,
 )
@@ -209,3 +210,61 @@ def test_cell_line_finds_each_cell_among_many():
         for at in range(1, c["last"] - c["first"] + 2):
             assert cell_line(cells, c["first"] + at - 1) == (c["cell"], at)
     assert cell_line(cells, first) is None and cell_line(cells, 0) is None
+
+
+def test_outputs_attachments_and_metadata_are_dropped_before_nbformat_reads():
+    # what Jupyter and its extensions store beside the code (a widget's state, an image pasted
+    # into a markdown cell, a figure, an output no schema knows) never decides what runs
+    cleared = [new_code_cell(c.source) if c.cell_type == "code" else c for c in CELLS]
+    saved = json.loads(notebook(cleared))
+    saved["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"x": 1}}
+    saved["cells"][0]["attachments"] = {"a.png": {"image/png": "iVBORw0KGgo=" * 5000}}
+    code = saved["cells"][1]
+    code["metadata"] = {"tags": ["setup"], "autograd_lab": {"anything": [1, 2]}}
+    code["execution_count"] = 3
+    code["outputs"] = [{"output_type": "display_data", "data": {"image/png": "A" * 200_000},
+                        "metadata": {}},
+                       {"output_type": "some_tool_of_its_own", "payload": 1}]  # not nbformat's
+    assert script_from_notebook(json.dumps(saved)) == script_from_notebook(notebook(cleared))
+
+
+MAGIC_CELLS = [
+    new_code_cell("w = [1.0, 2.0]"),
+    new_markdown_cell("the step, traced in Jupyter"),
+    new_code_cell("%%autograd_lab --event 1 --layout modules\n"
+                  "total = sum(v * v for v in w)\n%time twice = 2 * total\nhalf = total / 2"),
+]
+
+
+def test_an_autograd_lab_cell_runs_its_body_on_the_cells_own_lines():
+    nb = script_from_notebook(notebook(MAGIC_CELLS))
+    ran: dict = {}
+    exec(nb.source, ran)
+    body = MAGIC_CELLS[2].source.split("\n", 1)[1].replace("%time ", "")
+    plain: dict = {}
+    exec(MAGIC_CELLS[0].source + "\n" + body, plain)  # the cell's body, as IPython hands it over
+    assert {k: ran[k] for k in ("total", "twice", "half")} == \
+        {k: plain[k] for k in ("total", "twice", "half")}
+    script = nb.source.splitlines()
+    for at, text in enumerate(MAGIC_CELLS[2].source.splitlines(), start=1):
+        if text.startswith("%"):
+            continue
+        (line,) = [n for n, s in enumerate(script, start=1) if s == text]
+        assert cell_line(nb.cells, line) == (3, at)  # the magic's line is the cell's line 1
+    (magic,) = [s for s in nb.skipped if s["text"].startswith("%%")]
+    assert (magic["cell"], magic["line"]) == (3, 1)
+    said = annotate_note(nb)
+    assert "cell 3, line 1 `%%autograd_lab --event 1 --layout modules` (its body ran" in said
+    assert "`--event 1 --layout modules`, choose what Jupyter draws and are not used" in said
+
+
+def annotate_note(nb) -> str:
+    doc = new_document("m.py", nb.source, "cpu", None)
+    annotate(doc, nb.document_part("m.ipynb"))
+    (note,) = [d for d in doc["diagnostics"] if d["code"] == SKIPPED_CODE]
+    return note["message"]
+
+
+def test_a_notebook_may_be_as_large_as_a_script_where_scripts_are_larger():
+    assert notebook_bound(64 * 1024) == 4 * 2**20
+    assert notebook_bound(8 * 2**20) == 8 * 2**20

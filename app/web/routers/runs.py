@@ -27,7 +27,12 @@ from fastapi.responses import JSONResponse, Response
 
 from app.devices import parse_device
 from app.format import Trace
-from app.format.notebook import NotANotebook, looks_like_notebook, script_from_notebook
+from app.format.notebook import (
+    NotANotebook,
+    looks_like_notebook,
+    notebook_bound,
+    script_from_notebook,
+)
 from app.format.png import MAX_SIDE, png_size
 from app.web.auth import has_token, upload_policy
 from app.web.deps import (
@@ -55,12 +60,17 @@ _NOTEBOOK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,94}\.ipynb")
 
 
 async def _read_capped(request: Request, cap: int) -> bytes:
-    """The request body, refusing (413) as soon as it passes `cap` bytes."""
-    too_big = AppError(413, f"the upload is larger than {cap // 1024} KiB; send a smaller "
-                                 "script (one file of Python source)")
+    """The request body, refusing (413) as soon as it passes what a script of `cap` bytes or a
+    notebook as saved (notebook_bound) could take."""
+    bound = notebook_bound(cap)
+    too_big = AppError(413, f"the upload is larger than {_size(bound)}: a script may be "
+                            f"{_size(cap)}, a notebook {_size(bound)} as saved (outputs "
+                            f"included) with {_size(cap)} of code; send a smaller script, or "
+                            "clear the notebook's outputs (Jupyter: Edit → Clear Outputs of All "
+                            "Cells), save it and upload it again")
     # JSON escapes (\n, \", \uXXXX) can double a script; multipart adds its framing. The
-    # script's own size is checked exactly once decoded.
-    limit = 2 * cap + 64 * 1024
+    # script's or notebook's own size is checked exactly once decoded.
+    limit = 2 * bound + 64 * 1024
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_big
@@ -70,6 +80,10 @@ async def _read_capped(request: Request, cap: int) -> bytes:
         if len(data) > limit:
             raise too_big
     return bytes(data)
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 and not n % 2**20 else f"{n // 1024} KiB"
 
 
 class _Upload(NamedTuple):
@@ -118,12 +132,13 @@ async def _submission(request: Request, body: bytes, cap: int) -> _Upload:
         raise AppError(415, "send JSON ({\"source\": ..., \"device\": ...}) or a "
                                  "multipart form with the field 'file'")
     if name.lower().endswith(".ipynb") or looks_like_notebook(source):
-        if len(source.encode("utf-8")) > cap:
-            raise AppError(413, f"the notebook is larger than {cap // 1024} KiB: clear its "
-                                "outputs (Jupyter: Edit → Clear Outputs of All Cells), save "
-                                "it and upload it again (outputs are not used)")
+        if len(source.encode("utf-8")) > notebook_bound(cap):
+            raise AppError(413, f"the notebook is larger than {_size(notebook_bound(cap))} as "
+                                "saved: clear its outputs (Jupyter: Edit → Clear Outputs of All "
+                                "Cells; they are not used), save it and upload it again")
         # nbformat's schema check takes a while on a big notebook: off the event loop
-        return await run_in_threadpool(_notebook_upload, source, name, parse_device(device))
+        return await run_in_threadpool(_notebook_upload, source, name, parse_device(device),
+                                       cap)
     if len(source.encode("utf-8")) > cap:
         raise AppError(413, f"the script is larger than {cap // 1024} KiB")
     if not source.strip():
@@ -133,12 +148,17 @@ async def _submission(request: Request, body: bytes, cap: int) -> _Upload:
     return _Upload(source, name, parse_device(device), None)
 
 
-def _notebook_upload(text: str, name: str, device: str) -> _Upload:
-    """A notebook's code cells as the script that runs (422 if it is not a notebook)."""
+def _notebook_upload(text: str, name: str, device: str, cap: int) -> _Upload:
+    """A notebook's code cells as the script that runs (422 if it is not a notebook, 413 if its
+    code is past the script's limit: its outputs do not count)."""
     try:
         notebook = script_from_notebook(text)
     except NotANotebook as exc:
         raise AppError(422, str(exc)) from None
+    if len(notebook.source.encode("utf-8")) > cap:
+        raise AppError(413, f"the notebook's code is larger than {_size(cap)} (its outputs and "
+                            "markdown are not counted); split it, or upload the part you want "
+                            "to trace")
     if not _NOTEBOOK_NAME.fullmatch(name):
         name = "notebook.ipynb"
     script = name[:-len(".ipynb")] + ".py"  # the run folder's file: tracebacks name it

@@ -206,10 +206,12 @@ def test_oversized_script_is_413(client_):
     assert "64 KiB" in response.json()["detail"]
     response = client_.post("/api/runs", files={"file": ("big.py", big.encode())}, headers=PAGE)
     assert response.status_code == 413
-    # a body far past any script's size is refused before it is read to the end
-    response = client_.post("/api/runs", content=b"x" * (300 * 1024),
+    # a body far past any script's or notebook's size (4 MiB as saved, its outputs included)
+    # is refused before it is read to the end
+    response = client_.post("/api/runs", content=b"x" * (9 * 1024 * 1024),
                             headers={"content-type": "application/json"})
     assert response.status_code == 413
+    assert "a script may be 64 KiB, a notebook 4 MiB" in response.json()["detail"]
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -334,6 +336,7 @@ def test_upload_policy_twin_of_the_page(client_):
     body = client_.get("/api/uploads").json()
     assert body["accepts"] is True and body["refused"] is None
     assert body["token_required"] is False and body["max_upload_bytes"] == 64 * 1024
+    assert body["max_notebook_bytes"] == 4 * 1024 * 1024  # as saved: its code is held to 64 KiB
     assert body["sandbox"]["state"] == "off"  # this test app skips the self-test
     health = client_.get("/healthz").json()
     assert health["status"] == "ok" and health["sandbox"] == body["sandbox"]
