@@ -145,7 +145,8 @@ def to_copy():
                         and w.grad.tolist() == seen["bf16"].float().tolist() == [3.0, 5.0])
 
 
-CHECKS = {"ToCopyBackward0": to_copy, "ReluBackward0": relu, "ClampBackward1": clamp, "AbsBackward0": abs_,
+CHECKS = {"ToCopyBackward0": to_copy,
+          "ReluBackward0": relu, "ClampBackward1": clamp, "AbsBackward0": abs_,
           "MaxBackward1": max_all, "MinBackward1": min_all, "AmaxBackward0": amax,
           "AminBackward0": amin, "MaxBackward0": max_dim, "MinBackward0": min_dim,
           "WhereBackward0": where, "IndexBackward0": index, "GatherBackward0": gather,
