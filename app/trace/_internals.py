@@ -327,10 +327,12 @@ def aot_eager_capturing(on_graph: Any) -> Any:
     """torch's "aot_eager" backend, the same (its min-cut partition, its `boxed_nop`
     compilers, so the same graphs run), with `on_graph(kind, aot_id, fx_graph_module)` told
     of each forward and backward graph AOTAutograd hands its compilers. The backward is compiled
-    when it first runs (AOTAutograd's lazy backward)."""
-    from torch._dynamo.backends.debugging import aot_eager, boxed_nop
+    when it first runs (AOTAutograd's lazy backward). Dynamo is imported only when it compiles
+    (importing it costs a second a run that never compiles would pay)."""
 
     def compiler(gm: Any, example_inputs: Any) -> Any:
+        from torch._dynamo.backends.debugging import boxed_nop
+
         where = aot_graph()
         if where is not None and where[1] in ("forward", "backward"):
             try:
@@ -340,6 +342,8 @@ def aot_eager_capturing(on_graph: Any) -> Any:
         return boxed_nop(gm, example_inputs)
 
     def backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        from torch._dynamo.backends.debugging import aot_eager
+
         return aot_eager(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
                          **kwargs)
 

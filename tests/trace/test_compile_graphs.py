@@ -190,3 +190,20 @@ def test_a_forged_huge_region_is_bounded():
     assert listed == compiled_graphs.MAX_OPS
     assert all(r["forward"]["op_count"] == compiled_graphs.MAX_GRAPH_NODES + 500
                for r in capture.records())
+
+
+def test_a_run_that_never_compiles_does_not_load_dynamo():
+    """Keeping the graphs costs a run without torch.compile nothing: dynamo (a second to
+    import) is loaded only when the backend first compiles."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from app.trace.compiled import CompileCalls\n"
+            "calls = CompileCalls(lambda: None)\n"
+            "with calls.patched():\n"
+            "    (torch.ones(2, requires_grad=True) * 2).sum().backward()\n"
+            "print('torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
