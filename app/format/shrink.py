@@ -1,5 +1,6 @@
 """A Trace too large for the report bound is made smaller, not refused (issue 24): first the
-tensors' kept values go (their statistics stay), then the backward passes after the first
+tensors' kept values go (their statistics stay), then the compiled regions' graphs
+(`compiled_regions`), then the backward passes after the first
 (counted in `events_skipped`), then each remaining graph's nodes past a bound (the graph says
 it is `truncated`). What was dropped is said in one diagnostic. Torch-free: the worker calls it
 before it writes its report; the bound is the one the supervisor reads back.
@@ -39,6 +40,10 @@ def shrink_to(doc: dict, max_bytes: int, bound: int | None = None,
     dropped: list[str] = []
     if _drop_values(doc):
         dropped.append("the tensors' values (their statistics are kept)")
+        size = size_of(doc)
+    if size > max_bytes and doc.get("compiled_regions"):
+        doc.pop("compiled_regions")
+        dropped.append("the graphs AOTAutograd made of the compiled regions")
         size = size_of(doc)
     if size > max_bytes:
         later = _drop_later_passes(doc)

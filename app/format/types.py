@@ -20,7 +20,8 @@ __all__ = [
     "Edge", "Cut", "Graph", "Contribution", "GradChange", "EventError", "BackwardEvent",
     "StepChange", "StepCheck", "StepEvent", "Event", "Param", "Diagnostic", "ErrorRecord", "Script",
     "EventsSkipped", "RunLink", "Trace", "NodeKind", "DiagnosticLevel", "Edit", "Fix", "FixTried",
-    "Explanation", "Figure", "View", "ViewMatch", "DoubleCheck",
+    "Explanation", "Figure", "View", "ViewMatch", "DoubleCheck", "FxOp", "FxGraph",
+    "SavedForBackward", "RecomputedOp", "CompiledRegion",
 ]
 
 FORMAT = "autograd-lab/trace@1"
@@ -103,6 +104,7 @@ class Node(TypedDict):
     backward_source: NotRequired[BackwardSource | None]
     gradcheck: NotRequired[Gradcheck]
     saved: NotRequired[list[SavedValue]]
+    compiled_region: NotRequired[int]  # a CompiledFunctionBackward node: its CompiledRegion's id
 
 
 class Edge(TypedDict):
@@ -389,6 +391,42 @@ class View(TypedDict):
     matches: NotRequired[ViewMatch]
 
 
+class FxOp(TypedDict):
+    id: str              # the FX node's name, shared with the joint graph
+    op: str              # its ATen target, e.g. aten.addmm.default
+    inputs: list[str]    # the nodes it reads: ops, primals_N, tangents_N, saved values
+
+
+class FxGraph(TypedDict):
+    ops: list[FxOp]
+    op_count: int
+    inputs: list[str]    # its placeholders
+    truncated: NotRequired[bool]
+
+
+class SavedForBackward(TypedDict):
+    name: str
+    op: NotRequired[str]          # the forward op that made it, or "input"
+    kind: NotRequired[Literal["tensor", "symint"]]
+    shape: NotRequired[list[int]]
+    dtype: NotRequired[str]
+
+
+class RecomputedOp(TypedDict):
+    id: str
+    op: str
+
+
+class CompiledRegion(TypedDict):
+    """What AOTAutograd made of one torch.compile region (app/trace/compiled_graphs.py)."""
+    id: int                       # aot_id, a CompiledFunctionBackward node's compiled_region
+    forward: FxGraph | None
+    backward: FxGraph | None      # None: its backward never ran, so was never compiled
+    saved: NotRequired[list[SavedForBackward]]
+    saved_count: NotRequired[int]
+    recomputed: NotRequired[list[RecomputedOp]]
+
+
 class Trace(TypedDict):
     """One run of one script: its backward passes and optimizer steps, the graphs they walked,
     and what a teacher would point at."""
@@ -409,3 +447,4 @@ class Trace(TypedDict):
     run: NotRequired[RunLink]            # set by the server for a stored run
     figures: NotRequired[list[Figure]]   # matplotlib figures, in the order they were made
     views: NotRequired[list[View]]       # make_dot calls and create_graph gradients' graphs
+    compiled_regions: NotRequired[list[CompiledRegion]]  # AOTAutograd's graphs per region

@@ -17,7 +17,9 @@ __all__ = [
     "FREED",
     "Modified",
     "accumulated_leaf",
+    "aot_eager_capturing",
     "compiled_original",
+    "compiled_region_of",
     "creation_line",
     "LINE_TAG",
     "forward_class",
@@ -297,3 +299,53 @@ def compiled_original(module: Any) -> Any:
         original = getattr(module, "_orig_mod", None)
         return original if isinstance(original, torch.nn.Module) else None
     return None
+
+
+def compiled_region_of(fn: Any) -> int | None:
+    """The AOTAutograd id of the compiled region whose backward this node runs, for a
+    `CompiledFunctionBackward` node: AOTAutograd defines a `CompiledFunction` class per region,
+    holding its `_aot_id`, the id its fw/bw compilers saw (`aot_graph`)."""
+    if type(fn).__name__ != "CompiledFunctionBackward":
+        return None
+    aot_id = getattr(forward_class(fn), "_aot_id", None)
+    return aot_id if isinstance(aot_id, int) and not isinstance(aot_id, bool) else None
+
+
+def aot_graph() -> tuple[int, str] | None:
+    """The graph AOTAutograd is compiling now, as (aot_id, "forward" | "backward" |
+    "inference"): it names it "{aot_id}_{kind}" for its compilers' logs."""
+    try:
+        from torch._functorch._aot_autograd.logging_utils import get_aot_compilation_context
+        names = get_aot_compilation_context()[0]
+    except Exception:  # noqa: BLE001 - a torch without it: the graph is not kept
+        return None
+    match = re.fullmatch(r"(\d+)_(\w+)", names[0]) if names else None
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def aot_eager_capturing(on_graph: Any) -> Any:
+    """torch's "aot_eager" backend, the same (its min-cut partition, its `boxed_nop`
+    compilers, so the same graphs run), with `on_graph(kind, aot_id, fx_graph_module)` told
+    of each forward and backward graph AOTAutograd hands its compilers. The backward is compiled
+    when it first runs (AOTAutograd's lazy backward). Dynamo is imported only when it compiles
+    (importing it costs a second a run that never compiles would pay)."""
+
+    def compiler(gm: Any, example_inputs: Any) -> Any:
+        from torch._dynamo.backends.debugging import boxed_nop
+
+        where = aot_graph()
+        if where is not None and where[1] in ("forward", "backward"):
+            try:
+                on_graph(where[1], where[0], gm)
+            except Exception:  # noqa: BLE001 - what is kept never stops the script
+                pass
+        return boxed_nop(gm, example_inputs)
+
+    def backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
+        from torch._dynamo.backends.debugging import aot_eager
+
+        return aot_eager(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+                         **kwargs)
+
+    backend.__name__ = "aot_eager"
+    return backend

@@ -6,7 +6,9 @@ compiles with "aot_eager" instead wherever it would use Inductor (the default, o
 run here either way): dynamo captures the graph and AOTAutograd splits it into forward and
 backward as under inductor, and the graphs run as eager operations. Each such call is said in one
 `compiled_with_aot_eager` diagnostic, with the Inductor settings (`mode`, `options`) it had to
-drop. Any other backend the script names (eager, aot_eager, its own) is its own, failures too.
+drop. Any other backend the script names (eager, its own) is its own, failures too; "aot_eager",
+named or given, is torch's own with its compilers wrapped, so that the graphs AOTAutograd makes
+of each region are kept (`compiled_graphs.py`).
 
 The tracer's hooks and TorchFunctionMode do nothing while dynamo traces
 (`torch.compiler.is_compiling()`), so that a compiled region is one node of the eager graph
@@ -30,6 +32,8 @@ from typing import Any
 import torch
 
 from app.format import diagnostic
+
+from .compiled_graphs import RegionCapture
 
 __all__ = ["CompileCalls", "SANDBOX_BACKEND", "ours", "skip_our_frames"]
 
@@ -80,6 +84,7 @@ class CompileCalls:
     def __init__(self, current_line) -> None:
         self._current_line = current_line
         self.calls: dict[int | None, list[str]] = {}  # line -> the settings dropped there
+        self.regions = RegionCapture()  # aot_eager's graphs, kept (compiled_graphs.py)
 
     @contextlib.contextmanager
     def patched(self):
@@ -96,8 +101,10 @@ class CompileCalls:
                            and not (k == "mode" and kwargs[k] == "default")]
                 for k in _DROPPED:
                     kwargs.pop(k, None)
-                kwargs["backend"] = SANDBOX_BACKEND
+                kwargs["backend"] = self.regions.backend  # aot_eager, its graphs kept
                 self._saw(dropped)
+            elif isinstance(backend, str) and backend == SANDBOX_BACKEND:
+                kwargs["backend"] = self.regions.backend  # the same backend, its graphs kept
             skip_our_frames()
             return original(model, *args, **kwargs)
 

@@ -205,6 +205,9 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
     node["line"] = _script_line(fn, script_path)
     node["saved"] = _saved(fn, storage_names, w.storages,
                            packed=bool(meta.get(internals.PACKED_TAG)))
+    region = internals.compiled_region_of(fn)
+    if region is not None:
+        node["compiled_region"] = region  # its graphs: the Trace's compiled_regions
     if internals.is_custom_function_node(fn):
         node["kind"] = "custom"
         cls = internals.forward_class(fn)

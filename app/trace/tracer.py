@@ -26,6 +26,7 @@ from .as_main import (
     scrub_frames,
 )
 from .compiled import CompileCalls
+from .compiled_graphs import MAX_REGIONS
 from .custom_check import check_custom_functions
 from .devices import device_problem
 from .diagnose import diagnose, flow_findings
@@ -154,6 +155,12 @@ def run_traced(doc: Trace, source: str, script_path: str,
     doc["diagnostics"].extend(after_notes)
     doc["diagnostics"].extend(compile_calls.notes())
     doc["diagnostics"].extend(scalers.notes())
+    if regions := compile_calls.regions.records():
+        doc["compiled_regions"] = regions
+    if compile_calls.regions.dropped:
+        doc["diagnostics"].append(diagnostic(
+            "compiled_regions_dropped", "info", f"{compile_calls.regions.dropped} more compiled "
+            f"region(s) were not kept: a run keeps the graphs of {MAX_REGIONS}."))
     if recorder.views.records:
         doc["views"] = recorder.views.finish(recorder.events)
     if recorder.views.dropped:

@@ -39,6 +39,7 @@ export function nodeView(event, node, hooks) {
   if (node.function) facts.push(["custom Function", h("code", {}, node.function)]);
   if (node.kind === "output" && event.order) facts.push(["gradient it starts from", seedText(event, node)]);
   body.append(kv(facts));
+  if (node.compiled_region !== undefined) body.append(compiledRegionView(node.compiled_region, hooks));
 
   const diags = (hooks.diagnostics || []).filter((d) => (d.nodes || []).includes(node.id) ||
     (node.param && (d.params || []).includes(node.param)));
@@ -93,6 +94,47 @@ export function nodeView(event, node, hooks) {
         h("span.bline", { dataset: { n: String(src.line + i) } }, text + "\n")))));
   }
   return body;
+}
+
+/** A CompiledFunctionBackward node's region as AOTAutograd cut it (the Trace's compiled_regions):
+ *  how many ATen ops each graph has, what the forward saved and what the backward recomputes,
+ *  and the two graphs' ops, folded away. */
+function compiledRegionView(id, hooks) {
+  const region = (hooks.compiledRegions || []).find((r) => r.id === id);
+  const box = h("div.compiled-region", { dataset: { region: String(id) } });
+  if (!region || !region.forward) {
+    box.append(h("p.op-note", {}, `Compiled region ${id}: its graphs were not kept.`));
+    return box;
+  }
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const names = (list, text) => list.slice(0, 8).map(text).join(", ") + (list.length > 8 ? ", …" : "");
+  const fw = region.forward.op_count;
+  const parts = [`forward ${plural(fw, "op")}`];
+  if (region.backward) {
+    const saved = region.saved || [];
+    const recomputed = region.recomputed || [];
+    const count = region.saved_count ?? saved.length;
+    parts.push(`backward ${plural(region.backward.op_count, "op")}`);
+    parts.push(`saves ${plural(count, "tensor")}` + (saved.length ? ` (${names(saved, (s) =>
+      `${s.name} ${s.shape ? shapeText(s.shape) : ""}`.trim())})` : ""));
+    parts.push(`recomputes ${plural(recomputed.length, "op")}` + (recomputed.length ?
+      ` (${names(recomputed, (r) => shortOp(r.op))})` : ""));
+  } else {
+    parts.push("its backward never ran, so AOTAutograd never compiled it");
+  }
+  box.append(h("h4", {}, "Compiled by AOTAutograd"), h("p.compiled-counts", {}, parts.join("; ") + "."));
+  for (const [label, graph] of [["Forward graph", region.forward], ["Backward graph", region.backward]]) {
+    if (!graph) continue;
+    box.append(h("details.fx-graph", {}, h("summary", {}, `${label} (${plural(graph.op_count, "op")})`),
+      h("ol.fx-ops", {}, graph.ops.map((op) => h("li", {}, h("code", {}, `${op.id} = ${shortOp(op.op)}(${op.inputs.join(", ")})`)))),
+      graph.truncated ? h("p.hint", {}, `the first ${graph.ops.length} of ${graph.op_count}`) : ""));
+  }
+  return box;
+}
+
+/** aten.addmm.default → addmm; an overload other than the default kept (sum.dim_IntList). */
+function shortOp(op) {
+  return String(op).replace(/^aten\./, "").replace(/\.default$/, "");
 }
 
 /** The gradient a root starts the pass from, as recorded (backward(gradient=...)); autograd's

@@ -619,6 +619,7 @@ function renderPanel(ev, node, diagnostics, replay) {
   const body = $("details-body");
   const hooks = {
     kinds: page.kinds, diagnostics, cell: view.cell, chartScale: view.present ? PRESENT_CHART : 1,
+    compiledRegions: doc && doc.compiled_regions,
     lineText: (n) => source.text(n), onLine: selectLine, onNode: selectNode, onReplay: setStep, onEvent: selectEvent,
     onCell: (cell) => update({ cell }),
     onHover: (id) => { hinted = id; highlight(); },

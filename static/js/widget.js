@@ -98,7 +98,7 @@ async function render({ model, el }) {
     onBackground: () => update({ node: null, param: null }),
   });
   const hooks = {
-    kinds, diagnostics: doc.diagnostics, chartScale: 1,
+    kinds, diagnostics: doc.diagnostics, chartScale: 1, compiledRegions: doc.compiled_regions,
     lineText: () => "", onLine: () => {}, onEvent: () => {},
     onNode: (id) => update({ node: id, param: null }),
     onReplay: (step) => update({ step }),

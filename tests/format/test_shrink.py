@@ -75,3 +75,18 @@ def test_then_the_later_passes_then_the_nodes_and_the_trace_stays_valid(big, mon
     assert event["graph"]["roots"]  # the walk starts at the root: it is kept
     validate(doc)
     assert size_of(doc) < size_of(big) / 10  # (past every step, the supervisor refuses it)
+
+
+def test_the_compiled_regions_graphs_go_before_any_pass(big):
+    """A Trace whose compiled regions' graphs take it past the bound loses them (the nodes say
+    their region, which the page then says was not kept), and keeps its passes."""
+    doc = copy.deepcopy(big)
+    op = {"id": "sin_1", "op": "aten.sin.default", "inputs": ["sin"]}
+    graph = {"ops": [op] * 2000, "op_count": 2000, "inputs": ["primals_1"]}
+    doc["compiled_regions"] = [{"id": i, "forward": graph, "backward": None} for i in range(16)]
+    validate(doc)
+    shrink_to(doc, size_of(big))
+    (said,) = _shrunk(doc)
+    assert "compiled regions" in said["message"] and "after the first" not in said["message"]
+    assert "compiled_regions" not in doc and len(backward_events(doc)) == 3
+    validate(doc)

@@ -46,6 +46,11 @@ PAIRS = [
     (types.Fix, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]),
     (types.Edit, DEFS["explanation"]["properties"]["fix"]["oneOf"][1]["properties"]["edits"][
         "items"]),
+    (types.CompiledRegion, DEFS["compiled_region"]),
+    (types.FxGraph, DEFS["fx_graph"]["oneOf"][1]),
+    (types.FxOp, DEFS["fx_graph"]["oneOf"][1]["properties"]["ops"]["items"]),
+    (types.SavedForBackward, DEFS["compiled_region"]["properties"]["saved"]["items"]),
+    (types.RecomputedOp, DEFS["compiled_region"]["properties"]["recomputed"]["items"]),
 ]
 
 

@@ -247,3 +247,31 @@ def test_compiled_original_is_the_module_torch_compile_wrapped():
     assert isinstance(wrapper, torch._dynamo.eval_frame.OptimizedModule)
     assert internals.compiled_original(wrapper) is model
     assert internals.compiled_original(model) is None
+
+
+def test_aot_eager_capturing_names_each_graph_and_its_node_the_region():
+    """AOTAutograd's compilers see "{aot_id}_forward" / "_backward"; the region's node carries
+    the same aot_id on its CompiledFunction class. The gradients are aot_eager's own."""
+    torch._dynamo.reset()
+    seen: list[tuple[str, int]] = []
+    backend = internals.aot_eager_capturing(lambda kind, aot_id, gm: seen.append((kind, aot_id)))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x = torch.randn(4, 3)
+    out = torch.compile(model, backend=backend)(x)
+    (region,) = {aot_id for _, aot_id in seen}
+    assert seen == [("forward", region)]
+    assert internals.compiled_region_of(out.grad_fn) == region
+    assert internals.compiled_region_of(model(x).grad_fn) is None
+    out.sum().backward()
+    assert seen == [("forward", region), ("backward", region)]
+    got = model.weight.grad.clone()
+    model.weight.grad = None
+    torch._dynamo.reset()
+    torch.compile(model, backend="aot_eager")(x).sum().backward()
+    assert torch.equal(got, model.weight.grad)
+    with torch.no_grad():  # an inference graph is not a region's forward
+        torch._dynamo.reset()
+        torch.compile(model, backend=backend)(x)
+    assert len(seen) == 2
+    torch._dynamo.reset()
