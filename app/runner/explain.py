@@ -139,6 +139,10 @@ def _crash_line(log: str, script_file: str) -> int | None:
     return None
 
 
+_LAUNCHER_LOST_A_SIGNAL = re.compile(r"^unshare: (sigprocmask unblock|signal handler reset) "
+                                     r"failed", re.M)
+
+
 def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file: str) -> dict:
     if o.too_large:
         return error_record(
@@ -165,6 +169,17 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
     if sig:
         return error_record("WorkerCrashed", f"The script's process was killed by {sig}{at} "
                             "before it could report.", line, log=o.log)
+    if o.returncode == 1 and _LAUNCHER_LOST_A_SIGNAL.search(o.log):
+        # util-linux's unshare, whose child (the worker) a signal ended, passes it on by
+        # raising it on itself; where that fails it exits 1 with this line: the worker was
+        # killed, not the script's own doing (seen from batch jobs near the time limit)
+        if o.elapsed >= timeout:
+            return error_record("Timeout", _timeout_message(timeout, line), line, log=o.log)
+        return error_record(
+            "ResourceLimit", f"The script's process was killed{at} by a signal its launcher "
+            f"could not pass on: most likely it used more CPU time than its {timeout:g} s "
+            f"limit allows on all of this machine's cores, or more memory than the "
+            f"{limits.memory_mb} MiB a run may have.", line, log=o.log)
     if o.returncode == 70 and "sandbox launcher failed" in o.log:
         return error_record("SandboxFailed", "The sandbox could not be set up for this run: "
                             + o.log.strip().splitlines()[-1], log=o.log)

@@ -180,3 +180,27 @@ def test_a_report_with_text_that_cannot_be_written_out_again_is_mended(tmp_path)
         assert _read_report(fd, "nan.json", 1 << 20) == (None, False, "it is not JSON")
     finally:
         os.close(fd)
+
+
+def test_a_worker_whose_launcher_could_not_pass_its_signal_on_is_not_called_the_scripts_exit():
+    """Issue 39: runs from a batch job near their time limit ended as "The script's process
+    ended (exit status 1) without writing a trace", log `unshare: sigprocmask unblock failed:
+    Invalid argument`: unshare's own failure to re-raise the signal that killed the worker."""
+    from app.runner.child import Outcome
+    from app.runner.explain import to_document
+    from app.runner.protocol import Job
+
+    log = "unshare: sigprocmask unblock failed: Invalid argument\n"
+    for elapsed, kind in ((61.0, "Timeout"), (12.0, "ResourceLimit")):
+        outcome = Outcome(document=None, returncode=1, timed_out=False, elapsed=elapsed,
+                          log=log, log_bytes=len(log))
+        doc = to_document(outcome, job=Job(script="x.py", name="x.py", timeout=60.0),
+                          source="x = 1\n", limits=sandbox.ResourceLimits())
+        assert doc["error"]["type"] == kind, doc["error"]
+        assert "exit status" not in doc["error"]["message"]
+    # a worker that exited 1 by itself is still said as such
+    plain = Outcome(document=None, returncode=1, timed_out=False, elapsed=1.0, log="",
+                    log_bytes=0)
+    doc = to_document(plain, job=Job(script="x.py", name="x.py"), source="x = 1\n",
+                      limits=sandbox.ResourceLimits())
+    assert doc["error"]["type"] == "WorkerFailed"
