@@ -8,7 +8,8 @@ The graph: `--nodes` ops in 92 top modules of 12 children each (the readable gro
 1: 92 boxes), `--edges` edges at random. "before" is the grouping by units alone, drawn by
 graphviz with `--cap` seconds (the server gave a graph of up to 300 nodes 60); "after" is what
 `render_graph` does now: a drawing refused at once with what to do instead. Also a real-sized
-model for contrast: a chain of blocks, whose grouping is unchanged.
+model for contrast: a chain of blocks, whose grouping is unchanged; and a graph tangled at
+depth 2 only, drawn at depth 1 now (`coarser`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,19 @@ def tangled(nodes: int, edges: int, tops: int = 92, children: int = 12) -> dict:
         for k in range(edges)]}
 
 
+def tangled_deeper(tops: int = 10, children: int = 25, edges: int = 3000) -> dict:
+    """250 boxes at depth 2 with about 2,900 edges between them; 10 at depth 1."""
+    rng = random.Random(0)
+    ops = [{"id": f"n{i}", "name": f"Op{i}", "kind": "op",
+            "module": f"m{i % tops}.c{(i // tops) % children}x"}
+           for i in range(tops * children * 2)]
+    return {"roots": ["n0"], "nodes": ops, "edges": [
+        {"source": f"n{rng.randrange(len(ops))}", "target": f"n{rng.randrange(len(ops))}",
+         "slot": k} for k in range(edges)]}
+
+
 def chain(blocks: int = 200, per: int = 12) -> dict:
-    ops = [{"id": f"n{i}", "name": f"Op{i % per}", "kind": "op",
+    ops = [{"id": f"n{i}", "name": f"Op{i}", "kind": "op",  # no two blocks alike: no folds
             "module": f"blocks.{i // per}.part{i % 3}"} for i in range(blocks * per)]
     return {"roots": ["n0"], "nodes": ops, "edges": [
         {"source": f"n{i + 1}", "target": f"n{i}", "slot": 0} for i in range(len(ops) - 1)]}
@@ -58,6 +70,7 @@ def main() -> None:
     parser.add_argument("--edges", type=int, default=60_000)
     args = parser.parse_args()
     for name, graph in (("tangled forgery", tangled(args.nodes, args.edges)),
+                        ("tangled at depth 2", tangled_deeper()),
                         ("chain of 200 blocks", chain())):
         analysis = analyze(graph)
         for label, limit in (("before", 10**9), ("after", None)):
