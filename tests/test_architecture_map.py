@@ -62,11 +62,12 @@ def _constants():
         (r"edge labels dropped above ([\d,]+)", draw.COMPACT_ABOVE),
         (r"flat views up to ([\d,]+) nodes", draw.MAX_DRAWN_NODES),
         (r"the deepest depth under ([\d,]+) units", group.READABLE_NODES),
+        (r"and ([\d,]+) edges between them", group.READABLE_EDGES),
         (r"stack only for the first ([\d,]+) nodes", recorder.ANOMALY_NODES),
     ]
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_each_threshold_on_the_map_is_the_codes(index):
     pattern, constant = _constants()[index]
     found = re.findall(pattern, MAP)

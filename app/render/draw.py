@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 from .dot import to_dot
 
-__all__ = ["RenderError", "render", "render_graph", "drawable_dot", "has_dot", "MAX_DRAWN_NODES",
-           "MAX_DRAWN_EDGES"]
+__all__ = ["RenderError", "LayoutFailed", "render", "render_graph", "drawable_dot", "has_dot",
+           "MAX_DRAWN_NODES", "MAX_DRAWN_EDGES"]
 
 # the flat view of a 96-layer transformer (7,000 nodes) is drawn; far beyond that graphviz takes
 # minutes, and a grouped view says more
@@ -20,6 +20,11 @@ MAX_DRAWN_EDGES = 60_000  # a forged graph may list many edges between few nodes
 # take 65 s instead of 8; and x positions are settled with few network-simplex iterations, which
 # took a 7,000-node graph from 22 s to 7 (bench/big_models.py)
 COMPACT_ABOVE = 300
+# a graph drawn by module whose boxes are tangled past this is refused at once: a real model's
+# boxes have one or two edges each, and a forged report's 92 boxes with 8,186 edges between
+# them were past graphviz's minute (issue 38)
+MAX_GROUPED_EDGES = 1_500
+TANGLED_PER_BOX = 4
 FORMATS = ("svg", "png", "dot")
 # The page inserts the SVG into itself: it may not link anywhere or run anything. graphviz
 # writes <a xlink:title=...> for tooltips, which is harmless; an href never comes from our DOT.
@@ -29,6 +34,11 @@ _ACTIVE_ELEMENTS = {"script", "foreignObject", "iframe", "object", "embed", "ima
 
 class RenderError(RuntimeError):
     """The graph cannot be drawn; the message says why and what to do."""
+
+
+class LayoutFailed(RenderError):
+    """graphviz itself gave up on the graph: past its time, or failed. Any format and type size
+    of the same graph would fail the same way (the drawings remember it per graph and grouping)."""
 
 
 def render(dot_source: str, fmt: str = "svg", timeout: float = 60.0) -> bytes:
@@ -45,10 +55,11 @@ def render(dot_source: str, fmt: str = "svg", timeout: float = 60.0) -> bytes:
                               input=dot_source.encode("utf-8"),
                               capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise RenderError(f"graphviz took longer than {timeout:g} s to lay out this graph") \
+        raise LayoutFailed(f"graphviz took longer than {timeout:g} s to lay out this graph; "
+                           "draw it by module (fewer modules), or export the Trace JSON") \
             from exc
     if done.returncode != 0:
-        raise RenderError("graphviz failed: " + done.stderr.decode("utf-8", "replace").strip())
+        raise LayoutFailed("graphviz failed: " + done.stderr.decode("utf-8", "replace").strip())
     if fmt == "svg":
         check_inert(done.stdout)
     return done.stdout
@@ -101,13 +112,19 @@ def drawable_dot(graph: dict, title: str | None = None, font: float = 1.0) -> st
         raise RenderError(f"this graph has {edges:,} edges; autograd-lab lays out at most "
                           f"{MAX_DRAWN_EDGES:,} at once. Draw it by module instead, or export "
                           "the Trace JSON to inspect it.")
+    if "grouping" in graph and edges > max(MAX_GROUPED_EDGES, TANGLED_PER_BOX * n):
+        raise RenderError(f"drawn by module, this graph has {n:,} boxes with {edges:,} edges "
+                          "between them, more than graphviz lays out in time: open one module "
+                          "(?open=PATH), draw it flat (?layout=flat), or export the Trace JSON")
     return to_dot(graph, title, compact=n > COMPACT_ABOVE, font=font)
 
 
 def render_graph(graph: dict, fmt: str = "svg", title: str | None = None,
-                 font: float = 1.0) -> bytes:
+                 font: float = 1.0, timeout: float = 300.0) -> bytes:
     """Draw a Trace graph (flat, or grouped by app/render/group.py), its label type scaled by
     `font` (dot.py). A graph too big to lay out in reasonable time is refused with what to
-    draw instead: the same graph by module."""
+    draw instead: the same graph by module. graphviz gets `timeout` seconds (at most 60 for a
+    graph of up to 300 nodes, which a real model's never needs)."""
     source = drawable_dot(graph, title, font)
-    return render(source, fmt, timeout=60.0 if len(graph["nodes"]) <= COMPACT_ABOVE else 300.0)
+    small = len(graph["nodes"]) <= COMPACT_ABOVE
+    return render(source, fmt, timeout=min(60.0, timeout) if small else timeout)

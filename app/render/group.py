@@ -11,7 +11,10 @@ names modules the way their parameters are named.
   `layers.0-47`). depth None with fold False is the flat graph.
 - `group_graph(graph, grouping)` -> a graph the DOT renderer draws like any other, with units
   of kind "module" and "fold" (ids `g0`, `f0`; their `path` is what a page opens).
-- `readable_grouping(graph, limit)`: the deepest depth whose drawing has at most `limit` units.
+- `readable_grouping(graph, limit)`: the deepest depth whose drawing has at most `limit` units
+  and `READABLE_EDGES` edges between them (a forged graph's 92 boxes with 8,186 edges between
+  them were past graphviz's 60 s); a grouping made coarser for its edges says so
+  (`Grouping.coarser`, graph.json's `grouping.coarser`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["Analysis", "Grouping", "analyze", "group_graph", "readable_grouping",
-           "choose_grouping", "layout_document", "FLAT", "READABLE_NODES", "units_of"]
+           "choose_grouping", "layout_document", "FLAT", "READABLE_NODES", "READABLE_EDGES",
+           "units_of"]
 
 READABLE_NODES = 300  # above this a first view opens collapsed
+# edges between units a readable grouping may have: a real model's 300 units have a few hundred
+READABLE_EDGES = 1_500
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,9 @@ class Grouping:
     depth: int | None = None
     opened: frozenset[str] = field(default_factory=frozenset)
     fold: bool = True
+    # chosen coarser than its units allow, for the edges between them (readable_grouping): said
+    # on the page, and no part of what is drawn (two groupings differing only here are one)
+    coarser: bool = field(default=False, compare=False)
 
     @property
     def flat(self) -> bool:
@@ -222,10 +231,25 @@ def _unit_node(record: dict) -> dict:
             **({"repeat": record["repeat"]} if kind == "fold" else {})}
 
 
+def _unit_keys(graph: dict, analysis: Analysis, depth: int | None) -> list:
+    """Each node's unit at `depth` (repeats folded, nothing opened), as a hashable key: its
+    fold from the fold's level on, else its module from the depth on, else itself."""
+    keys = []
+    for node, segs in zip(graph["nodes"], analysis.segments, strict=True):
+        fold_at = next((n for n in range(1, len(segs) + 1) if segs[:n] in analysis.folds),
+                       None)
+        if fold_at is not None and (depth is None or fold_at <= depth):
+            keys.append(("f", segs[:fold_at]))
+        elif depth is not None and depth <= len(segs):
+            keys.append(("g", segs[:depth]))
+        else:
+            keys.append(node["id"])
+    return keys
+
+
 def _unit_counts(graph: dict, analysis: Analysis) -> dict[int | None, int]:
     """How many units each depth draws (repeats folded, nothing opened), for every depth in
-    one pass: a node is its fold from the fold's level on, else its module from the depth on,
-    else itself."""
+    one pass (as _unit_keys says a node's unit)."""
     keys: dict[int | None, set] = {d: set() for d in [*range(1, analysis.deepest + 1), None]}
     for node, segs in zip(graph["nodes"], analysis.segments, strict=True):
         fold_at = next((n for n in range(1, len(segs) + 1) if segs[:n] in analysis.folds),
@@ -240,24 +264,46 @@ def _unit_counts(graph: dict, analysis: Analysis) -> dict[int | None, int]:
     return {depth: len(found) for depth, found in keys.items()}
 
 
+def _unit_edges(graph: dict, analysis: Analysis, depth: int | None, limit: int) -> int:
+    """How many edges between units `depth` draws, counted up to just past `limit`."""
+    keys = _unit_keys(graph, analysis, depth)
+    index = {node["id"]: i for i, node in enumerate(graph["nodes"])}
+    seen: set = set()
+    for e in graph["edges"]:
+        source, target = index.get(e["source"]), index.get(e["target"])
+        if source is None or target is None or keys[source] == keys[target]:
+            continue
+        seen.add((keys[source], keys[target]))
+        if len(seen) > limit:
+            break
+    return len(seen)
+
+
 def readable_grouping(graph: dict, limit: int = READABLE_NODES,
-                      analysis: Analysis | None = None) -> Grouping:
+                      analysis: Analysis | None = None,
+                      edge_limit: int = READABLE_EDGES) -> Grouping:
     """The flat graph when it is small enough (or has no modules); otherwise the deepest module
-    depth (repeats folded) whose drawing has at most `limit` units, or depth 1 if none does."""
+    depth (repeats folded) whose drawing has at most `limit` units and `edge_limit` edges
+    between them, or depth 1 if none does (`coarser` when the edges made it shallower)."""
     if len(graph["nodes"]) <= limit:
         return FLAT
     analysis = analysis or analyze(graph)
     if not analysis.deepest:
         return FLAT
     counts = _unit_counts(graph, analysis)
-    if counts[None] <= limit:  # every module open: the folds alone are enough
-        return Grouping(depth=None)
-    best = Grouping(depth=1)
+    best = 1
     for depth in range(1, analysis.deepest + 1):
         if counts[depth] > limit:
             break
-        best = Grouping(depth=depth)
-    return best
+        best = depth
+    # deepest first (None: every module open, only repeats folded); the edges between units
+    # only fall as the grouping gets coarser
+    order: list[int | None] = [None] if counts[None] <= limit else []
+    order += range(best, 0, -1)
+    for i, depth in enumerate(order):
+        if _unit_edges(graph, analysis, depth, edge_limit) <= edge_limit:
+            return Grouping(depth=depth, coarser=i > 0)
+    return Grouping(depth=1, coarser=order[0] != 1)
 
 
 def choose_grouping(graph: dict, *, flat: bool = False, depth: int | None = None,
@@ -275,7 +321,7 @@ def choose_grouping(graph: dict, *, flat: bool = False, depth: int | None = None
         auto = readable_grouping(graph, analysis=analysis)
         if auto.flat and not opened:
             return FLAT
-        return Grouping(depth=auto.depth, opened=opened, fold=fold)
+        return Grouping(depth=auto.depth, opened=opened, fold=fold, coarser=auto.coarser)
     if depth == 0 or depth > analysis.deepest:
         return Grouping(depth=None, opened=opened, fold=fold)
     return Grouping(depth=depth, opened=opened, fold=fold)
@@ -292,6 +338,7 @@ def layout_document(graph: dict, grouping: Grouping, analysis: Analysis | None =
              for n in drawn["nodes"] if n["kind"] in ("module", "fold")][:MAX_UNITS_LISTED]
     return {"grouping": {"flat": grouping.flat, "depth": grouping.depth,
                          "opened": sorted(grouping.opened), "fold": grouping.fold,
-                         "deepest": analysis.deepest},
+                         "deepest": analysis.deepest, "coarser": grouping.coarser,
+                         "edge_limit": READABLE_EDGES},
             "nodes": len(drawn["nodes"]), "edges": len(drawn["edges"]),
             "flat_nodes": len(graph["nodes"]), "units": units}

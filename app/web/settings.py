@@ -82,13 +82,22 @@ class Settings:
         1, "workers kept for scenarios: scenarios have workers, a queue and a cache of their own "
         "and never wait behind uploaded code")
     warm_scenarios: bool = setting(True, "trace every scenario at start-up")
-    max_drawings: int = setting(None, "drawings (graphviz) at once", shown="cores",
-                                factory=_cores)
+    max_drawings: int = setting(
+        None, "drawings (graphviz) at once, in each of two lanes: scenarios' and uploads' (an "
+        "upload's person has one at a time)", shown="cores", factory=_cores)
+    drawing_timeout: float = setting(
+        300.0, "longest one graphviz layout may take, seconds (at most 60 for a graph of up to "
+        "300 nodes); a drawing past it is refused, and asked for again refused at once")
+    drawing_variants: int = setting(
+        64, "distinct drawings (grouping, type size, format; graph.json counts) made of one run "
+        "or scenario run: a person exploring a big model makes a few dozen; past it, 429 saying "
+        "to use one already made, so a flood of variants cannot evict other drawings")
     upload_workers: int = setting(
         0, "uploads running at once; 0 (auto): 3 x max_drawings with a fork server (a forked run "
         "costs little to start, so a few endless scripts cannot hold every worker), max_drawings "
         "without", shown="0 (auto)")
-    cache_size: int = setting(64, "scenario Traces kept in memory (drawings: twice as many)")
+    cache_size: int = setting(64, "scenario Traces kept in memory (drawings: twice as many "
+                              "for scenarios, and twice as many again for uploads)")
     queue_size: int = setting(32, "runs that may wait for a worker (then 503)")
     token: str = setting(
         "", "when set, every upload needs it, on loopback too; bound to another address, "
@@ -193,6 +202,10 @@ class Settings:
                                 f"{self.upload_workers}")
         if self.max_drawings < 1:
             raise SettingsError(f"max_drawings must be at least 1, not {self.max_drawings}")
+        if self.drawing_timeout <= 0 or self.drawing_variants < 1:
+            raise SettingsError(f"drawing_timeout must be positive and drawing_variants at "
+                                f"least 1, not {self.drawing_timeout} and "
+                                f"{self.drawing_variants}")
         if self.cache_size < 1:
             raise SettingsError(f"cache_size must be at least 1, not {self.cache_size}")
         if self.queue_size < 0:

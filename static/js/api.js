@@ -132,7 +132,8 @@ export function fetchGraphSvg(subject, run, event, { signal, drawing = {} } = {}
   return request(s.graphUrl(run, event, "svg", drawing), { signal, as: "text" });
 }
 
-/** How a drawing is grouped: {grouping: {flat, depth, opened, fold}, nodes, flat_nodes,
+/** How a drawing is grouped: {grouping: {flat, depth, opened, fold, deepest, coarser
+ *  (made shallower for its edges between modules), edge_limit}, nodes, flat_nodes,
  *  units: [{id, kind, path, name, ops, params, repeat}]}. */
 export function fetchGraphLayout(subject, run, event, { signal, drawing = {} } = {}) {
   const s = typeof subject === "string" ? scenarioSubject({ name: subject }) : subject;

@@ -189,7 +189,8 @@ function renderLayoutBar() {
     parts.push(h("span.layout-text", {},
       `This graph has ${total.toLocaleString("en")} nodes: drawn by module ` +
       `(${depth === null ? "every module open" : `depth ${depth}`}${folds ? ", repeated blocks folded" : ""}), ` +
-      `${layout.nodes.toLocaleString("en")} shown. Click a module to open it.`));
+      `${layout.nodes.toLocaleString("en")} shown. Click a module to open it.` +
+      (layout.grouping.coarser ? ` Drawn coarser than usual: a finer grouping has more than ${layout.grouping.edge_limit.toLocaleString("en")} edges between modules, more than graphviz lays out in time.` : "")));
     parts.push(h("button", { type: "button", id: "layout-flat", onclick: () => setDrawing({ layout: "flat", depth: null, open: null }) }, "Every node"));
     if (depth !== null && depth > 1) parts.push(h("button", { type: "button", id: "layout-less", onclick: () => setDrawing({ layout: "modules", depth: depth - 1 }) }, "Fewer modules"));
     if (depth !== null && depth < layout.grouping.deepest) parts.push(h("button", { type: "button", id: "layout-more", onclick: () => setDrawing({ layout: "modules", depth: depth + 1 }) }, "More modules"));

@@ -211,3 +211,63 @@ h.sum().backward()
     assert uses == 60 and len(copies) == uses - 1
     edge_ids = [f'e-{e["source"]}-{e["target"]}-{e["slot"]}' for e in flat["edges"]]
     assert sorted(i for i in ids if i.startswith("e-")) == sorted(edge_ids)
+
+
+def _tangled(tops: int = 10, children: int = 25, edges: int = 3000) -> dict:
+    """A forged graph whose modules are few enough at depth 2 (250 boxes) but tangled: thousands
+    of distinct edges between those boxes, a hundred at most between the depth-1 ones."""
+    import random
+
+    rng = random.Random(0)
+    nodes = [{"id": f"n{i}", "name": f"Op{i}", "kind": "op",
+              "module": f"m{i % tops}.c{(i // tops) % children}x"}
+             for i in range(tops * children * 2)]
+    return {"nodes": nodes, "roots": ["n0"], "edges": [
+        {"source": f"n{rng.randrange(len(nodes))}", "target": f"n{rng.randrange(len(nodes))}",
+         "slot": k} for k in range(edges)]}
+
+
+def test_a_readable_grouping_is_bounded_in_edges_between_boxes_too():
+    """Issue 38: a forged graph grouped into 92 boxes with 8,186 edges between them, which
+    graphviz could not lay out in its minute. Past READABLE_EDGES the grouping is coarser, and
+    says so in what graph.json carries."""
+    from app.render.group import READABLE_EDGES, layout_document
+
+    graph = _tangled()
+    by_units = readable_grouping(graph, edge_limit=10**9)
+    assert by_units.depth == 2 and not by_units.coarser  # what the units alone would draw
+    drawn = group_graph(graph, by_units)
+    assert len(drawn["nodes"]) <= 300 and len(drawn["edges"]) > READABLE_EDGES
+    chosen = readable_grouping(graph)
+    assert chosen.depth == 1 and chosen.coarser
+    assert len(group_graph(graph, chosen)["edges"]) <= READABLE_EDGES
+    doc = layout_document(graph, choose_grouping(graph))
+    assert doc["grouping"]["coarser"] is True and doc["grouping"]["depth"] == 1
+    assert doc["grouping"]["edge_limit"] == READABLE_EDGES
+    # the same picture as the same depth asked for: the flag is no part of what is drawn
+    assert choose_grouping(graph) == choose_grouping(graph, depth=1)
+
+
+def test_a_real_models_readable_grouping_is_not_made_coarser(encoder_graph):
+    chosen = readable_grouping(encoder_graph, limit=40)
+    assert not chosen.coarser
+    assert chosen == readable_grouping(encoder_graph, limit=40, edge_limit=10**9)
+
+
+def test_a_grouping_too_tangled_even_at_depth_one_is_refused_at_once():
+    """Depth 1 is as coarse as a grouping gets: 40 top modules with nearly every pair of them
+    joined (as the forged report's 92 boxes with 8,186 edges) are refused before graphviz, with
+    what to draw instead, rather than laid out for graphviz's whole minute."""
+    import time
+
+    from app.render import RenderError
+
+    graph = _tangled(tops=40, children=10, edges=6000)
+    grouping = readable_grouping(graph)
+    assert grouping.depth == 1
+    drawn = group_graph(graph, grouping)
+    assert len(drawn["nodes"]) == 40 and len(drawn["edges"]) > 1500
+    started = time.monotonic()
+    with pytest.raises(RenderError, match="open one module"):
+        render_graph(drawn, "svg")
+    assert time.monotonic() - started < 5  # coarse: no graphviz ran

@@ -19,6 +19,7 @@ from app.web.store.sqlite import RunStore
 
 from .drawings import Drawings, Layout
 from .gate import Busy
+from .run_book import TooMany
 
 __all__ = ["FirstLook"]
 
@@ -33,7 +34,8 @@ class FirstLook:
     def __init__(self, store: RunStore, drawings: Drawings) -> None:
         self.store, self.drawings = store, drawings
 
-    def __call__(self, run_id: str, doc: dict) -> None:
+    def __call__(self, run_id: str, doc: dict, client: str) -> None:
+        """Made for the run's person (`client`): their one drawing at a time (drawings.py)."""
         backward = [e for e in doc.get("events") or () if e.get("kind") == "backward"]
         if not backward:
             return  # the page shows the error, or the views: nothing to draw first
@@ -43,11 +45,11 @@ class FirstLook:
             self.store.gradient_flow(run_id, doc)
             if len(first["graph"]["nodes"]) <= READABLE_NODES:  # drawn node by node, larger
                 self.drawings.drawing(key, lambda: doc, index, "svg",
-                                      layout=Layout(font=PAGE_FONT))
+                                      layout=Layout(font=PAGE_FONT), client=client)
             else:  # the page asks how it is grouped, then for that picture (same grouping)
                 for fmt in ("json", "svg"):
-                    self.drawings.drawing(key, lambda: doc, index, fmt)
-        except (Busy, RenderError, EventNotFound) as exc:  # made when asked, as before
+                    self.drawings.drawing(key, lambda: doc, index, fmt, client=client)
+        except (Busy, TooMany, RenderError, EventNotFound) as exc:  # made when asked, as before
             log.debug("first look at run %s not made: %s", run_id, exc)
         except Exception:  # noqa: BLE001 - a bug of ours: said, and the run is still served
             log.exception("first look at run %s", run_id)

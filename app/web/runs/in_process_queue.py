@@ -33,12 +33,13 @@ class InProcessQueue:
     def __init__(self, lane: Lane, store: RunStore, running: int, queued: int,
                  people_per_address: int = default_of("per_address_people"),
                  people_at: PeopleAt | None = None,
-                 stored: Callable[[str, dict], None] | None = None,
+                 stored: Callable[[str, dict, str], None] | None = None,
                  meter: RunMeter | None = None) -> None:
         self.lane, self.store = lane, store
         self.meter = meter or RunMeter("upload")  # each run that ended, for the metrics
-        # called with (run id, Trace) once a run's Trace is stored whole and its waiters have
-        # heard: app.py prepares the run page's first look (first_look.py)
+        # called with (run id, Trace, its person's client key) once a run's Trace is stored
+        # whole and its waiters have heard: app.py prepares the run page's first look
+        # (first_look.py)
         self.stored = stored
         # people_at: how many people an address stands for when a class says its room shares
         # one (app.py hands in the classroom's count; the book knows no classes)
@@ -117,7 +118,7 @@ class InProcessQueue:
     def _first_look(self, job: BookedRun) -> None:
         if self.stored is not None and job.kept_whole and job.result is not None:
             try:
-                self.stored(job.id, job.result)
+                self.stored(job.id, job.result, job.client)
             except Exception:  # noqa: BLE001 - the run is done and stored; this was extra
                 log.exception("after storing run %s", job.id)
 

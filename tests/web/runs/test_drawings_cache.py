@@ -146,9 +146,9 @@ def test_the_first_look_is_the_picture_the_page_asks_for(client_, monkeypatch):
     drawn: list[float] = []
     real = drawings_module.render_graph
 
-    def counted(graph, fmt, font=1.0):
+    def counted(graph, fmt, font=1.0, **kwargs):
         drawn.append(font)
-        return real(graph, fmt, font=font)
+        return real(graph, fmt, font=font, **kwargs)
 
     monkeypatch.setattr(drawings_module, "render_graph", counted)
     run_id = _run(client_, forgotten=False)
