@@ -75,6 +75,70 @@ for step in range(40):
     opt.step()
 print(f"{loss.item():.4f}")
 """,
+    # issue 36: long scripts, where everything after the kept passes should cost what it
+    # costs plain (target: traced / plain <= 1.15)
+    "mlp, 5000 steps": """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 32), torch.randn(64, 1)
+for step in range(5000):
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+print(f"{loss.item():.4f}")
+""",
+    "rnn, 5000 steps": """
+import torch
+from torch import nn
+torch.manual_seed(0)
+rnn, head = nn.RNN(16, 64, batch_first=True), nn.Linear(64, 16)
+opt = torch.optim.Adam([*rnn.parameters(), *head.parameters()], lr=1e-3)
+x, y = torch.randn(8, 20, 16), torch.randint(0, 16, (8,))
+for step in range(5000):
+    opt.zero_grad()
+    out, _ = rnn(x)
+    loss = nn.functional.cross_entropy(head(out[:, -1]), y)
+    loss.backward()
+    opt.step()
+print(f"{loss.item():.4f}")
+""",
+    "small transformer, 2000 steps": """
+import torch
+from torch import nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True,
+                                   dropout=0.0)
+model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(8, 16, 32)
+for step in range(2000):
+    opt.zero_grad()
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+print(f"{loss.item():.4f}")
+""",
+    # compile time on both sides: plain compiles with Inductor (this machine has a compiler),
+    # traced with aot_eager (the sandbox runs none): what each user of it waits for
+    "compiled mlp, 1000 steps": """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+step_model = torch.compile(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 32), torch.randn(64, 1)
+for step in range(1000):
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(step_model(x), y)
+    loss.backward()
+    opt.step()
+print(f"{loss.item():.4f}")
+""",
 }
 
 
@@ -91,11 +155,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--limit", type=float, default=600.0, help="each run's limit, s")
+    parser.add_argument("--only", help="comma-separated words: scripts whose name has one")
     args = parser.parse_args()
     rows = {}
+    chosen = {n: s for n, s in SCRIPTS.items()
+              if not args.only or any(w in n for w in args.only.split(","))}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, source in SCRIPTS.items():
-            path = Path(tmp) / (name.split(",")[0] + ".py")
+        for name, source in chosen.items():
+            path = Path(tmp) / (name.split(",")[0].replace(" ", "_") + ".py")
             path.write_text(source.lstrip())
 
             def plain(path=path):
