@@ -25,7 +25,9 @@ Trace and in no drawing before the teacher reveals it.
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,6 +180,19 @@ def _assigns_class_question(stmt: ast.stmt) -> bool:
     return any(isinstance(t, ast.Name) and t.id == "CLASS_QUESTION" for t in targets)
 
 
+# `ast.parse` is not thread-safe on CPython 3.11: parallel requests in FastAPI's thread pool
+# raised "SystemError: AST constructor recursion depth mismatch" (the catalogue's reading is
+# serialized in deps.py for that; a scenario's served source, parsed per request, was not and
+# once answered 500 to a page). Every parse here takes this lock.
+_PARSING = threading.Lock()
+
+
+def _parse(text: str, filename: str = "<unknown>") -> ast.Module:
+    with _PARSING:
+        return ast.parse(text, filename=filename)
+
+
+@functools.lru_cache(maxsize=64)  # a scenario's file, served again and again: parsed once
 def without_class_question(text: str) -> str:
     """`text`, a scenario's script, with every module-level assignment to CLASS_QUESTION taken
     out: its prompt may be shown, but its answer is the teacher's until the reveal, and a
@@ -187,7 +202,7 @@ def without_class_question(text: str) -> str:
     shares a line with other code. A script that does not parse is left as it is (it cannot
     have a question the catalogue read)."""
     try:
-        tree = ast.parse(text)
+        tree = _parse(text)
     except SyntaxError:
         return text
     # lines as ast counts them: a file read as text has "\n" ends (str.splitlines would also
@@ -213,7 +228,7 @@ def without_class_question(text: str) -> str:
 
 
 def parse_scenario(path: Path) -> Scenario:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = _parse(path.read_text(encoding="utf-8"), filename=str(path))
     doc = ast.get_docstring(tree) or ""
     literals: dict[str, object] = {}
     for stmt in tree.body:
