@@ -473,6 +473,11 @@ class Recorder:
                 self.hooked_module_paths[id(module)] = own
             return
         parent, parent_path, children_prefix = self._module_stack[-1]
+        if internals.compiled_original(parent) is module:
+            # dynamo's OptimizedModule calling the model it wraps: one module, not a child
+            # named `_orig_mod` (a compiled region's node once said "module _orig_mod")
+            self._module_stack.append((module, parent_path, children_prefix))
+            return
         name = self._child_names(parent).get(id(module))
         if name is None:  # a submodule added or replaced since the table was made
             name = self._child_names(parent, fresh=True).get(id(module))

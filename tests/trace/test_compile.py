@@ -144,6 +144,9 @@ def test_compiled_model_gives_pytorchs_gradients_and_graph(trace_source, kind):
                                   values(event["grads"][name]["after"]), atol=1e-6), (how, name)
             assert event["uses"][name] >= 1
         names = traced_names(event)
+        # dynamo's wrapper is no module of the script's: nothing is placed under `_orig_mod`
+        modules = {n.get("module") for n in event["graph"]["nodes"]}
+        assert not any(m and "_orig_mod" in m for m in modules), (how, modules)
         if how == "compiled":
             assert names == compiled_graph  # one node for the compiled region, as autograd has
         else:
