@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.format import Figure as FigureRecord
+from app.format.png import png_size
 
 __all__ = ["FigureCapture", "MAX_FIGURES"]
 
@@ -119,8 +120,8 @@ class FigureCapture:
         digest = hashlib.sha256(data).hexdigest()
         if self._taken.get(id(figure)) == digest:
             return
-        if len(data) > MAX_PNG or self._bytes + len(data) > MAX_TOTAL or \
-                not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        size = png_size(data)  # the PNG's own (IHDR), the one the server checks it by
+        if len(data) > MAX_PNG or self._bytes + len(data) > MAX_TOTAL or size is None:
             self._dropped.add(id(figure))
             return
         self._bytes += len(data)
@@ -128,7 +129,6 @@ class FigureCapture:
         self.records.append({
             "index": len(self.records), "via": via,
             "line": self.line_of() if line is True else None,
-            # the PNG's own size (its IHDR chunk), not the inches times dpi rounded
-            "width": int.from_bytes(data[16:20], "big"),
-            "height": int.from_bytes(data[20:24], "big"),
+            # the PNG's own size, not the inches times dpi rounded
+            "width": size[0], "height": size[1],
             "png": base64.b64encode(data).decode("ascii")})

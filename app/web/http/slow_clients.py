@@ -106,7 +106,7 @@ class BoundedH11Protocol(H11Protocol):
         _used = True
         limits = _limits()
         self._address = address_key(self.client[0]) if self.client else "unknown"
-        refusal = self._refusal(limits)
+        refusal = self._why_refused(limits)
         if refusal is None:
             _open_from[self._address] += 1
             _admitted += 1
@@ -117,7 +117,7 @@ class BoundedH11Protocol(H11Protocol):
             self.app = _refusal(refusal)
         self._arm()
 
-    def _refusal(self, limits: Settings) -> str | None:
+    def _why_refused(self, limits: Settings) -> str | None:
         """Why this new connection is not taken, or None."""
         if _admitted >= limits.max_connections:
             return (f"the server has {limits.max_connections} connections open, as many as it "
