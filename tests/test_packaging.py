@@ -51,3 +51,31 @@ def test_wheel_carries_data_folders_and_works_installed(tmp_path):
     assert templates.startswith(str(target))
     assert statuses == "200 200"
     assert "reused_layer" in scenarios
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    import re
+    return {re.split(r"[\[<>=;! ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_shared_extra_is_pinned_to_what_is_installed():
+    """Every package of the shared mode's extra has one version in constraints.txt (issue 39:
+    only torch was pinned), and that version is the one installed here, which the shared mode's
+    tests ran against. Procrastinate matters most: its tables are made from its schema, never
+    migrated by us."""
+    import tomllib
+    from importlib.metadata import version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    shared = _requirement_names(project["optional-dependencies"]["shared"])
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, pinned = line.split("==")
+            pins[name.strip().lower()] = pinned.strip()
+    # psycopg[binary,pool] brings two distributions of its own
+    needed = shared | {"psycopg-binary", "psycopg-pool"}
+    assert needed <= pins.keys(), f"not pinned in constraints.txt: {sorted(needed - pins.keys())}"
+    for name in sorted(needed):
+        assert version(name) == pins[name], (name, version(name), pins[name])
