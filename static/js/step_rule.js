@@ -44,9 +44,10 @@ function optimizerSentences(event, change) {
   const up = settings.maximize ? " (maximize: up the gradient, not down)" : "";
   if (name === "SGD") {
     const m = num(settings.momentum) || 0;
-    const out = [m ?
-      `SGD step #${event.index}: each weight moves by −lr × its momentum buffer (lr = ${fmt(lr)})${up}.` :
-      `SGD step #${event.index}: each weight moves by −lr × its gradient (lr = ${fmt(lr)})${up}.`];
+    // Nesterov's step is not −lr × the buffer: the lead sentence says the one it takes
+    const lead = !m ? "its gradient" : (settings.nesterov ?
+      `(its gradient + ${fmt(m)} × its momentum buffer)` : "its momentum buffer");
+    const out = [`SGD step #${event.index}: each weight moves by −lr × ${lead} (lr = ${fmt(lr)})${up}.`];
     if (wd) {
       out.push(`Weight decay adds ${fmt(wd)} × the weight to the gradient first, so a weight moves ` +
         "even where its .grad is 0.");
@@ -56,7 +57,7 @@ function optimizerSentences(event, change) {
       out.push(state.momentum_buffer ?
         `The buffer is ${fmt(m)} × the buffer of the last step + ${fmt(1 - d)} × the gradient.` :
         "This is the buffer's first step: it starts as the gradient itself.");
-      if (settings.nesterov) out.push(`Nesterov: the step uses the gradient + ${fmt(m)} × the new buffer.`);
+      if (settings.nesterov) out.push("Nesterov: the buffer in that sum is the new one, updated first.");
     }
     return out;
   }

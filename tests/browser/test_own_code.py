@@ -535,3 +535,52 @@ def test_a_step_a_grad_scaler_ran_says_it_divided_the_gradient_by_the_scale(watc
     assert "A GradScaler ran this step: scaler.step divided each .grad by its scale (1024)" in text
     assert "SGD step #1" in text and "✓" in text  # the check by SGD's rule still holds
     watched.shot("grad-scaler-step")
+
+
+NESTEROV = """\
+import torch
+
+w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+opt = torch.optim.SGD([w], lr=0.1, momentum=0.9, nesterov=True)
+for _ in range(2):
+    opt.zero_grad()
+    (w ** 2).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_momentum_step_says_its_buffer_and_nesterov_and_is_checked(watched):
+    """SGD with momentum and Nesterov (issue 34): the second step moves by the gradient plus
+    0.9 × the buffer, not by the gradient. Plain PyTorch first: the second step's change is
+    lr × (g + m × (m × g1 + g)), which is not lr × g."""
+    import torch
+
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    opt = torch.optim.SGD([w], lr=0.1, momentum=0.9, nesterov=True)
+    changes = []
+    for _ in range(2):
+        opt.zero_grad()
+        (w ** 2).sum().backward()
+        before = w.detach().clone()
+        grad = w.grad.clone()
+        opt.step()
+        changes.append((before - w.detach(), grad))
+    (change, grad), first_grad = changes[1], changes[0][1]
+    buffer = 0.9 * first_grad + grad
+    assert torch.allclose(change, 0.1 * (grad + 0.9 * buffer))
+    assert not torch.allclose(change, 0.1 * grad)
+
+    paste_and_run(watched, NESTEROV)
+    page = watched.page
+    page.goto(page.url.split("?")[0] + "?event=3&param=w")  # backward, step, backward, step
+    view = page.locator("#details .step-view")
+    view.wait_for()
+    text = view.inner_text()
+    # the first sentence is the step Nesterov takes (it once said "−lr × its momentum buffer")
+    assert ("SGD step #3: each weight moves by −lr × (its gradient + 0.9 × its momentum "
+            "buffer)") in text
+    assert "The buffer is 0.9 × the buffer of the last step + 1 × the gradient" in text
+    assert "Nesterov: the buffer in that sum is the new one" in text
+    assert "✓" in text and "it is the change PyTorch made" in text
+    assert "‖change‖ / ‖.grad‖" not in text  # a ratio that means nothing with momentum
+    watched.shot("sgd-nesterov")
