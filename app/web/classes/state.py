@@ -51,7 +51,8 @@ MAX_REMOVED = 10_000  # browsers a class bars: past it, a new class
 MAX_TURNED_AWAY = 1000  # browsers refused for their address, counted for the teacher's hint
 WRONG_CODES_PER_MINUTE = 30  # per address: a person mistypes a few, a script tries thousands
 # and on the whole server, from every address together: a code is the way into a class, and a
-# member may run code, so many addresses (an IPv6 /48) must not guess it either
+# member may run code, so many addresses (an IPv6 /48) must not guess it either; past it only
+# the neighbourhoods that guessed are refused (wrong_codes.py)
 WRONG_CODES_PER_MINUTE_IN_ALL = 600
 SUBMISSIONS_PER_STUDENT = 5  # runs one student may send to the teacher's list
 MAX_NAME = 40  # characters of a member's display name: a name on a list, not a message

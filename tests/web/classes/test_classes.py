@@ -395,7 +395,9 @@ def test_removed_members_leave_room_in_a_full_class(monkeypatch):
 
 def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
     """The review's case: membership now runs code, and an IPv6 /48 is thousands of /64s, each
-    with its own 30 wrong codes a minute; the server counts them all together too."""
+    with its own 30 wrong codes a minute; the server counts them all together too. Past that
+    count a guessing neighbourhood is refused even the right code, but a newcomer from anywhere
+    else gets in (issue 38: guesses from 21 addresses once locked every newcomer out)."""
     from app.web.classes import state
     from app.web.classes.in_process import InProcessClassroom
 
@@ -403,12 +405,37 @@ def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
     room = InProcessClassroom()
     session = room.start("cookie:teacher")
     room.change(session, lambda s: s.admit("cookie:member", "10.0.0.1"))
-    for n in range(50):  # 50 addresses, 1 wrong code each: no address past its own 30
+    for n in range(25):  # one /48, a new /64 for each guess: no address past its own 30
         with pytest.raises(state.ClassError, match="no class"):
-            room.get("ZZZZZ2", f"2001:db8:{n}::1", f"cookie:guesser{n}")
+            room.get("ZZZZZ2", f"2001:db8:7:{n}::1", f"cookie:guesser{n}")
+    for n in range(25):  # and 25 IPv4 addresses, one wrong code each
+        with pytest.raises(state.ClassError, match="no class"):
+            room.get("ZZZZZ3", f"198.51.100.{n}", f"cookie:v4guesser{n}")
+    # the server is past its count: the guessers' /48 is refused, whatever code it tries, from
+    # a /64 it has not used yet, and so is an IPv4 address that guessed
     with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
-        room.get(session.code, "2001:db8:99::1", "cookie:new")  # the right code, a stranger
-    assert room.get(session.code, "10.0.0.1", "cookie:member") is session  # members get in
+        room.get(session.code, "2001:db8:7:99::1", "cookie:new")
+    with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
+        room.get(session.code, "198.51.100.3", "cookie:new")
+    # a newcomer from elsewhere gets in with the right code, and members always do
+    assert room.get(session.code, "2001:db8:8::1", "cookie:newcomer") is session
+    assert room.get(session.code, "203.0.113.9", "cookie:newcomer2") is session
+    assert room.get(session.code, "10.0.0.1", "cookie:member") is session
+    # a wrong code from a clean address past the count is told "no class", once: its
+    # neighbourhood is refused after that
+    with pytest.raises(state.ClassError, match="no class"):
+        room.get("ZZZZZ4", "192.0.2.1", "cookie:late")
+    with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
+        room.get("ZZZZZ5", "192.0.2.1", "cookie:late")
+
+
+def test_a_neighbourhood_is_an_ipv6_48_or_an_ipv4_address():
+    from app.web.classes.wrong_codes import neighbourhood
+
+    assert neighbourhood("2001:db8:7:99::1") == "2001:db8:7::/48"
+    assert neighbourhood("2001:db8:7:5::/64") == "2001:db8:7::/48"  # an address key
+    assert neighbourhood("198.51.100.3") == "198.51.100.3/32"
+    assert neighbourhood("relayed") == "relayed"
 
 
 def test_a_streams_text_is_the_readers_own_snapshot():
