@@ -179,6 +179,9 @@ class ClassState:
     sent_from: dict[str, tuple[str, str]] = field(default_factory=dict)  # run -> client, address
     members: dict[str, Member] = field(default_factory=dict)  # client -> its membership
     removed: set[str] = field(default_factory=set)  # clients the teacher removed: barred
+    # address -> members removed from it: each keeps its place among the address's `people`,
+    # or a removed student would be back at once with a fresh cookie (issue 38)
+    removed_at: dict[str, int] = field(default_factory=dict)
     at_address: dict[str, int] = field(default_factory=dict)  # address -> its members
     places: dict[str, int] = field(default_factory=dict)  # address -> "address N" for the teacher
     turned_away: set[str] = field(default_factory=set)  # refused for their address
@@ -220,12 +223,15 @@ class ClassState:
             raise ClassError(429, f"this class has {MAX_MEMBERS} members, as many as one "
                                   "class may", "class_full")
         if address and address != self.shared_at and \
-                self.at_address.get(address, 0) >= self.people:
+                self.at_address.get(address, 0) + self.removed_at.get(address, 0) >= self.people:
+            removed = self.removed_at.get(address, 0)
             if client not in self.turned_away and len(self.turned_away) < MAX_TURNED_AWAY:
                 self.turned_away.add(client)
                 self.audience += 1  # the teacher's page says some were turned away
             raise ClassError(429, f"{self.people} browsers from this network address have "
-                                  "joined this class already, as many as one address may "
+                                  "joined this class already"
+                                  f"{f' (the teacher removed {removed})' if removed else ''}"
+                                  ", as many as one address may "
                                   "stand for; if the whole room shares one network address, "
                                   "ask the teacher to switch on \u201cThis room shares one "
                                   "network address\u201d (under Members in the class bar), "
@@ -346,6 +352,8 @@ class ClassState:
             self.at_address[member.address] = left
         else:
             self.at_address.pop(member.address, None)
+        if member.address:
+            self.removed_at[member.address] = self.removed_at.get(member.address, 0) + 1
         self.answers.pop(client, None)
         self.answered_from.pop(client, None)
         gone = {run for run, (by, _) in self.sent_from.items() if by == client}

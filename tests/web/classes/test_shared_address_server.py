@@ -232,6 +232,13 @@ def test_the_teacher_removes_a_member(base, a_class, browsers):
     seen = teacher.get(f"/api/classes/{code}/members").json()
     assert seen["count"] == 2 and seen["removed"] == 1
     assert alias not in {m["alias"] for m in seen["members"]}
+    # the removed member's place at its address stays taken (issue 38: it was back at once
+    # with a fresh cookie): of the 4 an address may stand for, 2 members and 1 removed
+    assert browsers(base).get(f"/c/{code}").status_code == 200
+    turned = browsers(base).get(f"/api/classes/{code}")
+    assert turned.status_code == 429, turned.text
+    assert turned.json()["code"] == "address_full"
+    assert "(the teacher removed 1)" in turned.json()["detail"]
 
 
 def _book(browser: httpx.Client, count: int) -> list[httpx.Response]:
