@@ -16,7 +16,10 @@
 - No token otherwise: anyone who can reach the server could run code on it, so uploads are
   refused (403) with how to start the server with a token.
 - From another host, uploads also need the whole sandbox: every layer present and held in the
-  start-up self-test (`sandbox.py`); while the self-test runs, 503 with Retry-After.
+  start-up self-test (`sandbox.py`); while the self-test runs, 503 with Retry-After. So do a
+  class's members on the server's own machine (a shared machine's local users), unless the
+  operator says otherwise (`loopback_members_unsandboxed`): without the whole sandbox, an
+  ordinary user's server has no whole-run memory limit, and one run could hold gigabytes.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ def _client(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
-def _refusal(request: Request, status: dict) -> AppError | None:
-    """Why this client may not upload at all (a token would not help), or None."""
+def _refusal(request: Request, status: dict, by_membership: bool) -> AppError | None:
+    """Why this client may not upload (a token would not help), or None. `by_membership`: its
+    right is a class's membership, not the token."""
     settings = request.app.state.settings
     client = _client(request)
     if not settings.token and not (is_loopback(settings.host) and is_loopback(client)):
@@ -59,12 +63,21 @@ def _refusal(request: Request, status: dict) -> AppError | None:
                              "code; start it with `autograd-lab serve --host "
                              f"{settings.host} --token SECRET` (or set AUTOGRAD_LAB_TOKEN)"
                              " and give that token here", "no_token_configured")
-    if is_loopback(client) or status["ok"]:
+    here = is_loopback(client)
+    # on this machine: its person, or the token's holder; a class's member only where allowed
+    if status["ok"] or (here and (not by_membership or settings.loopback_members_unsandboxed)):
         return None
     if status["state"] == "running":
         return AppError(503, "the server is still checking its sandbox (the start-up "
                              "self-test); try again in a few seconds", "sandbox_checking",
                         headers={"Retry-After": "10"})
+    if here:
+        return AppError(403, f"this server's sandbox is not complete ({status['summary']}), "
+                             "so it runs a class member's code only where the sandbox is "
+                             "whole; the token's holder may run code here, and the operator "
+                             "can let class members on this machine run code anyway with "
+                             "AUTOGRAD_LAB_LOOPBACK_MEMBERS_UNSANDBOXED=true",
+                        "sandbox_incomplete")
     return AppError(403, f"this server's sandbox is not complete ({status['summary']}), so "
                          "it runs uploaded code only for people on the server's own machine",
                     "sandbox_incomplete")
@@ -81,8 +94,8 @@ def upload_policy(request: Request) -> dict:
     of an open class (`class_member`: its code) needs no token."""
     settings = request.app.state.settings
     status = sandbox_status(settings, request.app.state.selftest)
-    refusal = _refusal(request, status)
     member = class_grant(request) if settings.token else None
+    refusal = _refusal(request, status, member is not None and not has_token(request))
     return {"accepts": refusal is None, "refused": refusal.detail if refusal else None,
             "token_required": bool(settings.token) and member is None,
             "class_member": member, "max_upload_bytes": settings.max_upload_bytes,
@@ -115,7 +128,8 @@ def check_uploader(request: Request) -> None:
         _require_token(request, "running code here",
                        "; a student in a class needs no token: open the class's link "
                        "(/c/CODE) in this browser first")
-    refusal = _refusal(request, sandbox_status(settings, request.app.state.selftest))
+    refusal = _refusal(request, sandbox_status(settings, request.app.state.selftest),
+                       bool(settings.token) and not has_token(request))
     if refusal is not None:
         raise refusal
 

@@ -164,6 +164,10 @@ class Settings:
     per_address_connections: int = setting(
         256, "connections open at once from one network address (a browser opens about 6, "
         "plus one per page following a class: a room behind one NAT needs ~8 per student)")
+    loopback_members_unsandboxed: bool = setting(
+        False, "class members on the server's own machine (loopback) run code even where the "
+        "sandbox is not whole (the self-test failed, or an ordinary user's server without the "
+        "whole-run memory limit); false, only the token's holder does there")
     wait_for_upload_hosts: bool = setting(
         False, "in the shared mode (database_url), when no upload host has been heard from "
         "for 30 s: false, an upload is refused at once (503, with what to do); true, it is "

@@ -24,7 +24,9 @@ HOSTILE = "<script>alert('x')</script>\u202e\u0000\x1b" + "é" * 500 + "x" * 9_5
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="class-members-server", TOKEN=TOKEN,
                MAX_DRAWINGS="1", UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false",
-               SELFTEST="false") as url:
+               SELFTEST="false", LOOPBACK_MEMBERS_UNSANDBOXED="true") as url:
+        # the self-test is off to start fast, and members on loopback may run code anyway:
+        # test_members_on_this_machine_need_the_whole_sandbox is the case without the setting
         yield url
 
 
@@ -174,3 +176,31 @@ def test_a_name_that_looks_like_the_teachers_or_a_members_is_refused(browsers):
     assert newcomer.get(f"/c/{code}").status_code == 200
     assert name(newcomer, "Noor").json() == {"name": "Noor"}
     assert _run(newcomer).status_code == 200  # a member as before: runs code, no token
+
+
+def test_members_on_this_machine_need_the_whole_sandbox(tmp_path):
+    """Issue 38 point 11: on a shared machine students are local users on loopback, and a
+    server without the whole sandbox (an ordinary user's has no whole-run memory limit) let
+    them run code. Now only the token's holder runs code there, unless the operator says so.
+    The self-test switched off stands for a sandbox that is not whole (/healthz says ok false)."""
+    with serve(tmp_path, name="class-members-unsandboxed", TOKEN=TOKEN, MAX_DRAWINGS="1",
+               UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false",
+               SELFTEST="false") as url:
+        assert httpx.get(url + "/healthz", timeout=30).json()["sandbox"]["ok"] is False
+        with httpx.Client(base_url=url, timeout=120) as teacher, \
+                httpx.Client(base_url=url, timeout=120) as student:
+            assert teacher.get("/").status_code == 200 and student.get("/").status_code == 200
+            started = teacher.post("/api/classes", json={},
+                                   headers={"Authorization": f"Bearer {TOKEN}"})
+            code = started.json()["code"]
+            assert student.get(f"/c/{code}").status_code == 200  # a member now
+            policy = student.get("/api/uploads").json()
+            assert policy["class_member"] == code and policy["accepts"] is False
+            refused = _run(student)
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["code"] == "sandbox_incomplete"
+            assert "AUTOGRAD_LAB_LOOPBACK_MEMBERS_UNSANDBOXED=true" in refused.json()["detail"]
+            ran = _run(teacher, TOKEN)  # the token's holder still runs code on this machine
+            assert ran.status_code == 200 and ran.json()["error"] is None, ran.text
+            again = _run(student)  # the next run is still refused the same way
+            assert again.status_code == 403 and again.json()["code"] == "sandbox_incomplete"
