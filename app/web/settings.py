@@ -164,6 +164,11 @@ class Settings:
     per_address_connections: int = setting(
         256, "connections open at once from one network address (a browser opens about 6, "
         "plus one per page following a class: a room behind one NAT needs ~8 per student)")
+    loopback_addresses_apart: bool = setting(
+        False, "count each loopback address (127.0.0.0/8) as a place of its own in the "
+        "per-address limits; false, all of loopback is one place, since any user of this "
+        "machine can bind any of them (true only where they stand for different machines, "
+        "as in tests)")
     loopback_members_unsandboxed: bool = setting(
         False, "class members on the server's own machine (loopback) run code even where the "
         "sandbox is not whole (the self-test failed, or an ordinary user's server without the "

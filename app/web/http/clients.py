@@ -65,7 +65,8 @@ def client_key(request: Request) -> str:
 def client_address(request: Request) -> str:
     """The address the connection comes from: a browser's limits also hold per address, times
     `per_address_people` (settings.py), because a fresh cookie is one page load away."""
-    return address_key(request.client.host if request.client else "unknown")
+    return address_key(request.client.host if request.client else "unknown",
+                       request.app.state.settings.loopback_addresses_apart)
 
 
 class ClientCookie(ResponseHeaders):

@@ -105,7 +105,8 @@ class BoundedH11Protocol(H11Protocol):
         super().connection_made(transport)
         _used = True
         limits = _limits()
-        self._address = address_key(self.client[0]) if self.client else "unknown"
+        self._address = address_key(self.client[0], limits.loopback_addresses_apart) \
+            if self.client else "unknown"
         refusal = self._why_refused(limits)
         if refusal is None:
             _open_from[self._address] += 1

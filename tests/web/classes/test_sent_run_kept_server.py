@@ -16,7 +16,7 @@ SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().back
 
 def test_a_run_sent_to_the_teacher_outlives_the_stores_bound(tmp_path):
     with serve(tmp_path, name="sent-run-kept-server", STORE_MAX_RUNS="2", POOL_SIZE="0",
-               SELFTEST="false", WARM_SCENARIOS="false") as base, \
+               SELFTEST="false", LOOPBACK_ADDRESSES_APART="true", WARM_SCENARIOS="false") as base, \
             httpx.Client(base_url=base, timeout=120) as teacher, \
             httpx.Client(base_url=base, timeout=120, transport=httpx.HTTPTransport(
                 local_address="127.0.0.81")) as student:

@@ -30,6 +30,7 @@ WAITS = "import time\ntime.sleep(60)\n"  # a run that stays booked until it is s
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="shared-address-server", MAX_DRAWINGS="1",
                UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
+               LOOPBACK_ADDRESSES_APART="true",
                QUEUE_SIZE="64") as url:
         yield url
 

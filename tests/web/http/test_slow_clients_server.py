@@ -22,6 +22,7 @@ DEADLINE = 2.0  # the server's request_read_timeout here
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="slow-clients-server", MAX_DRAWINGS="1",
                POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
+               LOOPBACK_ADDRESSES_APART="true",
                REQUEST_READ_TIMEOUT=str(DEADLINE), SEND_TIMEOUT=str(DEADLINE),
                MAX_CONNECTIONS="60",
                PER_ADDRESS_CONNECTIONS="40") as url:
@@ -203,7 +204,7 @@ def _as_the_cli(cmd: list[str]) -> list[str]:
 def test_autograd_lab_serve_runs_with_the_bounds(tmp_path):
     """`autograd-lab serve` gives uvicorn the bounded protocol; /healthz says so."""
     with serve(tmp_path, name="slow-clients-cli", wrap=_as_the_cli, POOL_SIZE="0",
-               WARM_SCENARIOS="false", SELFTEST="false") as url:
+               WARM_SCENARIOS="false", SELFTEST="false", LOOPBACK_ADDRESSES_APART="true") as url:
         report = httpx.get(url + "/healthz", timeout=10).json()["connections"]
     assert report["bounded"] is True and "detail" not in report
 

@@ -45,6 +45,7 @@ def base(tmp_path_factory):
     # later run gets an earlier run's uid (a full server's 4,096 come round the same way)
     with serve(tmp_path_factory.mktemp("store"), name="strangers-server", MAX_DRAWINGS="1",
                UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
+               LOOPBACK_ADDRESSES_APART="true",
                UID_BASE="3500200000", UID_COUNT="2") as url:
         yield url
 
@@ -186,6 +187,7 @@ def _browser(base: str, address: str = "127.0.0.1") -> httpx.Client:
 def room(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="strangers-room", MAX_DRAWINGS="1",
                UPLOAD_WORKERS="2", POOL_SIZE="1", WARM_SCENARIOS="false", SELFTEST="false",
+               LOOPBACK_ADDRESSES_APART="true",
                QUEUE_SIZE="32") as url:
         yield url
 
@@ -371,6 +373,7 @@ def two_uids(tmp_path_factory):
     # may run long enough to overlap however slowly the machine starts them
     with serve(tmp_path_factory.mktemp("store"), name="strangers-two-uids", MAX_DRAWINGS="1",
                UPLOAD_WORKERS="3", POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
+               LOOPBACK_ADDRESSES_APART="true",
                UPLOAD_TIMEOUT="180", UID_BASE=str(TWO_UIDS), UID_COUNT="2") as url:
         yield url
 

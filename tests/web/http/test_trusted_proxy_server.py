@@ -23,7 +23,7 @@ STRANGER = "127.0.0.32"  # another peer, writing the same header itself
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="trusted-proxy-server",
                FORWARDED_ALLOW_IPS=f"{PROXY}/32", PER_ADDRESS_CONNECTIONS="2", POOL_SIZE="0",
-               WARM_SCENARIOS="false", SELFTEST="false") as url:
+               WARM_SCENARIOS="false", SELFTEST="false", LOOPBACK_ADDRESSES_APART="true") as url:
         yield url
 
 

@@ -45,6 +45,7 @@ SMALL = "import torch\nw = torch.ones(2, requires_grad=True)\n(w * w).sum().back
 def base(tmp_path_factory):
     with serve(tmp_path_factory.mktemp("store"), name="all-runs-memory", MAX_DRAWINGS="1",
                UPLOAD_WORKERS="2", POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
+               LOOPBACK_ADDRESSES_APART="true",
                RUN_MEMORY_MB="1024", ALL_RUNS_MEMORY_MB="1024") as url:
         yield url
 
