@@ -18,12 +18,14 @@ from app.render import KINDS
 from app.render.legend import UNIT_KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
+from app.web.audit import install_audit_log
 from app.web.classes.classroom import Classroom
 from app.web.classes.in_process import InProcessClassroom
 from app.web.classes.shared import SharedClassroom
 from app.web.http.clients import ClientCookie, use_signing_key
 from app.web.http.error_handler import install_error_handlers
 from app.web.http.guards import CrossSiteGuard, HostGuard, SecurityHeaders
+from app.web.http.request_ids import RequestIds
 from app.web.http.static_assets import ForeverStaticFiles, content_version
 from app.web.metrics import Metrics
 from app.web.pages.highlight import source_lines
@@ -111,6 +113,9 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.add_middleware(SecurityHeaders)
     app.add_middleware(CrossSiteGuard)
     app.add_middleware(HostGuard, settings=settings)
+    # an id on every answer, refusals by the guards included (audit.py writes it in its lines)
+    app.add_middleware(RequestIds)
+    install_audit_log()
     if settings.forwarded_allow_ips:
         # outermost: every guard and limit sees the address a trusted proxy forwarded for
         # (trusted_proxies.py); uvicorn's own reading of the headers

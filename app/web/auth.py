@@ -29,7 +29,8 @@ import secrets
 from fastapi import Request
 
 from app.format.notebook import notebook_bound
-from app.web.http.clients import client_key
+from app.web.audit import audit
+from app.web.http.clients import client_address, client_key
 from app.web.http.guards import forwarded
 from app.web.runs.sandbox_status import sandbox_status
 
@@ -114,6 +115,8 @@ def has_token(request: Request) -> bool:
 def _require_token(request: Request, doing: str, or_else: str = "") -> None:
     """401 unless the request carries the token, when this server has one."""
     if request.app.state.settings.token and not has_token(request):
+        if request.headers.get("authorization"):  # a token was given, and it is not this one
+            audit("token_refused", path=request.url.path, address=client_address(request))
         raise AppError(401, f"{doing} needs the server's token: send the header "
                             "'Authorization: Bearer TOKEN' (the page asks for it once)"
                             + or_else, "token_needed", headers={"WWW-Authenticate": "Bearer"})

@@ -31,6 +31,8 @@ import re
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from app.web.audit import audit
+from app.web.auth import has_token
 from app.web.client_keys import is_browser
 from app.web.deps import (
     AddressDep,
@@ -74,12 +76,16 @@ async def _body(request: Request) -> dict:
 
 
 @router.post("/api/classes", status_code=201)
-async def start_class(_: TeacherOnly, classroom: ClassroomDep, client: ClientDep) -> dict:
+async def start_class(request: Request, _: TeacherOnly, classroom: ClassroomDep,
+                      client: ClientDep, address: AddressDep) -> dict:
     """Start a class (or get the one this browser already teaches): its code and link."""
     if not is_browser(client):
         raise AppError(400, "open a page of this server first: the class is tied to your "
                             "browser's session cookie", "no_cookie")
     session = classroom.start(client)
+    # who may start one: the token's holder, or the person of a tokenless loopback server
+    audit("class_started", code=session.code,
+          by="token" if has_token(request) else "this_machine", address=address)
     return session.snapshot(client)
 
 
@@ -154,6 +160,7 @@ async def remove_member(session: TeacherSessionDep, classroom: ClassroomDep, ali
     """The teacher removes a member: its answer and runs leave the class, its pages stop
     following within a moment, and its browser cannot join again."""
     classroom.change(session, lambda s: s.remove(alias))
+    audit("member_removed", code=session.code, alias=alias)
     return {"removed": alias, "members": len(session.state.members)}
 
 
@@ -249,4 +256,5 @@ async def send_run(request: Request, session: MemberSessionDep, classroom: Class
 @router.delete("/api/classes/{code}")
 async def end_class(session: TeacherSessionDep, classroom: ClassroomDep) -> dict:
     classroom.end(session)
+    audit("class_ended", code=session.code)
     return {"ended": True}
