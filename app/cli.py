@@ -232,6 +232,52 @@ def cmd_upload_host(args) -> int:
     return asyncio.run(host.serve())
 
 
+def cmd_teachers(args) -> int:
+    """Named teachers' tokens, in the store the server's settings name (the SQLite file, or
+    AUTOGRAD_LAB_DATABASE_URL): `add NAME` prints the new token once, `list`, `revoke NAME`."""
+    from pathlib import Path
+
+    from app.web.settings import Settings, SettingsError
+    from app.web.store.teachers import SharedTeacherTokens, TeacherError, TeacherTokens
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"autograd-lab teachers: {exc}", file=sys.stderr)
+        return 2
+    if settings.database_url:
+        from app.web.store.database import Database
+
+        database = Database(settings.database_url, pool_size=1).open()
+        teachers: TeacherTokens = SharedTeacherTokens(database)
+    else:
+        from app.web.store.sqlite import RunStore
+
+        database = None
+        teachers = TeacherTokens(RunStore(Path(settings.store_path).expanduser()).open().path)
+    try:
+        if args.action == "add":
+            token = teachers.add(args.name or "")
+            print(token)
+            print(f"the token of teacher {args.name!r}, shown this once: give it to them. It "
+                  "works on this server's store while the server has a token of its own.",
+                  file=sys.stderr)
+        elif args.action == "revoke":
+            teachers.revoke(args.name or "")
+            print(f"teacher {args.name!r} revoked: refused within a few seconds on every web "
+                  "process", file=sys.stderr)
+        else:
+            for row in teachers.listed():
+                print(f"{row['name']}\t{'revoked' if row['revoked'] else 'active'}")
+    except TeacherError as exc:
+        print(f"autograd-lab teachers: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if database is not None:
+            database.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from app.web.settings import default_of
 
@@ -288,6 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="how this upload host is named in the line (default: "
                    "host:pid)")
     p.set_defaults(func=cmd_upload_host)
+
+    p = sub.add_parser("teachers", help="named teachers' tokens: add NAME (prints its token), "
+                       "list, revoke NAME")
+    p.add_argument("action", choices=["add", "list", "revoke"])
+    p.add_argument("name", nargs="?", help="the teacher's name (add, revoke)")
+    p.set_defaults(func=cmd_teachers)
     return parser
 
 

@@ -40,6 +40,7 @@ from app.web.runs.trace_service import TraceService
 from app.web.runs.uploads import UploadService
 from app.web.store.postgres import SIGNING_KEY, PostgresRunStore
 from app.web.store.sqlite import RunStore
+from app.web.store.teachers import SharedTeacherTokens, TeacherTokens
 
 from .routers import api, classes, docs, metrics, pages, runs
 from .settings import Settings
@@ -90,6 +91,8 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.selftest = SelfTest(fork_server=app.state.traces.fork_server)
     mode = _mode(settings, app.state.traces, app.state.drawings, app.state.metrics)
     app.state.store, app.state.classroom = mode.store, mode.classroom
+    app.state.teachers = SharedTeacherTokens(mode.store.database) if mode.shared else \
+        TeacherTokens(mode.store.path)
     classroom = mode.classroom
     app.state.metrics.watch_streams(lambda: classroom.open_streams,
                                     lambda: classroom.following_streams)

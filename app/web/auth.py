@@ -37,7 +37,7 @@ from app.web.runs.sandbox_status import sandbox_status
 from .errors import AppError
 
 __all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_metrics_reader", "check_teacher",
-           "check_uploader", "class_grant", "has_token", "upload_policy"]
+           "check_uploader", "class_grant", "has_token", "token_holder", "upload_policy"]
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -104,12 +104,24 @@ def upload_policy(request: Request) -> dict:
             "max_notebook_bytes": notebook_bound(settings.max_upload_bytes), "sandbox": status}
 
 
-def has_token(request: Request) -> bool:
-    """Does the request carry this server's token (a server without one has none to carry)?"""
+def token_holder(request: Request) -> str | None:
+    """Whose token the request carries: "token" for the server's own, "teacher:NAME" for a
+    named teacher's (store/teachers.py), None for none or a wrong one. A server without a token
+    accepts none, a named teacher's included."""
     token = request.app.state.settings.token
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return bool(token) and scheme.lower() == "bearer" and secrets.compare_digest(
-        value.strip().encode(), token.encode())
+    value = value.strip()
+    if not token or scheme.lower() != "bearer" or not value:
+        return None
+    if secrets.compare_digest(value.encode(), token.encode()):
+        return "token"
+    name = request.app.state.teachers.name_of(value[:200])
+    return f"teacher:{name}" if name else None
+
+
+def has_token(request: Request) -> bool:
+    """Does the request carry this server's token, or a named teacher's?"""
+    return token_holder(request) is not None
 
 
 def _require_token(request: Request, doing: str, or_else: str = "") -> None:

@@ -32,7 +32,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.web.audit import audit
-from app.web.auth import has_token
+from app.web.auth import token_holder
 from app.web.client_keys import is_browser
 from app.web.deps import (
     AddressDep,
@@ -84,8 +84,8 @@ async def start_class(request: Request, _: TeacherOnly, classroom: ClassroomDep,
                             "browser's session cookie", "no_cookie")
     session = classroom.start(client)
     # who may start one: the token's holder, or the person of a tokenless loopback server
-    audit("class_started", code=session.code,
-          by="token" if has_token(request) else "this_machine", address=address)
+    audit("class_started", code=session.code, by=token_holder(request) or "this_machine",
+          address=address)
     return session.snapshot(client)
 
 

@@ -159,8 +159,20 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS pinned_until DOUBLE PRECISION NOT NULL DEFAULT 0;
 """
 
+# Step 4: named teachers' tokens, kept as digests (store/teachers.py). A new table: a process
+# of the release before never reads it.
+_TEACHER_TOKENS = """
+CREATE TABLE IF NOT EXISTS teacher_tokens (
+    name TEXT PRIMARY KEY,
+    digest TEXT NOT NULL UNIQUE,
+    created DOUBLE PRECISION NOT NULL,
+    revoked DOUBLE PRECISION
+);
+"""
+
 # The schema's steps, in order: step n is STEPS[n - 1]. Append; never edit a released one.
-STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES, _SCENARIO_TRACES, _RUN_OWNERS)
+STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES, _SCENARIO_TRACES, _RUN_OWNERS,
+                          _TEACHER_TOKENS)
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS autograd_lab_schema (

@@ -1,0 +1,169 @@
+"""Named teachers: tokens of their own, each with a name, beside the server's one token, so a
+course with several teachers need not share one secret, and one can be revoked alone
+(`autograd-lab teachers add|list|revoke`).
+
+A token is 32 random bytes, shown once when it is made. Only its SHA-256 is kept: a digest of
+that much randomness needs no slow hash, and whoever reads the store cannot use what it finds.
+A named token does what the server's token does, and is accepted only where the server has a
+token (a server without one has no secret to share out).
+
+`TeacherTokens` keeps them in the SQLite file of one machine; `SharedTeacherTokens` in the
+shared mode's PostgreSQL (schema step 4), where a revocation reaches every web process. Each
+process remembers an answer for `REMEMBER_S`, so a request does not ask the database each time:
+a revocation takes effect within that."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from contextlib import closing
+from pathlib import Path
+
+from app.lru import LRU
+
+__all__ = ["NAME", "REMEMBER_S", "SharedTeacherTokens", "TeacherTokens", "TeacherError",
+           "digest"]
+
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+REMEMBER_S = 5.0
+_TABLE = """
+CREATE TABLE IF NOT EXISTS teacher_tokens (
+    name TEXT PRIMARY KEY,
+    digest TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    revoked REAL
+)
+"""
+
+
+class TeacherError(ValueError):
+    """A name refused, or one that is not there: the message says what to do."""
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _checked(name: str) -> str:
+    if not NAME.fullmatch(name):
+        raise TeacherError(f"a teacher's name is 1 to 40 of a-z, 0-9, _ and -, starting with "
+                           f"a letter ({name[:40]!r} is not)")
+    return name
+
+
+class _Remembered:
+    """Who a digest names, remembered a few seconds in this process (bounded: a flood of
+    made-up tokens cannot grow it)."""
+
+    def __init__(self) -> None:
+        self._known: LRU[tuple[str | None, float]] = LRU(1024)
+        self._lock = threading.Lock()
+
+    def name_of(self, token: str, look_up) -> str | None:
+        key = digest(token)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._known.get(key)
+        if hit is not None and now - hit[1] < REMEMBER_S:
+            return hit[0]
+        name = look_up(key)
+        with self._lock:
+            self._known.put(key, (name, now))
+        return name
+
+
+class TeacherTokens:
+    """Named teachers' tokens in the SQLite file of one machine (the run store's file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._remembered = _Remembered()
+
+    def _connect(self):
+        db = sqlite3.connect(self.path, timeout=30)
+        db.execute(_TABLE)
+        return closing(db)
+
+    def add(self, name: str) -> str:
+        """Make `name`'s token and return it (the only time it is seen)."""
+        _checked(name)
+        token = secrets.token_urlsafe(32)
+        with self._connect() as db, db:
+            if db.execute("SELECT 1 FROM teacher_tokens WHERE name = ? AND revoked IS NULL",
+                          (name,)).fetchone():
+                raise TeacherError(f"there is a teacher {name!r} already: revoke it first to "
+                                   "give it a new token")
+            db.execute("INSERT OR REPLACE INTO teacher_tokens (name, digest, created, revoked) "
+                       "VALUES (?, ?, ?, NULL)", (name, digest(token), time.time()))
+        return token
+
+    def revoke(self, name: str) -> None:
+        with self._connect() as db, db:
+            done = db.execute("UPDATE teacher_tokens SET revoked = ? WHERE name = ? AND "
+                              "revoked IS NULL", (time.time(), name)).rowcount
+        if not done:
+            raise TeacherError(f"no teacher {name[:40]!r} with a token (`autograd-lab "
+                               "teachers list` names them)")
+
+    def listed(self) -> list[dict]:
+        with self._connect() as db:
+            rows = db.execute("SELECT name, created, revoked FROM teacher_tokens ORDER BY name")
+            return [{"name": n, "created": c, "revoked": r} for n, c, r in rows]
+
+    def name_of(self, token: str) -> str | None:
+        """The name of the teacher whose live token this is, or None."""
+        return self._remembered.name_of(token, self._look_up)
+
+    def _look_up(self, key: str) -> str | None:
+        if not self.path.exists():
+            return None
+        with self._connect() as db:
+            row = db.execute("SELECT name FROM teacher_tokens WHERE digest = ? AND revoked IS "
+                             "NULL", (key,)).fetchone()
+        return row[0] if row else None
+
+
+class SharedTeacherTokens(TeacherTokens):
+    """The same in the shared mode's PostgreSQL (`Database`, schema step 4)."""
+
+    def __init__(self, database) -> None:
+        self.database = database
+        self._remembered = _Remembered()
+
+    def add(self, name: str) -> str:
+        _checked(name)
+        token = secrets.token_urlsafe(32)
+        with self.database.transaction() as db:
+            if db.execute("SELECT 1 FROM teacher_tokens WHERE name = %s AND revoked IS NULL",
+                          (name,)).fetchone():
+                raise TeacherError(f"there is a teacher {name!r} already: revoke it first to "
+                                   "give it a new token")
+            db.execute("INSERT INTO teacher_tokens (name, digest, created, revoked) VALUES "
+                       "(%s, %s, %s, NULL) ON CONFLICT (name) DO UPDATE SET digest = "
+                       "EXCLUDED.digest, created = EXCLUDED.created, revoked = NULL",
+                       (name, digest(token), time.time()))
+        return token
+
+    def revoke(self, name: str) -> None:
+        with self.database.transaction() as db:
+            done = db.execute("UPDATE teacher_tokens SET revoked = %s WHERE name = %s AND "
+                              "revoked IS NULL", (time.time(), name)).rowcount
+        if not done:
+            raise TeacherError(f"no teacher {name[:40]!r} with a token (`autograd-lab "
+                               "teachers list` names them)")
+
+    def listed(self) -> list[dict]:
+        with self.database.transaction() as db:
+            rows = db.execute("SELECT name, created, revoked FROM teacher_tokens ORDER BY "
+                              "name").fetchall()
+        return [{"name": n, "created": c, "revoked": r} for n, c, r in rows]
+
+    def _look_up(self, key: str) -> str | None:
+        with self.database.transaction() as db:
+            row = db.execute("SELECT name FROM teacher_tokens WHERE digest = %s AND revoked "
+                             "IS NULL", (key,)).fetchone()
+        return row[0] if row else None
