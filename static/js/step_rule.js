@@ -64,10 +64,13 @@ function optimizerSentences(event, change) {
   if (name === "Adam" || name === "AdamW") {
     const [b1, b2] = settings.betas || [];
     const first = !state.step;
-    const out = [`${name} step #${event.index}: each weight moves by lr × the running mean of its ` +
-      "gradient divided by the root of the running mean of its square, so the size of a step does " +
-      `not follow the gradient's scale (lr = ${fmt(lr)}, betas = (${fmt(b1)}, ${fmt(b2)}), ` +
-      `eps = ${fmt(settings.eps)})${up}.`];
+    // −lr, not lr: a step goes down the gradient; and both means are divided by 1 − beta^step
+    // (they start at 0): without that a first step would be 0.1 / √0.001 ≈ 3.2 × lr with the
+    // default betas, not lr
+    const out = [`${name} step #${event.index}: each weight moves by −lr × the running mean of its ` +
+      "gradient ÷ (the root of the running mean of its square + eps), each mean first divided by " +
+      "1 − its beta^step (both start at 0), so the size of a step does not follow the gradient's " +
+      `scale (lr = ${fmt(lr)}, betas = (${fmt(b1)}, ${fmt(b2)}), eps = ${fmt(settings.eps)})${up}.`];
     if (first && !wd) {
       out.push("On this first step each weight whose gradient is well above eps moves by about lr itself.");
     }
