@@ -49,8 +49,10 @@ function optimizerSentences(event, change) {
       `(its gradient + ${fmt(m)} × its momentum buffer)` : "its momentum buffer");
     const out = [`SGD step #${event.index}: each weight moves by −lr × ${lead} (lr = ${fmt(lr)})${up}.`];
     if (wd) {
-      out.push(`Weight decay adds ${fmt(wd)} × the weight to the gradient first, so a weight moves ` +
-        "even where its .grad is 0.");
+      // maximize negates the gradient before the decay is added: the decay still shrinks
+      out.push(`Weight decay adds ${fmt(wd)} × the weight to the gradient first` +
+        (settings.maximize ? " (to the negated gradient: maximize flips only the gradient, so " +
+          "the decay still shrinks the weight)" : "") + ", so a weight moves even where its .grad is 0.");
     }
     if (m) {
       const d = num(settings.dampening) || 0;
@@ -77,7 +79,9 @@ function optimizerSentences(event, change) {
     if (wd) {
       out.push(name === "AdamW" || settings.decoupled_weight_decay ?
         `Weight decay (decoupled) first shrinks each weight by lr × ${fmt(wd)} × the weight.` :
-        `Weight decay adds ${fmt(wd)} × the weight to the gradient before the running means.`);
+        `Weight decay adds ${fmt(wd)} × the weight to the gradient before the running means` +
+        (settings.maximize ? " (to the negated gradient: maximize flips only the gradient, so " +
+          "the decay still pulls the weight toward 0)." : "."));
     }
     if (settings.amsgrad) out.push("AMSGrad divides by the largest running mean square seen so far.");
     return out;

@@ -71,3 +71,25 @@ def test_adams_lead_is_minus_lr_times_the_bias_corrected_means(rules, trace_sour
     assert ("Adam step #3: each weight moves by −lr × the running mean of its gradient ÷ (the "
             "root of the running mean of its square + eps), each mean first divided by 1 − its "
             "beta^step (both start at 0)") in lead, lead
+
+
+DECAY_UP = """
+    import torch
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = torch.optim.{name}([w], lr=0.1, weight_decay=0.5, maximize=True)
+    w.grad = torch.zeros(2)  # no gradient: only the decay moves it
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_weight_decay_under_maximize_still_shrinks_the_weight(rules, trace_source, name):
+    code = DECAY_UP.replace("{name}", name)
+    w = plain(code)["w"].detach()
+    # maximize negates the gradient, not the decay: each weight moves toward 0
+    assert (w.abs() < torch.tensor([1.0, 2.0])).all() and (w.sign() == torch.tensor([1, -1])).all()
+    text = " ".join(said(rules, trace_source(code)))
+    assert "maximize: up the gradient, not down" in text
+    assert "to the negated gradient: maximize flips only the gradient" in text, text
+    assert ("the decay still shrinks the weight" if name == "SGD" else
+            "the decay still pulls the weight toward 0") in text
