@@ -23,10 +23,16 @@ export function settingsText(settings) {
 export function ruleSentences(event, change) {
   const said = optimizerSentences(event, change);
   if (event.scaler && typeof event.scaler.scale === "number") {
-    said.push(`A GradScaler ran this step: scaler.step divided each .grad by its scale ` +
-      `(${fmt(event.scaler.scale)}), found them finite, and then called ` +
-      `${event.optimizer}.step(), so the update used .grad ÷ ${fmt(event.scaler.scale)} ` +
-      "(the gradient of the unscaled loss, where the loss was scaled with scaler.scale).");
+    // after the script's own scaler.unscale_ (to clip, say), scaler.step divides nothing
+    const scale = fmt(event.scaler.scale);
+    said.push(event.scaler.unscaled_first ?
+      `A GradScaler ran this step: the script's scaler.unscale_ had already divided each .grad ` +
+      `by its scale (${scale}), so scaler.step did not divide again; it found them finite and ` +
+      `called ${event.optimizer}.step() on .grad as the script left it (clipped, if it clipped ` +
+      "after unscale_)." :
+      `A GradScaler ran this step: scaler.step divided each .grad by its scale (${scale}), found ` +
+      `them finite, and then called ${event.optimizer}.step(), so the update used .grad ÷ ` +
+      `${scale} (the gradient of the unscaled loss, where the loss was scaled with scaler.scale).`);
   }
   return said;
 }

@@ -93,3 +93,30 @@ def test_weight_decay_under_maximize_still_shrinks_the_weight(rules, trace_sourc
     assert "to the negated gradient: maximize flips only the gradient" in text, text
     assert ("the decay still shrinks the weight" if name == "SGD" else
             "the decay still pulls the weight toward 0") in text
+
+
+CLIPPED = """
+    import torch
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler.scale((w * torch.tensor([3.0, 40.0])).sum()).backward()
+    scaler.unscale_(opt)
+    unscaled = w.grad.clone()
+    torch.nn.utils.clip_grad_norm_([w], max_norm=1.0)
+    clipped = w.grad.clone()
+    scaler.step(opt)
+    scaler.update()
+"""
+
+
+def test_a_scaler_step_after_unscale_does_not_say_scaler_step_divided(rules, trace_source):
+    ns = plain(CLIPPED)
+    # unscale_ divided .grad already; the step used the clipped .grad, not .grad ÷ 1024
+    assert ns["unscaled"].tolist() == [3.0, 40.0]
+    assert torch.allclose(ns["w"].detach(), torch.tensor([1.0, -2.0]) - 0.1 * ns["clipped"])
+    text = said(rules, trace_source(CLIPPED))[-1]
+    assert text.startswith("A GradScaler ran this step: the script's scaler.unscale_ had "
+                           "already divided each .grad by its scale (1024), so scaler.step did "
+                           "not divide again"), text
+    assert "scaler.step divided" not in text and ".grad ÷ 1024" not in text
