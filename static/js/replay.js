@@ -36,7 +36,9 @@ export function renderReplayStatus(el, event, state, nodes) {
     return;
   }
   if (!state.current) {
-    fill(el, h("strong", {}, `step 0 of ${state.total}`), ": the gradient starts at the output (d output / d output = 1).");
+    fill(el, h("strong", {}, `step 0 of ${state.total}`), ": the gradient starts at the output " +
+      (givenSeed(event) ? "from the gradient the script passed (backward(gradient=...), grad_tensors " +
+        "or grad_outputs)." : "(d output / d output = 1)."));
     return;
   }
   const n = nodes.get(state.current) || { name: state.current };
@@ -44,4 +46,10 @@ export function renderReplayStatus(el, event, state, nodes) {
     h("code", {}, n.name), ` (${n.id})`, n.kind === "param" || n.kind === "leaf" ?
       ` adds its gradient into ${n.param || n.label}.grad` : n.line ? `, from ${lineLabel(n.line)}` : "",
     state.step === state.total ? " — backward is done." : "");
+}
+
+/** Did the script start this pass from a gradient of its own? (A pass autograd-lab ran for a
+ *  script with no backward() starts from ones: d output / d output, as said.) */
+function givenSeed(event) {
+  return !event.synthetic && (event.seed || []).some((s) => s !== null && s !== undefined);
 }
