@@ -42,9 +42,14 @@ export function renderReplayStatus(el, event, state, nodes) {
     return;
   }
   const n = nodes.get(state.current) || { name: state.current };
+  const leaf = n.param || n.label;
+  // requires_grad switched off after the forward: its AccumulateGrad runs and adds nothing
+  const dropped = (event.dropped || []).includes(leaf);
   fill(el, h("strong", {}, `step ${state.step} of ${state.total}`), ": ",
     h("code", {}, n.name), ` (${n.id})`, n.kind === "param" || n.kind === "leaf" ?
-      ` adds its gradient into ${n.param || n.label}.grad` : n.line ? `, from ${lineLabel(n.line)}` : "",
+      (dropped ? ` drops its gradient: ${leaf}.requires_grad was switched off after the forward, ` +
+        `so ${leaf}.grad is left as it was` : ` adds its gradient into ${leaf}.grad`) :
+      n.line ? `, from ${lineLabel(n.line)}` : "",
     state.step === state.total ? " — backward is done." : "");
 }
 

@@ -1,6 +1,7 @@
 """The sentence over the graph while a backward pass replays (static/js/replay.js), made in
 Chromium from passes the tracer recorded, next to what PyTorch did in a plain run: where the
-gradient starts (1, or the gradient the script passed)."""
+gradient starts (1, or the gradient the script passed), and what a leaf's AccumulateGrad does
+with what reaches it (adds it to .grad, or drops it when requires_grad was switched off)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,27 @@ def test_the_replay_starts_from_the_gradient_the_script_passed(replay, trace_sou
     assert "starts at the output from the gradient the script passed" in first, first
     assert "= 1" not in first
     assert "(d output / d output = 1)" in said(replay, plain, 0)
+
+
+DROPPED = """
+    import torch
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    x = torch.tensor([3.0, 4.0], requires_grad=True)
+    z = (w * x).sum()
+    w.requires_grad_(False)
+    z.backward()
+"""
+
+
+def test_a_leaf_whose_requires_grad_went_off_is_not_said_to_add_to_grad(replay, trace_source):
+    ns: dict = {}
+    exec(compile(textwrap.dedent(DROPPED), "<plain>", "exec", dont_inherit=True), ns)
+    assert ns["w"].grad is None and ns["x"].grad.tolist() == [1.0, 2.0]
+    (event,) = trace_source(DROPPED)["events"]
+    lines = {}
+    for step, node in enumerate(event["order"], start=1):
+        kind = next(n for n in event["graph"]["nodes"] if n["id"] == node)
+        if kind["kind"] in ("param", "leaf"):
+            lines[kind.get("param") or kind["label"]] = said(replay, event, step)
+    assert "drops its gradient" in lines["w"] and "adds its gradient" not in lines["w"], lines
+    assert "adds its gradient into x.grad" in lines["x"], lines
