@@ -86,7 +86,10 @@ function backwardView(doc, event, name, hooks) {
     contribs.length === 1 ? "Used once: its gradient is one contribution." :
       `Used ${contribs.length} times: each use sends its own gradient, and `,
   inner || dropped || contribs.length === 1 ? "" : (returns ? "what autograd.grad returns" : h("code", {}, ".grad")),
-  inner || dropped || contribs.length === 1 ? "" : " is their sum."));
+  inner || dropped || contribs.length === 1 ? "" :
+    // AccumulateGrad adds onto a .grad an earlier pass left, and a hook's change is its own
+    (grads.before ? " is what it held before plus their sum" : " is their sum") +
+    (((event.hooks || {})[name] || []).length ? ", with its hooks' change." : ".")));
   out.append(h("div.measure", { role: "radiogroup", "aria-label": "What each bar measures" },
     h("span", {}, "Bars show: "),
     radio("measure", "sum", !cell, "the sum of all entries", () => hooks.onCell(null)),
