@@ -71,3 +71,33 @@ def test_two_uses_add_up_to_grad_only_from_none_and_without_a_hook(accumulation,
     assert plain(HOOKED)["w"].grad.tolist() == [50.0, 50.0]  # the hook's × 10, not 2 + 3
     hooked = accumulation.evaluate(LEAD, [trace_source(HOOKED), 0, "w"])
     assert hooked.endswith(".grad is their sum, with its hooks' change."), hooked
+
+
+RETURNED = """
+    import torch
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    w.register_hook(lambda g: g * 10)
+    (got,) = torch.autograd.grad((w * 2 + w * 3).sum(), [w])
+"""
+
+WHOLE = """([doc, index, name]) => {
+  const ev = doc.events[index];
+  const hooks = { cell: null, onCell() {}, onHover() {}, onPickNode() {}, onEvent() {},
+                  onLine() {}, diagnostics: [], chartScale: 1 };
+  const view = window.acc.paramView(doc, ev, name, hooks);
+  document.body.append(view);
+  return [view.querySelector(".accumulation .lead-in").textContent,
+          view.querySelector(".accumulation .check").textContent, view.textContent];
+}"""
+
+
+def test_a_hook_on_an_autograd_grad_input_is_its_change_to_what_was_returned(accumulation,
+                                                                              trace_source):
+    ns = plain(RETURNED)
+    assert ns["got"].tolist() == [50.0, 50.0] and ns["w"].grad is None  # the hook's × 10
+    lead, check, text = accumulation.evaluate(WHOLE, [trace_source(RETURNED), 0, "w"])
+    assert lead.endswith("what autograd.grad returns is their sum, with its hooks' change."), lead
+    # the bars measure the sum of all entries: PyTorch's 50 + 50
+    assert "they agree" in check and f"= {ns['got'].sum().item():g};" in check, check
+    assert "its change to what autograd.grad returned" in text
+    assert "on the way into .grad" not in text
