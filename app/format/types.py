@@ -250,7 +250,7 @@ class StepEvent(TypedDict):
     line: NotRequired[int | None]
     lr: NotRequired[list[float | None]]
     settings: NotRequired[list[dict]]  # each parameter group's settings (lr, momentum, betas…)
-    scaler: NotRequired[dict]  # {"scale"}: a GradScaler divided each .grad by it just before
+    scaler: NotRequired[dict]  # {"scale", "unscaled_first"?}: each .grad divided by it just before
 
 
 Event = BackwardEvent | StepEvent

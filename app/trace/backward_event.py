@@ -204,14 +204,23 @@ class BackwardRecording:
                               "grad": summarize(change, budget=self._budget)}]
             for name, tensor, hooks in self._hooked.values():
                 arrived, uses = self._arrived.get(name), self._uses_sum.get(name)
+                # torch.autograd.grad runs the leaf's tensor hooks on what it returns, and no
+                # AccumulateGrad: the result is what arrived, and nothing is added to .grad
+                returned = arrived is None and name in self._returned
+                if returned:
+                    arrived = self._returned[name]
                 if arrived is None or uses is None:
-                    continue  # the engine did not accumulate it (autograd.grad, an error)
+                    continue  # the engine did not accumulate it (an error)
                 shares = []
                 lines = sorted({line for kind, line in hooks if kind == "hook" and line})
                 if not _same(arrived, uses):
                     shares.append({"kind": "hook", "lines": lines,
                                    "grad": summarize(arrived - uses, budget=self._budget),
                                    "from_norm": norm_of(uses), "to_norm": norm_of(arrived)})
+                if returned:
+                    if shares:
+                        out[name] = out.get(name, []) + shares
+                    continue
                 before = self._grad_before.get(name)
                 added = arrived if before is None else before + arrived
                 after = tensor.grad
@@ -240,9 +249,12 @@ class BackwardRecording:
             h.remove()
         self._handles.clear()
 
-    def finish(self, error: BaseException | None = None, results: Any = None) -> dict:
-        """The event, once the engine has run (or failed)."""
+    def finish(self, error: BaseException | None = None, results: Any = None,
+               inputs: list[torch.Tensor] | None = None) -> dict:
+        """The event, once the engine has run (or failed). `results`: what torch.autograd.grad
+        returned for its `inputs`, in their order."""
         self.remove_hooks()
+        self._returned = _returned_to_hooked(self._hooked.values(), results, inputs)
         with self._guard():
             grads = {name: {"before": self._before[name],
                             "after": summarize(t.grad, budget=self._budget)}
@@ -307,6 +319,21 @@ class BackwardRecording:
         if error is not None:
             event["error"] = {"type": type(error).__name__, "message": clip(str(error).strip())}
         return event
+
+
+def _returned_to_hooked(hooked, results: Any, inputs: list[torch.Tensor] | None
+                       ) -> dict[str, torch.Tensor]:
+    """What torch.autograd.grad returned for each hooked leaf among its inputs, by name."""
+    if results is None or not inputs:
+        return {}
+    results = tensors_of(results) if not isinstance(results, (list, tuple)) else list(results)
+    by_id = {id(t): i for i, t in enumerate(inputs)}
+    out = {}
+    for name, tensor, _hooks in hooked:
+        i = by_id.get(id(tensor))
+        if i is not None and i < len(results) and isinstance(results[i], torch.Tensor):
+            out[name] = results[i].detach()
+    return out
 
 
 def tensors_of(x: Any) -> list[torch.Tensor]:

@@ -93,7 +93,7 @@ def _copied_template(line: int, names: list[str], trained: dict[str, str]) -> di
                  f"{what} require grad but receive no gradient: {tail}", params=sorted(names))
 
 
-def _hook_changed(name: str, share: dict, index: int, passes: int) -> dict:
+def _hook_changed(name: str, share: dict, index: int, passes: int, returned: bool) -> dict:
     lines = share["lines"]
     where = (f"at line {lines[0]}" if len(lines) == 1 else
              "at lines " + ", ".join(map(str, lines)) if lines else "in the script")
@@ -103,13 +103,17 @@ def _hook_changed(name: str, share: dict, index: int, passes: int) -> dict:
     if share.get("from_norm") is not None and share.get("to_norm") is not None:
         norms = f" from norm {share['from_norm']:.4g} to {share['to_norm']:.4g}"
     more = f" (and in {passes - 1} more backward passes)" if passes > 1 else ""
-    into = {"hook": "on its way into `.grad`",
+    # torch.autograd.grad runs a leaf's tensor hooks on the gradient it returns, and fills no
+    # .grad
+    into = {"hook": "before torch.autograd.grad returned it" if returned else
+            "on its way into `.grad`",
             "module backward hook": "as it left the module (its grad_input)"}.get(
         share["kind"], "after it was added to `.grad`")
+    total = "what torch.autograd.grad returns" if returned else "`.grad`"
     return _diag("hook_changed", "info",
                  f"{what.capitalize()} registered {where} changed the gradient of `{name}`"
                  f"{norms} {into} in backward #{index}{more}: its uses no longer sum to "
-                 "`.grad` by themselves, and the hook's change is drawn as a share of its own.",
+                 f"{total} by themselves, and the hook's change is drawn as a share of its own.",
                  params=[name], event=index)
 
 
@@ -187,14 +191,15 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
             out.append(_copied_template(line, names, trained))
 
     # a hook on a leaf changes its gradient between its uses and .grad: said once per leaf
-    hooked: dict[str, tuple[dict, int, int]] = {}  # leaf -> (first share, its pass, passes)
+    # leaf -> (first share, its pass, passes, whether that pass returned it: autograd.grad)
+    hooked: dict[str, tuple[dict, int, int, bool]] = {}
     for e in backward_events:
         for name, shares in (e.get("hooks") or {}).items():
             first = hooked.get(name)
-            hooked[name] = (shares[0], e["index"], 1) if first is None else \
-                (first[0], first[1], first[2] + 1)
-    for name, (share, index, passes) in hooked.items():
-        out.append(_hook_changed(name, share, index, passes))
+            hooked[name] = (shares[0], e["index"], 1, name in (e.get("inputs") or ())) \
+                if first is None else (first[0], first[1], first[2] + 1, first[3])
+    for name, (share, index, passes, returned) in hooked.items():
+        out.append(_hook_changed(name, share, index, passes, returned))
 
     # a legacy module backward hook runs on the node that made the module's output: said
     # once per hook, on that node of the first pass it ran in
@@ -216,10 +221,15 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
         index, k, returned = found[0]
         more = f" (and in {len(found) - 1} more backward passes)" if len(found) > 1 else ""
         into = "the gradient autograd.grad returns is" if returned else "`.grad` receives"
+        # a hook on the leaf changes the sum before it lands (hook_changed says how)
+        hooked_there = name in (next(e for e in backward_events if e["index"] == index)
+                                .get("hooks") or {})
         out.append(_diag(
             "multiple_uses", "info",
             f"`{name}` is used {k} times in backward #{index}{more}: each use sends its own "
-            f"gradient, and {into} their sum.", params=[name], event=index))
+            f"gradient, and {into} their sum"
+            + (", with the change a hook on it made." if hooked_there else "."),
+            params=[name], event=index))
 
     for e in backward_events:
         for name in e.get("dropped") or ():

@@ -3,9 +3,10 @@ the steps it skipped.
 
 Mixed precision scales the loss before backward (`scaler.scale(loss)`: the whole backward carries
 gradients `scale` times too big, so small float16 ones do not underflow), then `scaler.step`
-divides each `.grad` by the scale and calls `optimizer.step()` only where every gradient is
-finite; `scaler.update()` then lowers the scale after a skipped step (and raises it after a run
-of good ones). A skipped step leaves no step event at all, so without this the page would say
+divides each `.grad` by the scale (unless the script's `scaler.unscale_` already did: then
+`unscaled_first`) and calls `optimizer.step()` only where every gradient is finite;
+`scaler.update()` then lowers the scale after a skipped step (and raises it after a run of good
+ones). A skipped step leaves no step event at all, so without this the page would say
 nothing of a step the script wrote. The scales are the scaler's own (`get_scale()`), the skip is
 `optimizer.step()` not having run.
 """
@@ -23,6 +24,20 @@ from app.format import diagnostic
 __all__ = ["ScalerWatch"]
 
 MAX_NOTES = 100  # skipped steps said, per run
+
+
+def _unscaled_already(scaler, optimizer) -> bool:
+    """Had the script called `scaler.unscale_(optimizer)` since the last step (to clip the
+    gradients, as PyTorch's AMP examples do)? Then `.grad` is divided already, and
+    `scaler.step` does not divide it again. Read without adding the optimizer to the scaler's
+    states (a defaultdict)."""
+    try:
+        from torch.amp.grad_scaler import OptState
+
+        state = scaler._per_optimizer_states.get(id(optimizer))
+        return bool(state) and state.get("stage") is OptState.UNSCALED
+    except Exception:  # noqa: BLE001 - a torch without these internals: said as before
+        return False
 
 
 class ScalerWatch:
@@ -44,8 +59,9 @@ class ScalerWatch:
             if not scaler.is_enabled():
                 return step(scaler, optimizer, *args, **kwargs)
             before = watch._stepped()
+            unscaled = _unscaled_already(scaler, optimizer)
             result = step(scaler, optimizer, *args, **kwargs)
-            watch._saw_step(scaler, before)
+            watch._saw_step(scaler, before, unscaled)
             return result
 
         @functools.wraps(update)
@@ -64,7 +80,7 @@ class ScalerWatch:
     def _stepped(self) -> tuple[int, Any]:
         return self.recorder.steps_taken, self.recorder.last_step
 
-    def _saw_step(self, scaler, before: tuple[int, Any]) -> None:
+    def _saw_step(self, scaler, before: tuple[int, Any], unscaled: bool = False) -> None:
         try:
             with self.recorder.guard():
                 scale = float(scaler.get_scale())
@@ -74,6 +90,8 @@ class ScalerWatch:
                     # step past the recording limit has no event to say it on)
                     if step is not None and step is not before[1]:
                         step["scaler"] = {"scale": scale}
+                        if unscaled:  # the script's unscale_ divided; scaler.step did not
+                            step["scaler"]["unscaled_first"] = True
                 elif len(self.skipped) < MAX_NOTES:
                     note = {"line": self.recorder.current_line(), "scale": scale,
                             "new_scale": None}

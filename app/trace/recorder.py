@@ -284,7 +284,9 @@ class Recorder:
                 self._recording = None
                 recording.remove_hooks()
             try:
-                event = recording.finish(results=result if returns_grads else None)
+                event = recording.finish(
+                    results=result if returns_grads else None,
+                    inputs=[t for t, _name in input_names] if input_names else None)
                 if seed is not None:
                     self._note_seed(event, seed)
             except BaseException:

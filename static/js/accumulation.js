@@ -86,7 +86,10 @@ function backwardView(doc, event, name, hooks) {
     contribs.length === 1 ? "Used once: its gradient is one contribution." :
       `Used ${contribs.length} times: each use sends its own gradient, and `,
   inner || dropped || contribs.length === 1 ? "" : (returns ? "what autograd.grad returns" : h("code", {}, ".grad")),
-  inner || dropped || contribs.length === 1 ? "" : " is their sum."));
+  inner || dropped || contribs.length === 1 ? "" :
+    // AccumulateGrad adds onto a .grad an earlier pass left, and a hook's change is its own
+    (grads.before ? " is what it held before plus their sum" : " is their sum") +
+    (((event.hooks || {})[name] || []).length ? ", with its hooks' change." : ".")));
   out.append(h("div.measure", { role: "radiogroup", "aria-label": "What each bar measures" },
     h("span", {}, "Bars show: "),
     radio("measure", "sum", !cell, "the sum of all entries", () => hooks.onCell(null)),
@@ -108,7 +111,7 @@ function backwardView(doc, event, name, hooks) {
   // what the script's hooks on this leaf changed: a share of its own, so the bars add up
   const shares = ((event.hooks || {})[name] || []);
   shares.forEach((s) => {
-    rows.push({ kind: "hook", value: measure(s.grad, cell), label: hookLabel(s) });
+    rows.push({ kind: "hook", value: measure(s.grad, cell), label: hookLabel(s, returns) });
   });
   if (inner) {
     rows.push({ kind: "hook", label: "added by the backward inside this one",
@@ -141,7 +144,7 @@ function backwardView(doc, event, name, hooks) {
     maps.append(heatmap(grads.after, { title: totalName, ...size }));
     if (grads.before) maps.append(heatmap(grads.before, { title: ".grad before", ...size }));
     contribs.forEach((c, i) => maps.append(heatmap(c.grad, { title: `use ${i + 1} (${c.node})`, ...size })));
-    shares.forEach((s) => maps.append(heatmap(s.grad, { title: hookLabel(s), ...size })));
+    shares.forEach((s) => maps.append(heatmap(s.grad, { title: hookLabel(s, returns), ...size })));
     out.append(h("h4", {}, "Heat maps, one colour scale"), colourBar(scale), maps);
   } else if (grads.after) {
     out.append(h("p.hint", {}, grads.after.numel > MAX_VALUES ?
@@ -157,10 +160,11 @@ function backwardView(doc, event, name, hooks) {
   return out;
 }
 
-/** "hook at line 6": what a hook on the leaf added (or took away) on the way into .grad. */
-function hookLabel(share) {
+/** "hook at line 6": what a hook on the leaf added (or took away) on the way into .grad, or
+ *  into what torch.autograd.grad returned (`returns`), which runs the hook and fills no .grad. */
+function hookLabel(share, returns = false) {
   const where = share.lines && share.lines.length ? ` at ${share.lines.map(lineLabel).join("; ")}` : "";
-  if (share.kind === "hook") return `hook${where}: its change on the way into .grad`;
+  if (share.kind === "hook") return `hook${where}: its change ${returns ? "to what autograd.grad returned" : "on the way into .grad"}`;
   if (share.kind === "module backward hook") return `module hook${where}: its change to grad_input`;
   return `post-accumulate-grad hook${where}: its change to .grad`;
 }

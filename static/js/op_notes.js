@@ -22,9 +22,19 @@ export const OP_NOTES = {
   AccumulateGrad: "Adds the gradient that arrives to this leaf's .grad (or sets .grad, if it was None).",
 };
 
-/** The sentence for a node, or null: by its backward's name (an AccumulateGrad: a leaf). */
-export function opNote(node) {
-  if (node.kind === "param" || node.kind === "leaf") return OP_NOTES.AccumulateGrad;
+// A leaf's AccumulateGrad adds nothing in two passes: torch.autograd.grad does not run it, and
+// it drops what arrives once the leaf's requires_grad went off after the forward
+export const LEAF_IN_AUTOGRAD_GRAD = "torch.autograd.grad does not run this leaf's AccumulateGrad: it returns the gradient that reaches the leaf, if the leaf is one of its inputs, and leaves .grad as it was.";
+export const LEAF_DROPPED = "Its requires_grad was switched off after the forward: its AccumulateGrad drops the gradient that arrives, and .grad is left as it was.";
+
+/** The sentence for a node in `event`'s pass, or null: by its backward's name (an
+ *  AccumulateGrad: a leaf, said as the pass ran it). */
+export function opNote(node, event = {}) {
+  if (node.kind === "param" || node.kind === "leaf") {
+    if (Array.isArray(event.inputs)) return LEAF_IN_AUTOGRAD_GRAD;
+    if ((event.dropped || []).includes(node.param || node.label)) return LEAF_DROPPED;
+    return OP_NOTES.AccumulateGrad;
+  }
   return Object.hasOwn(OP_NOTES, node.name) ? OP_NOTES[node.name] : null;
 }
 

@@ -18,7 +18,7 @@ export function nodeView(event, node, hooks) {
     h("p.meta", {}, h(`span.kind-chip.kind-${node.kind}`, {}, kind.label), ` · id ${node.id}`),
   );
   // what its backward does, where op_notes.js knows it; a named non-leaf keeps no .grad
-  const note = opNote(node);
+  const note = opNote(node, event);
   if (note) body.append(h("p.op-note", {}, note));
   if (node.kind === "op" && node.label && node.label !== node.name) {
     body.append(h("p.op-note", {}, ...richText(nonLeafNote(`\`${node.label}\``))));

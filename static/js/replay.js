@@ -36,12 +36,25 @@ export function renderReplayStatus(el, event, state, nodes) {
     return;
   }
   if (!state.current) {
-    fill(el, h("strong", {}, `step 0 of ${state.total}`), ": the gradient starts at the output (d output / d output = 1).");
+    fill(el, h("strong", {}, `step 0 of ${state.total}`), ": the gradient starts at the output " +
+      (givenSeed(event) ? "from the gradient the script passed (backward(gradient=...), grad_tensors " +
+        "or grad_outputs)." : "(d output / d output = 1)."));
     return;
   }
   const n = nodes.get(state.current) || { name: state.current };
+  const leaf = n.param || n.label;
+  // requires_grad switched off after the forward: its AccumulateGrad runs and adds nothing
+  const dropped = (event.dropped || []).includes(leaf);
   fill(el, h("strong", {}, `step ${state.step} of ${state.total}`), ": ",
     h("code", {}, n.name), ` (${n.id})`, n.kind === "param" || n.kind === "leaf" ?
-      ` adds its gradient into ${n.param || n.label}.grad` : n.line ? `, from ${lineLabel(n.line)}` : "",
+      (dropped ? ` drops its gradient: ${leaf}.requires_grad was switched off after the forward, ` +
+        `so ${leaf}.grad is left as it was` : ` adds its gradient into ${leaf}.grad`) :
+      n.line ? `, from ${lineLabel(n.line)}` : "",
     state.step === state.total ? " — backward is done." : "");
+}
+
+/** Did the script start this pass from a gradient of its own? (A pass autograd-lab ran for a
+ *  script with no backward() starts from ones: d output / d output, as said.) */
+function givenSeed(event) {
+  return !event.synthetic && (event.seed || []).some((s) => s !== null && s !== undefined);
 }

@@ -23,10 +23,16 @@ export function settingsText(settings) {
 export function ruleSentences(event, change) {
   const said = optimizerSentences(event, change);
   if (event.scaler && typeof event.scaler.scale === "number") {
-    said.push(`A GradScaler ran this step: scaler.step divided each .grad by its scale ` +
-      `(${fmt(event.scaler.scale)}), found them finite, and then called ` +
-      `${event.optimizer}.step(), so the update used .grad ÷ ${fmt(event.scaler.scale)} ` +
-      "(the gradient of the unscaled loss, where the loss was scaled with scaler.scale).");
+    // after the script's own scaler.unscale_ (to clip, say), scaler.step divides nothing
+    const scale = fmt(event.scaler.scale);
+    said.push(event.scaler.unscaled_first ?
+      `A GradScaler ran this step: the script's scaler.unscale_ had already divided each .grad ` +
+      `by its scale (${scale}), so scaler.step did not divide again; it found them finite and ` +
+      `called ${event.optimizer}.step() on .grad as the script left it (clipped, if it clipped ` +
+      "after unscale_)." :
+      `A GradScaler ran this step: scaler.step divided each .grad by its scale (${scale}), found ` +
+      `them finite, and then called ${event.optimizer}.step(), so the update used .grad ÷ ` +
+      `${scale} (the gradient of the unscaled loss, where the loss was scaled with scaler.scale).`);
   }
   return said;
 }
@@ -49,8 +55,10 @@ function optimizerSentences(event, change) {
       `(its gradient + ${fmt(m)} × its momentum buffer)` : "its momentum buffer");
     const out = [`SGD step #${event.index}: each weight moves by −lr × ${lead} (lr = ${fmt(lr)})${up}.`];
     if (wd) {
-      out.push(`Weight decay adds ${fmt(wd)} × the weight to the gradient first, so a weight moves ` +
-        "even where its .grad is 0.");
+      // maximize negates the gradient before the decay is added: the decay still shrinks
+      out.push(`Weight decay adds ${fmt(wd)} × the weight to the gradient first` +
+        (settings.maximize ? " (to the negated gradient: maximize flips only the gradient, so " +
+          "the decay still shrinks the weight)" : "") + ", so a weight moves even where its .grad is 0.");
     }
     if (m) {
       const d = num(settings.dampening) || 0;
@@ -64,17 +72,22 @@ function optimizerSentences(event, change) {
   if (name === "Adam" || name === "AdamW") {
     const [b1, b2] = settings.betas || [];
     const first = !state.step;
-    const out = [`${name} step #${event.index}: each weight moves by lr × the running mean of its ` +
-      "gradient divided by the root of the running mean of its square, so the size of a step does " +
-      `not follow the gradient's scale (lr = ${fmt(lr)}, betas = (${fmt(b1)}, ${fmt(b2)}), ` +
-      `eps = ${fmt(settings.eps)})${up}.`];
+    // −lr, not lr: a step goes down the gradient; and both means are divided by 1 − beta^step
+    // (they start at 0): without that a first step would be 0.1 / √0.001 ≈ 3.2 × lr with the
+    // default betas, not lr
+    const out = [`${name} step #${event.index}: each weight moves by −lr × the running mean of its ` +
+      "gradient ÷ (the root of the running mean of its square + eps), each mean first divided by " +
+      "1 − its beta^step (both start at 0), so the size of a step does not follow the gradient's " +
+      `scale (lr = ${fmt(lr)}, betas = (${fmt(b1)}, ${fmt(b2)}), eps = ${fmt(settings.eps)})${up}.`];
     if (first && !wd) {
       out.push("On this first step each weight whose gradient is well above eps moves by about lr itself.");
     }
     if (wd) {
       out.push(name === "AdamW" || settings.decoupled_weight_decay ?
         `Weight decay (decoupled) first shrinks each weight by lr × ${fmt(wd)} × the weight.` :
-        `Weight decay adds ${fmt(wd)} × the weight to the gradient before the running means.`);
+        `Weight decay adds ${fmt(wd)} × the weight to the gradient before the running means` +
+        (settings.maximize ? " (to the negated gradient: maximize flips only the gradient, so " +
+          "the decay still pulls the weight toward 0)." : "."));
     }
     if (settings.amsgrad) out.push("AMSGrad divides by the largest running mean square seen so far.");
     return out;

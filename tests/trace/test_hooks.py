@@ -135,3 +135,34 @@ def test_torchs_own_hook_function_is_not_the_scripts_custom_function(traced):
     hooks = [n for n in event["graph"]["nodes"] if n["name"] == "BackwardHookFunctionBackward"]
     assert hooks and all(n["kind"] == "op" for n in hooks)
     assert not any("BackwardHookFunction" in d["message"] for d in traced["diagnostics"])
+
+
+# torch.autograd.grad runs the input leaf's tensor hook on the gradient it returns (and no
+# AccumulateGrad): the hook's change is a share of what it returned, and .grad stays None
+RETURNED = """
+import torch
+w = torch.tensor([1.0, 2.0], requires_grad=True)
+w.register_hook(lambda g: g * 10)                 # line 4
+(got,) = torch.autograd.grad((w * 2 + w * 3).sum(), [w])
+"""
+
+
+def test_autograd_grad_returns_what_the_leafs_hook_made_and_the_share_says_so(trace_source):
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    w.register_hook(lambda g: g * 10)
+    (got,) = torch.autograd.grad((w * 2 + w * 3).sum(), [w])
+    assert got.tolist() == [50.0, 50.0] and w.grad is None  # 10 × (2 + 3); nothing in .grad
+
+    doc = trace_source(RETURNED)
+    (event,) = backward_events(doc)
+    assert event["results"][0]["values"] == got.tolist()
+    (share,) = event["hooks"]["w"]
+    assert share["kind"] == "hook" and share["lines"] == [4]
+    # the uses (2 + 3) and the hook's share add up to what PyTorch returned
+    assert contribution_sum(event, "w").tolist() == got.tolist()
+    assert share["grad"]["values"] == [45.0, 45.0]
+    (changed,) = [d["message"] for d in diagnostics(doc, "hook_changed")]
+    assert "before torch.autograd.grad returned it" in changed and "`.grad`" not in changed
+    (used,) = [d["message"] for d in diagnostics(doc, "multiple_uses")]
+    assert used.endswith("the gradient autograd.grad returns is their sum, with the change a "
+                         "hook on it made."), used

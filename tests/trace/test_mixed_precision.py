@@ -105,3 +105,39 @@ def test_a_skipped_step_is_said_with_the_scales_pytorch_used(trace_source):
                                   strict=True):
         assert f"at line 10 skipped optimizer.step(): the gradients, scaled by {scale:g}" in said
         assert f"set the scale to {after:g}" in said
+
+
+# PyTorch's AMP recipe for clipping: unscale_ first, clip, then scaler.step (which then does not
+# divide again)
+UNSCALED_FIRST = """
+    import torch
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for clip in (False, True):
+        opt.zero_grad()
+        scaler.scale((w * torch.tensor([3.0, 40.0])).sum()).backward()
+        if clip:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_([w], max_norm=1.0)
+        scaler.step(opt)
+        scaler.update()
+"""
+
+
+def test_a_step_after_the_scripts_own_unscale_is_marked_unscaled_first(trace_source):
+    # plain PyTorch: after unscale_, scaler.step leaves .grad as it finds it (no second division)
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = torch.optim.SGD([w], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler.scale((w * torch.tensor([3.0, 40.0])).sum()).backward()
+    scaler.unscale_(opt)
+    w.grad.mul_(0.5)  # what the script does between unscale_ and step
+    scaler.step(opt)
+    assert w.grad.tolist() == [1.5, 20.0]
+    assert torch.allclose(w.detach(), torch.tensor([1.0, -2.0]) - 0.1 * w.grad)
+
+    doc = trace_source(UNSCALED_FIRST)
+    first, second = [e for e in doc["events"] if e["kind"] == "step"]
+    assert first["scaler"] == {"scale": 1024.0}  # scaler.step divided
+    assert second["scaler"] == {"scale": 1024.0, "unscaled_first": True}

@@ -171,3 +171,33 @@ def test_a_named_non_leaf_keeps_no_grad_unless_retained():
     kept.retain_grad()
     ((h * h).sum() + (kept * kept).sum()).backward()
     assert not h.is_leaf and h.grad is None and kept.grad is not None
+
+
+def leaf_note(name: str) -> str:
+    """One of op_notes.js's sentences for a leaf whose AccumulateGrad adds nothing."""
+    found = re.search(rf'^export const {name} = "(.*)";$', NOTES.read_text(), re.M)
+    assert found, f"op_notes.js has no {name}"
+    return found.group(1)
+
+
+def test_autograd_grad_runs_no_accumulate_grad_and_leaves_grad_alone():
+    assert "leaves .grad as it was" in leaf_note("LEAF_IN_AUTOGRAD_GRAD")
+    w, x = leaf(1.0, 2.0), leaf(3.0, 4.0)
+    ran = []
+    w.register_post_accumulate_grad_hook(lambda p: ran.append(p))  # runs where AccumulateGrad does
+    (got,) = torch.autograd.grad((w * x).sum(), [w])
+    assert got.tolist() == [3.0, 4.0]  # returned: the gradient that reached w
+    assert w.grad is None and x.grad is None and not ran  # nothing accumulated, for either
+    w.grad = torch.tensor([7.0, 7.0])
+    torch.autograd.grad((w * x).sum(), [w])
+    assert w.grad.tolist() == [7.0, 7.0]  # a .grad it held is left as it was
+
+
+def test_a_leaf_switched_off_after_the_forward_drops_what_arrives():
+    assert "drops the gradient that arrives" in leaf_note("LEAF_DROPPED")
+    w = leaf(1.0, 2.0)
+    w.grad = torch.tensor([7.0, 7.0])
+    y = (w * 3).sum()
+    w.requires_grad_(False)
+    y.backward()
+    assert w.grad.tolist() == [7.0, 7.0]
