@@ -6,6 +6,7 @@ import { hooksOnNode } from "./hook_calls.js";
 import { nonLeafNote, opNote } from "./op_notes.js";
 import { h, fmt, shapeText, richText } from "./dom.js";
 import { lineLabel } from "./lines.js";
+import { moduleBars } from "./memory_bars.js";
 
 /**
  * hooks: {kinds, onLine(n), onNode(id), onReplay(step), diagnostics}
@@ -192,11 +193,10 @@ export function bytesText(n) {
 }
 
 /** What a pass's graph held for backward (the Trace's saved_memory): a line, and the modules
- *  that held the most. */
+ *  that held the most, as bars. */
 export function savedMemoryParts(ev) {
   const m = ev && ev.saved_memory;
   if (!m) return null;
-  const top = Object.entries(m.by_module).filter(([, b]) => b > 0).sort((a, b) => b[1] - a[1]).slice(0, 5);
   const checkpoints = (ev.graph && ev.graph.checkpoints) || [];
   // what a pack hook keeps is its own; a checkpoint's are said by checkpointPassParts
   const inRegions = ev.graph.nodes.filter((n) => n.checkpoint !== undefined)
@@ -210,6 +210,5 @@ export function savedMemoryParts(ev) {
       others > 0 ? ` ${others} more saved tensor${others > 1 ? "s were" : " was"} taken by a ` +
         "saved-tensor hook, not counted: what the hook keeps is its own." : ""),
     checkpointPassParts(ev) || "",
-    top.length ? h("ul.saved-by-module", {}, top.map(([name, b]) =>
-      h("li", {}, h("code", {}, name), ` ${bytesText(b)}`))) : "");
+    moduleBars(m) || "");
 }

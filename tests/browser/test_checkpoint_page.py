@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import runpy
 import sys
 
@@ -118,3 +119,66 @@ def test_a_reentrant_checkpoint_s_node_says_it_ran_its_forward_again(watched):
     # both regions' forwards, as PyTorch ran them again during backward
     assert sorted(said) == sorted(dict.fromkeys(account["rerun"]))
     watched.shot("reentrant", full_page=False)
+
+
+def test_the_memory_bars_are_the_trace_s_bytes_by_module(watched):
+    """The pass's bars on the scenario page, then every variant's on the compare page, one
+    scale for all: each bar's number is the Trace's by_module (itself checked against a pack
+    hook in tests/trace/test_saved_memory.py), and its length is that number over the largest."""
+    page = watched.page
+    open_scenario(watched, "checkpointing", "variant=without")
+    [event] = [e for e in api_trace(watched, "checkpointing", "variant=without")["events"]
+               if e["kind"] == "backward"]
+    page.wait_for_selector("#details .saved-by-module li[data-bytes]")
+    by_module = {m: b for m, b in event["saved_memory"]["by_module"].items() if b > 0}
+    shown = bars(page, "#details")
+    assert shown and set(shown) <= set(by_module)
+    assert {m: b for m, (b, _) in shown.items()} == {m: by_module[m] for m in shown}
+    largest = max(by_module.values())
+    assert max(by_module.values()) in [b for b, _ in shown.values()]  # the largest is shown
+    for b, width in shown.values():
+        assert width == pytest.approx(100 * b / largest, abs=0.01)
+    watched.shot("bars", full_page=False)
+
+    page.goto(watched.base + "/scenarios/checkpointing/compare")
+    page.wait_for_function("() => [...document.querySelectorAll('.compare-status')].every("
+                           "s => /event/.test(s.textContent))")
+    page.wait_for_selector(".compare-memory li[data-bytes]")
+    held, columns = {}, {}
+    for variant in ("without", "with", "reentrant"):
+        [ev] = [e for e in api_trace(watched, "checkpointing", f"variant={variant}")["events"]
+                if e["kind"] == "backward"]
+        card = f".compare-card[data-variant='{variant}']"
+        held[variant] = int(page.locator(f"{card} .compare-memory p[data-held]").get_attribute(
+            "data-held"))
+        assert held[variant] == ev["saved_memory"]["held_bytes"]
+        columns[variant] = bars(page, card)
+        assert {m: b for m, (b, _) in columns[variant].items()} == \
+            {m: ev["saved_memory"]["by_module"][m] for m in columns[variant]}
+    assert held["with"] < held["without"]
+    # one scale across the columns: the largest module of all draws the full bar
+    everything = [bw for col in columns.values() for bw in col.values()]
+    top = max(b for b, _ in everything)
+    for b, width in everything:
+        assert width == pytest.approx(100 * b / top, abs=0.01)
+    watched.shot("compare", full_page=True)
+
+
+def bars(page, scope: str) -> dict[str, tuple[int, float]]:
+    """module -> (bytes the bar says, the bar's width in percent), as the page drew them."""
+    rows = page.evaluate("""scope => [...document.querySelectorAll(
+        `${scope} .saved-by-module li[data-bytes]`)].map(li => [li.dataset.module,
+        Number(li.dataset.bytes), li.querySelector('rect').getAttribute('width'),
+        li.textContent])""", scope)
+    out = {}
+    for module, size, width, text in rows:
+        # the name, then the bytes as people read them (powers of 1000, 2 or 3 digits)
+        said = re.fullmatch(rf"{re.escape(module)} ([\d.]+) (B|kB|MB|GB)", text.strip())
+        assert said, text
+        number = float(said.group(1)) * UNITS[said.group(2)]
+        assert abs(number - size) <= 0.05 * size, (text, size)
+        out[module] = (size, float(width.rstrip("%")))
+    return out
+
+
+UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
