@@ -105,6 +105,7 @@ class Node(TypedDict):
     gradcheck: NotRequired[Gradcheck]
     saved: NotRequired[list[SavedValue]]
     compiled_region: NotRequired[int]  # a CompiledFunctionBackward node: its CompiledRegion's id
+    checkpoint: NotRequired[int]  # made in a non-reentrant checkpoint: Graph.checkpoints index
 
 
 class Edge(TypedDict):
@@ -124,12 +125,26 @@ class Cut(TypedDict):
     line: NotRequired[int | None]
 
 
+class CheckpointRegion(TypedDict):
+    """A non-reentrant checkpoint's region: all it keeps for backward is its inputs."""
+    inputs: list[SavedValue]
+
+
 class Graph(TypedDict):
     nodes: list[Node]
     edges: list[Edge]
     roots: list[str]
     truncated: NotRequired[bool]
     cuts: NotRequired[list[Cut]]
+    checkpoints: NotRequired[list[CheckpointRegion]]
+
+
+class RecomputedForward(TypedDict):
+    """A module forward a checkpoint ran again during a backward pass."""
+    module: str
+    type: str                     # the module's class name
+    checkpoint: NotRequired[int]  # a non-reentrant one's region: Graph.checkpoints index
+    node: NotRequired[str]        # a reentrant one's CheckpointFunctionBackward node
 
 
 class Contribution(TypedDict):
@@ -212,6 +227,7 @@ class BackwardEvent(TypedDict):
     # one (a reentrant checkpoint's); `nested` counts those backward passes
     inner: NotRequired[list[str]]
     nested: NotRequired[int]
+    recomputed: NotRequired[list[RecomputedForward]]  # a checkpoint's forward, run again
     # the gradient each root started from (backward(gradient=...)); absent: autograd's 1
     seed: NotRequired[list[TensorSummary | None]]
     gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for

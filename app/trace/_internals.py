@@ -9,14 +9,19 @@ upgrade that renames or removes one fails loudly there rather than quietly empty
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import torch
+import torch.utils.checkpoint as _checkpoint
 
 __all__ = [
     "FREED",
     "Modified",
+    "CHECKPOINT_TAG",
     "accumulated_leaf",
+    "checkpoint_inputs",
+    "checkpoint_saving",
     "aot_eager_capturing",
     "compiled_original",
     "compiled_region_of",
@@ -35,6 +40,7 @@ __all__ = [
     "is_view_node",
     "plain_tensor",
     "node_metadata",
+    "recomputing_checkpoint",
     "saved_values",
     "saving_is_hooked",
     "PACKED",
@@ -93,6 +99,65 @@ PACKED = object()
 def saving_is_hooked() -> bool:
     """Is a saved_tensors_hooks pair active now (for the nodes being made)?"""
     return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+# torch.utils.checkpoint (use_reentrant=False) keeps a region's inputs on a frame object of its
+# own (`_CheckpointFrame.saved_args`, SavedTensors), not on a node, and its saved-tensor hooks
+# are closures over that frame: the region's pack hook (`_checkpoint_hook`), its recomputation's
+# pack hook (`_recomputation_hook`, behind dynamo's disable wrapper), the unpack hook that runs
+# the recomputation. Nodes made in a region carry a weak reference to their frame under this tag.
+CHECKPOINT_TAG = "autograd_lab.checkpoint"
+_CHECKPOINT_MODULE = "torch.utils.checkpoint"
+_CHECKPOINT_FILE = _checkpoint.__file__
+
+
+def checkpoint_saving() -> Any:
+    """The frame of the non-reentrant checkpoint whose forward is saving tensors now (its pack
+    hook is the innermost saved_tensors_hooks pair), else None."""
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    if not hooks:
+        return None
+    pack = hooks[0]
+    if getattr(pack, "__module__", None) != _CHECKPOINT_MODULE or \
+            not getattr(pack, "__qualname__", "").startswith("_checkpoint_hook."):
+        return None
+    code, cells = getattr(pack, "__code__", None), getattr(pack, "__closure__", None) or ()
+    if code is None or "frame" not in code.co_freevars:
+        return None
+    return cells[code.co_freevars.index("frame")].cell_contents
+
+
+def checkpoint_inputs(frame: Any) -> list[torch.Tensor]:
+    """The tensors a non-reentrant checkpoint keeps for its recomputation (its inputs). Read
+    through SavedTensor.data, which runs no unpack hook (`unpack` would run the script's)."""
+    out = []
+    for arg in getattr(frame, "saved_args", None) or ():
+        if isinstance(arg, torch._C._autograd.SavedTensor):
+            value = arg.data
+            if isinstance(value, torch.Tensor):
+                out.append(value)
+    return out
+
+
+def recomputing_checkpoint(max_depth: int = 200) -> Any:
+    """During a backward pass, the checkpoint whose forward is being run again now: the frame
+    of a non-reentrant one (its unpack hook is on the stack), or the node of a reentrant one
+    (CheckpointFunction.backward's `ctx` is its CheckpointFunctionBackward node); else None.
+    Read off the Python stack, which only the recomputation's own calls go through."""
+    if not in_backward_pass():
+        return None
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_filename == _CHECKPOINT_FILE:
+            name = frame.f_code.co_name
+            if name == "unpack_hook" and "frame" in frame.f_code.co_freevars:
+                return frame.f_locals.get("frame")
+            if name == "backward" and "ctx" in frame.f_code.co_varnames:
+                return frame.f_locals.get("ctx")
+        frame = frame.f_back
+    return None
 
 
 def saved_values(fn: Any, packed: bool = False) -> list[tuple[str, Any]]:

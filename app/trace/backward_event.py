@@ -26,6 +26,8 @@ from .hooks import HookCalls
 from .saved_memory import saved_memory
 from .summary import norm_of, summarize
 
+MAX_RECOMPUTED = 2000  # module forwards a checkpoint ran again, per pass (the schema's bound)
+
 __all__ = ["BackwardRecording"]
 
 
@@ -47,6 +49,9 @@ class BackwardRecording:
                                storage_names=storage_names, max_nodes=max_nodes)
         self.order: list[str] = []
         self.nested = 0  # backward passes torch ran inside this one (reentrant checkpoint)
+        # (checkpoint frame or node, module path, class) of each module forward a checkpoint
+        # ran again
+        self._recomputed: list[tuple[Any, str, str]] = []
         self.contributions: dict[str, list[dict]] = {}
         self._edge_grads: dict[tuple[str, int], dict] = {}
         self._handles: list[Any] = []
@@ -193,6 +198,27 @@ class BackwardRecording:
         for uses in self.contributions.values():
             uses.sort(key=made)
 
+    def note_recomputed(self, checkpoint: Any, module: str, cls: str) -> None:
+        """A module forward a checkpoint ran again during this pass (recorder.py finds which)."""
+        if len(self._recomputed) < MAX_RECOMPUTED:
+            self._recomputed.append((checkpoint, module, cls))
+
+    def _recomputed_forwards(self) -> list[dict]:
+        """Each module forward run again, with its region: a non-reentrant checkpoint's number
+        in this pass's graph, or a reentrant one's CheckpointFunctionBackward node."""
+        nodes = {id(fn): node_id for node_id, fn in self.walk.fns.items()}
+        out = []
+        for checkpoint, module, cls in self._recomputed:
+            entry: dict[str, Any] = {"module": clip(module, 1000), "type": clip(cls, 1000)}
+            index = self.walk.checkpoint_index(checkpoint)
+            node_id = nodes.get(id(checkpoint))
+            if index is not None:
+                entry["checkpoint"] = index
+            elif node_id is not None and self.walk.fns[node_id] is checkpoint:
+                entry["node"] = node_id
+            out.append(entry)
+        return out
+
     def _hook_shares(self) -> dict[str, list[dict]]:
         """For each hooked leaf, what its hooks changed: the tensor hooks, between the uses'
         sum and what reached AccumulateGrad; the post-accumulate-grad hooks, between that
@@ -310,7 +336,9 @@ class BackwardRecording:
             event["inner"] = inner
         if self.nested:
             event["nested"] = self.nested
-        if (memory := saved_memory(graph["nodes"])) is not None:
+        if (recomputed := self._recomputed_forwards()):
+            event["recomputed"] = recomputed
+        if (memory := saved_memory(graph["nodes"], graph.get("checkpoints", ()))) is not None:
             event["saved_memory"] = memory
         if result_summaries is not None:
             event["results"] = result_summaries

@@ -48,15 +48,26 @@ class Walk:
     # the memory behind saved tensors, numbered in the order the walk meets it: the same number
     # on two nodes is one allocation (a Trace holds no addresses, and reads the same each run)
     storages: dict[int, int] = field(default_factory=dict)
+    # non-reentrant checkpoint regions, numbered in the order the walk meets them: the frames
+    # (held while the pass is recorded, so ids stay theirs) and what each keeps (its inputs)
+    checkpoint_frames: dict[int, tuple[int, Any]] = field(default_factory=dict)
+    checkpoints: list[dict] = field(default_factory=list)
     truncated: bool = False
 
     def document(self) -> dict:
-        return {
+        doc = {
             "nodes": self.nodes,
             "edges": self.edges,
             "roots": self.roots,
             "truncated": self.truncated,
         }
+        if self.checkpoints:
+            doc["checkpoints"] = self.checkpoints
+        return doc
+
+    def checkpoint_index(self, frame: Any) -> int | None:
+        known = self.checkpoint_frames.get(id(frame))
+        return known[0] if known is not None and known[1] is frame else None
 
 
 def walk(
@@ -205,6 +216,10 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
     node["line"] = _script_line(fn, script_path)
     node["saved"] = _saved(fn, storage_names, w.storages,
                            packed=bool(meta.get(internals.PACKED_TAG)))
+    ref = meta.get(internals.CHECKPOINT_TAG)
+    frame = ref() if callable(ref) else None
+    if frame is not None:
+        node["checkpoint"] = _checkpoint(frame, w, storage_names)
     region = internals.compiled_region_of(fn)
     if region is not None:
         node["compiled_region"] = region  # its graphs: the Trace's compiled_regions
@@ -234,22 +249,43 @@ def _saved(fn: Any, storage_names: dict[int, str], storages: dict[int, int],
         elif isinstance(value, torch.Tensor):
             # read through torch's version check, which passed: the version it was saved at is
             # the one it has now (in-place changes before the save did it no harm)
-            entry = {"name": name, **describe(value), "version": value._version}
-            key = storage_key(value)
-            owner = storage_names.get(key)
-            if owner is not None:
-                entry["param"] = owner
-            if key is not None:
-                # the allocation's whole size (a saved view holds all of its base)
-                entry["bytes"] = value.untyped_storage().nbytes()
-                entry["storage"] = storages.setdefault(key, len(storages))
-            out.append(entry)
+            out.append(_tensor_entry(name, value, storage_names, storages))
         elif value is None:
             continue
         else:
             text = repr(value)
             out.append({"name": name, "value": text if len(text) <= 80 else text[:77] + "..."})
     return out
+
+
+def _tensor_entry(name: str, value: torch.Tensor, storage_names: dict[int, str],
+                  storages: dict[int, int]) -> dict:
+    entry = {"name": name, **describe(value), "version": value._version}
+    key = storage_key(value)
+    owner = storage_names.get(key)
+    if owner is not None:
+        entry["param"] = owner
+    if key is not None:
+        # the allocation's whole size (a saved view holds all of its base)
+        entry["bytes"] = value.untyped_storage().nbytes()
+        entry["storage"] = storages.setdefault(key, len(storages))
+    return entry
+
+
+MAX_CHECKPOINTS = 10_000  # regions listed per pass (the schema's bound)
+
+
+def _checkpoint(frame: Any, w: Walk, storage_names: dict[int, str]) -> int | None:
+    """The number of a non-reentrant checkpoint's region in this pass; met first, the region
+    is listed with the inputs it keeps (all it keeps: its forward runs again in backward)."""
+    index = w.checkpoint_index(frame)
+    if index is not None or len(w.checkpoints) >= MAX_CHECKPOINTS:
+        return index
+    w.checkpoint_frames[id(frame)] = (len(w.checkpoints), frame)
+    inputs = internals.checkpoint_inputs(frame)[:MAX_SAVED]
+    w.checkpoints.append({"inputs": [_tensor_entry(f"input {i}", t, storage_names, w.storages)
+                                     for i, t in enumerate(inputs)]})
+    return len(w.checkpoints) - 1
 
 
 def storage_key(t: torch.Tensor) -> int | None:

@@ -106,6 +106,8 @@ class Recorder:
         self.skipped = {"backward": 0, "step": 0}
         self.internal_errors: list[str] = []
         self._busy = 0
+        # id(module) -> (weakref, its path in the last forward that reached it as a child)
+        self._forward_paths: dict[int, tuple[weakref.ref, str]] = {}
         self._backward_depth = 0
         self._in_step = 0
         self._custom_forward_depth = 0
@@ -453,6 +455,25 @@ class Recorder:
 
     # -- modules ---------------------------------------------------------------------------
     def module_entered(self, module: nn.Module) -> None:
+        # a module's forward run while a backward runs: a checkpoint's forward, run again for
+        # what it did not keep. Noted per module: the ops themselves run where no
+        # TorchFunctionMode sees them (the engine runs the unpack hook without the script's)
+        checkpoint = None
+        if self._recording is not None and internals.in_backward_pass() and \
+                torch.is_grad_enabled():
+            checkpoint = internals.recomputing_checkpoint()
+        known = self._forward_paths.get(id(module)) if checkpoint is not None and \
+            not self._module_stack else None
+        if known is not None and known[0]() is module:
+            # the region's module, entered outside the model's forward: named as it was then
+            self._module_stack.append((module, known[1], known[1] + "."))
+        else:
+            self._enter_module(module)
+        if checkpoint is not None:
+            self._recording.note_recomputed(checkpoint, self._module_stack[-1][1],
+                                            type(module).__name__)
+
+    def _enter_module(self, module: nn.Module) -> None:
         """Keep the path of the module now running, named as its parameters are named
         (`layers.3.linear1`, or `model.layers.3.linear1` when the script has several models):
         grouping the graph by module puts a parameter with the ops of its module."""
@@ -485,6 +506,8 @@ class Recorder:
             name = self._child_names(parent, fresh=True).get(id(module))
         path = children_prefix + name if name else type(module).__name__
         self._module_stack.append((module, path, path + "."))
+        if name:  # a checkpoint may run this module again, alone, during backward
+            self._forward_paths[id(module)] = (weakref.ref(module), path)
         if id(module) in self.hooked_module_paths:
             self.hooked_module_paths[id(module)] = path
 
@@ -640,6 +663,9 @@ class Recorder:
             meta[internals.LINE_TAG] = line or None
             if hooked:
                 meta[internals.PACKED_TAG] = True
+                frame = internals.checkpoint_saving()
+                if frame is not None:  # weak: the node must not keep the region's inputs alive
+                    meta[internals.CHECKPOINT_TAG] = weakref.ref(frame)
             if path is not None and MODULE_TAG not in meta:
                 meta[MODULE_TAG] = path
             self._nodes_made += 1

@@ -5,9 +5,12 @@ pass (graph.py): a tensor saved by two nodes, or two views of one tensor, are on
 counted once. Memory that is a named leaf's (a parameter saved for its gradient's matmul) is kept
 anyway, so it is counted apart from what the graph keeps alive only for backward (activations).
 Tensors a saved_tensors_hooks pack hook took (a non-reentrant checkpoint's region) are counted by
-number only: what the hook keeps is its own. Per module, each allocation counts once in each module
-whose nodes saved it. The numbers are PyTorch's: the tensors read are the ones autograd saved, the
-ones a `saved_tensors_hooks` pack hook is handed (tests/trace/test_saved_memory.py checks that).
+number only: what the hook keeps is its own. What a checkpoint keeps is its region's inputs, on
+a frame of its own (graph.py lists them; a pack hook outside the region is handed them): counted
+in the pass, in no module. Per module, each allocation counts once in each module whose nodes
+saved it. The numbers are PyTorch's: the tensors read are the ones autograd saved, the ones a
+`saved_tensors_hooks` pack hook is handed (tests/trace/test_saved_memory.py and
+tests/scenarios/test_checkpointing.py check that).
 """
 
 from __future__ import annotations
@@ -17,12 +20,18 @@ __all__ = ["saved_memory"]
 MAX_MODULES = 500  # the schema's bound on by_module
 
 
-def saved_memory(nodes: list[dict]) -> dict | None:
-    """{"held_bytes", "leaf_bytes", "by_module"}, or None when no node saved a tensor."""
+def saved_memory(nodes: list[dict], checkpoints=()) -> dict | None:
+    """{"held_bytes", "leaf_bytes", "by_module"}, or None when no node saved a tensor.
+    `checkpoints`: the graph's non-reentrant checkpoint regions, whose inputs the checkpoint
+    keeps (on a frame of its own, no node's: counted in the pass, in no module)."""
     held: dict[int, int] = {}
     leaf: dict[int, int] = {}
     by_module: dict[str, dict[int, int]] = {}
     packed = 0
+    for region in checkpoints:
+        for entry in region["inputs"]:
+            if "storage" in entry:
+                (leaf if "param" in entry else held)[entry["storage"]] = entry["bytes"]
     for node in nodes:
         for entry in node.get("saved", ()):
             packed += bool(entry.get("packed"))

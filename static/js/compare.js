@@ -1,9 +1,13 @@
 // Every variant of one scenario side by side: each column is one run, its graph as the server
-// draws it, and per parameter its number of uses and the size of its gradient. Rows where the
-// variants disagree are marked, since that difference is the scenario.
+// draws it, per parameter its number of uses and the size of its gradient, and the bytes its
+// first pass held for backward, by module. Rows where the variants disagree are marked, since
+// that difference is the scenario.
 
 import { fetchTrace, graphUrl } from "./api.js";
+import { checkpointPassParts } from "./checkpoints.js";
 import { fill, fmt, h, richText } from "./dom.js";
+import { moduleBars, shareScale } from "./memory_bars.js";
+import { bytesText } from "./panel.js";
 import { explain } from "./status.js";
 
 const page = JSON.parse(document.getElementById("page-data").textContent);
@@ -43,7 +47,8 @@ async function load(card) {
           h("td", {}, h("code", {}, name)), h("td.num.uses", {}, String(r.uses)), h("td.num.grad", {}, r.grad))))),
       doc.diagnostics.length ? h("ul.diag-inline", {}, doc.diagnostics.map((d) => h(`li.diag-${d.level}`, {},
         h(`span.badge.badge-${d.level}`, { "aria-hidden": "true" }, d.level === "info" ? "i" : "!"), ...richText(d.message)))) : "",
-      failed.map((e) => h("p.notice.notice-error", {}, `${e.kind} #${e.index}: ${e.error.type}: ${e.error.message}`)));
+      failed.map((e) => h("p.notice.notice-error", {}, `${e.kind} #${e.index}: ${e.error.type}: ${e.error.message}`)),
+      memory(first));
     return rows;
   } catch (err) {
     card.classList.add("failed");
@@ -52,6 +57,18 @@ async function load(card) {
   } finally {
     clearInterval(timer);
   }
+}
+
+/** What the first pass held for backward, and by module, on the scale all columns share. */
+function memory(first) {
+  const m = first && first.saved_memory;
+  if (!m) return "";
+  return h("div.compare-memory", {},
+    h("p", { dataset: { held: String(m.held_bytes) } },
+      h("strong", {}, `Held for backward #${first.index}: ${bytesText(m.held_bytes)}`),
+      m.leaf_bytes ? ` besides ${bytesText(m.leaf_bytes)} of parameters` : ""),
+    checkpointPassParts(first) || "",
+    moduleBars(m) || "");
 }
 
 /** Mark the parameters whose uses differ from one variant to the next. */
@@ -67,4 +84,7 @@ function markDifferences(all) {
   }
 }
 
-Promise.all(cards.map(load)).then(markDifferences);
+Promise.all(cards.map(load)).then((all) => {
+  markDifferences(all);
+  shareScale(document); // one scale: a shorter bar is fewer bytes in every column
+});

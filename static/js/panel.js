@@ -1,10 +1,12 @@
 // The details panel for one graph node: what it is, where it came from, what it saved for
 // backward, the gradients that flowed through it, and for a custom Function its backward code.
 
+import { checkpointNodeView, checkpointPassParts } from "./checkpoints.js";
 import { hooksOnNode } from "./hook_calls.js";
 import { nonLeafNote, opNote } from "./op_notes.js";
 import { h, fmt, shapeText, richText } from "./dom.js";
 import { lineLabel } from "./lines.js";
+import { moduleBars } from "./memory_bars.js";
 
 /**
  * hooks: {kinds, onLine(n), onNode(id), onReplay(step), diagnostics}
@@ -40,6 +42,8 @@ export function nodeView(event, node, hooks) {
   if (node.kind === "output" && event.order) facts.push(["gradient it starts from", seedText(event, node)]);
   body.append(kv(facts));
   if (node.compiled_region !== undefined) body.append(compiledRegionView(node.compiled_region, hooks));
+  const checkpoint = checkpointNodeView(event, node);
+  if (checkpoint) body.append(checkpoint);
 
   const diags = (hooks.diagnostics || []).filter((d) => (d.nodes || []).includes(node.id) ||
     (node.param && (d.params || []).includes(node.param)));
@@ -189,21 +193,22 @@ export function bytesText(n) {
 }
 
 /** What a pass's graph held for backward (the Trace's saved_memory): a line, and the modules
- *  that held the most. */
+ *  that held the most, as bars. */
 export function savedMemoryParts(ev) {
   const m = ev && ev.saved_memory;
   if (!m) return null;
-  const top = Object.entries(m.by_module).filter(([, b]) => b > 0).sort((a, b) => b[1] - a[1]).slice(0, 5);
+  const checkpoints = (ev.graph && ev.graph.checkpoints) || [];
+  // what a pack hook keeps is its own; a checkpoint's are said by checkpointPassParts
+  const inRegions = ev.graph.nodes.filter((n) => n.checkpoint !== undefined)
+    .reduce((sum, n) => sum + (n.saved || []).filter((t) => t.packed).length, 0);
+  const others = (m.packed_tensors || 0) - inRegions;
   return h("div.saved-memory", {},
     h("p", { dataset: { held: m.held_bytes, leaf: m.leaf_bytes } },
       h("strong", {}, `Held for backward #${ev.index}: ${bytesText(m.held_bytes)}`),
-      " saved by its nodes (each allocation once)",
+      checkpoints.length ? " saved by its nodes and kept by its checkpoints (each allocation once)" : " saved by its nodes (each allocation once)",
       m.leaf_bytes ? `, besides ${bytesText(m.leaf_bytes)} of parameters it saved, kept anyway.` : ".",
-      // what a pack hook keeps is its own: a non-reentrant checkpoint keeps nothing (and
-      // recomputes in backward), torch's save_on_cpu keeps a copy elsewhere
-      m.packed_tensors ? ` ${m.packed_tensors} more saved tensor${m.packed_tensors > 1 ? "s were" : " was"} taken by a ` +
-        "saved-tensor hook, not counted: what the hook keeps is its own (a non-reentrant checkpoint keeps none and " +
-        "recomputes them during backward)." : ""),
-    top.length ? h("ul.saved-by-module", {}, top.map(([name, b]) =>
-      h("li", {}, h("code", {}, name), ` ${bytesText(b)}`))) : "");
+      others > 0 ? ` ${others} more saved tensor${others > 1 ? "s were" : " was"} taken by a ` +
+        "saved-tensor hook, not counted: what the hook keeps is its own." : ""),
+    checkpointPassParts(ev) || "",
+    moduleBars(m) || "");
 }

@@ -51,6 +51,8 @@ PAIRS = [
     (types.FxOp, DEFS["fx_graph"]["oneOf"][1]["properties"]["ops"]["items"]),
     (types.SavedForBackward, DEFS["compiled_region"]["properties"]["saved"]["items"]),
     (types.RecomputedOp, DEFS["compiled_region"]["properties"]["recomputed"]["items"]),
+    (types.CheckpointRegion, GRAPH["checkpoints"]["items"]),
+    (types.RecomputedForward, BACKWARD["recomputed"]["items"]),
 ]
 
 

@@ -275,3 +275,34 @@ def test_aot_eager_capturing_names_each_graph_and_its_node_the_region():
         torch.compile(model, backend=backend)(x)
     assert len(seen) == 2
     torch._dynamo.reset()
+
+
+def test_a_non_reentrant_checkpoint_s_frame_inputs_and_recomputation_are_found():
+    """The frame is found from the region's pack hook, its inputs read without the unpack
+    hook (a counting forward would see a second call), and the recomputation is told from the
+    first forward, for both kinds of checkpoint."""
+    from torch.utils.checkpoint import checkpoint
+    seen: list = []
+
+    def region(t):
+        frame = internals.checkpoint_saving()
+        seen.append((frame, internals.recomputing_checkpoint()))
+        return torch.tanh(t * 3)
+
+    x = torch.randn(4, 5, requires_grad=True)
+    h = x * 2
+    out = checkpoint(region, h, use_reentrant=False)
+    (frame, again), = seen
+    assert frame is not None and again is None  # the first forward: not a recomputation
+    [kept] = internals.checkpoint_inputs(frame)
+    assert kept.untyped_storage().data_ptr() == h.untyped_storage().data_ptr()
+    assert len(seen) == 1  # reading the input ran nothing
+    assert internals.checkpoint_saving() is None  # outside the region
+    out.sum().backward()
+    assert len(seen) == 2 and seen[1][1] is frame  # run again in backward, for this frame
+    seen.clear()
+    out = checkpoint(region, h.detach().requires_grad_(), use_reentrant=True)
+    assert seen[0] == (None, None)  # reentrant: no hook, its forward runs under no_grad
+    node = out.grad_fn
+    out.sum().backward()
+    assert seen[1][1] is node  # CheckpointFunction.backward's ctx is the node
