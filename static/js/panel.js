@@ -111,9 +111,22 @@ function compiledRegionView(id, hooks) {
     return box;
   }
   const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  box.append(h("h4", {}, "Compiled by AOTAutograd"), h("p.compiled-counts", {}, compiledCounts(region)));
+  for (const [label, graph] of [["Forward graph", region.forward], ["Backward graph", region.backward]]) {
+    if (!graph) continue;
+    box.append(h("details.fx-graph", {}, h("summary", {}, `${label} (${plural(graph.op_count, "op")})`),
+      h("ol.fx-ops", {}, graph.ops.map((op) => h("li", {}, h("code", {}, `${op.id} = ${shortOp(op.op)}(${op.inputs.join(", ")})`)))),
+      graph.truncated ? h("p.hint", {}, `the first ${graph.ops.length} of ${graph.op_count}`) : ""));
+  }
+  return box;
+}
+
+/** A region's graphs in one sentence: each graph's op count, what the forward saved, what the
+ *  backward recomputes (presenter mode says it too: presenter.js). */
+export function compiledCounts(region) {
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
   const names = (list, text) => list.slice(0, 8).map(text).join(", ") + (list.length > 8 ? ", …" : "");
-  const fw = region.forward.op_count;
-  const parts = [`forward ${plural(fw, "op")}`];
+  const parts = [`forward ${plural(region.forward.op_count, "op")}`];
   if (region.backward) {
     const saved = region.saved || [];
     const recomputed = region.recomputed || [];
@@ -126,14 +139,7 @@ function compiledRegionView(id, hooks) {
   } else {
     parts.push("its backward never ran, so AOTAutograd never compiled it");
   }
-  box.append(h("h4", {}, "Compiled by AOTAutograd"), h("p.compiled-counts", {}, parts.join("; ") + "."));
-  for (const [label, graph] of [["Forward graph", region.forward], ["Backward graph", region.backward]]) {
-    if (!graph) continue;
-    box.append(h("details.fx-graph", {}, h("summary", {}, `${label} (${plural(graph.op_count, "op")})`),
-      h("ol.fx-ops", {}, graph.ops.map((op) => h("li", {}, h("code", {}, `${op.id} = ${shortOp(op.op)}(${op.inputs.join(", ")})`)))),
-      graph.truncated ? h("p.hint", {}, `the first ${graph.ops.length} of ${graph.op_count}`) : ""));
-  }
-  return box;
+  return parts.join("; ") + ".";
 }
 
 /** aten.addmm.default → addmm; an overload other than the default kept (sum.dim_IntList). */

@@ -15,6 +15,7 @@
 
 import { fill, h, richText } from "./dom.js";
 import { isTextField, keepsKeys, watchPointer } from "./keys.js";
+import { compiledCounts } from "./panel.js";
 
 /** Text with `code` in backticks, as nodes (never innerHTML: see dom.js). */
 function inline(text) {
@@ -47,10 +48,19 @@ export function stepView(steps, n, { doc, shown, findLine }) {
 const AROUND = 1;
 
 /** What the step points at that the graph cannot show, as nodes for the presenter's box:
- *  the source around its line, the diagnostics it names, and a sentence for each target that
- *  this run does not have. `ctx`: {doc, event, lineText(n), variants}. */
+ *  the source around its line, what AOTAutograd made of a compiled region's node (its panel is
+ *  hidden), the diagnostics it names, and a sentence for each target that this run does not
+ *  have. `ctx`: {doc, event, lineText(n), variants}. */
 function presenterShows(step, view, { doc, event, lineText, variants }) {
   const out = [];
+  const node = view.node && event && step && step.show.some((item) => item.node) ?
+    event.graph.nodes.find((n) => n.id === view.node) : null;
+  const region = node && node.compiled_region !== undefined && doc ?
+    (doc.compiled_regions || []).find((r) => r.id === node.compiled_region) : null;
+  if (region && region.forward) {
+    out.push(h("p.presenter-region", { dataset: { region: String(region.id) } },
+      h("strong", {}, "Compiled by AOTAutograd: "), compiledCounts(region)));
+  }
   const line = view.line;
   if (line && lineText(line)) {
     const texts = [];

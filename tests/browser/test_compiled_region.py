@@ -44,3 +44,41 @@ def test_a_compiled_regions_node_shows_its_graphs_counts(watched):
     assert ops.is_visible()
     assert page.locator("#details-body details.fx-graph").nth(0).locator("li").count() == fw
     watched.shot("compiled-region", full_page=False)
+
+
+@pytest.mark.parametrize("size", [(1920, 1080), (1280, 720)], ids=["1920x1080", "1280x720"])
+def test_presenter_mode_says_what_aotautograd_made_of_the_region(watched, size):
+    """Presenter mode hides the details panel, so the compiled_backward step that points at the
+    CompiledFunctionBackward node says the region's counts in its own box, on screen."""
+    from app.catalog import load_catalog
+    from tests.conftest import SCENARIOS
+
+    from .conftest import api_trace, box, inside, open_scenario, screen, settled
+
+    page = watched.page
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    steps = load_catalog(SCENARIOS)["compiled_backward"].steps
+    (n,) = [i for i, s in enumerate(steps, 1) if {"node": "CompiledFunctionBackward"} in s["show"]]
+    doc = api_trace(watched, "compiled_backward")
+    (region,) = doc["compiled_regions"]
+    open_scenario(watched, "compiled_backward", "present=1")
+    page.wait_for_selector("#presenter", state="visible")
+    for step in range(1, n + 1):  # walked as a presenter walks them
+        if step > 1:
+            page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"() => location.search.includes('say={step}')")
+    page.wait_for_selector(f".presenter-region[data-region='{region['id']}']")
+    settled(page)
+    said = page.text_content(".presenter-region")
+    fw, bw = region["forward"]["op_count"], region["backward"]["op_count"]
+    assert said.startswith(f"Compiled by AOTAutograd: forward {fw} ops; backward {bw} ops; "
+                           f"saves {region['saved_count']} tensors (")
+    for saved in region["saved"]:
+        assert saved["name"] in said
+    assert f"; recomputes {len(region['recomputed'])} op" in said
+    assert inside(box(page, ".presenter-region"), screen(page))
+    watched.shot("presenter", full_page=False)
+    # a step that points at no compiled node says nothing of it
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"() => location.search.includes('say={n - 1}')")
+    assert page.locator(".presenter-region").count() == 0
