@@ -24,7 +24,8 @@ IDS = [f"{name}-{variant}" if variant else name for name, variant in CASES]
 # The list: the library is not complete without each of these.
 EXPECTED = {"reused_layer", "weight_dropout", "stop_gradient", "masked_gradient", "custom_function",
             "grad_accumulation", "retain_graph", "inplace_version", "double_backward",
-            "tensor_hooks", "no_grad_inference_detach"}
+            "tensor_hooks", "no_grad_inference_detach", "checkpointing", "compiled_backward",
+            "mixed_precision"}
 
 
 def argv(variant: str | None) -> list[str]:
