@@ -3,6 +3,8 @@ and every bad input refused with a sentence (the browser tests drive the pages).
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import re
 import threading
@@ -401,14 +403,19 @@ def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
 
     monkeypatch.setattr(state, "WRONG_CODES_PER_MINUTE_IN_ALL", 50)
     room = InProcessClassroom()
-    session = room.start("cookie:teacher")
-    room.change(session, lambda s: s.admit("cookie:member", "10.0.0.1"))
-    for n in range(50):  # 50 addresses, 1 wrong code each: no address past its own 30
-        with pytest.raises(state.ClassError, match="no class"):
-            room.get("ZZZZZ2", f"2001:db8:{n}::1", f"cookie:guesser{n}")
-    with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
-        room.get(session.code, "2001:db8:99::1", "cookie:new")  # the right code, a stranger
-    assert room.get(session.code, "10.0.0.1", "cookie:member") is session  # members get in
+
+    async def scenario() -> None:
+        session = await room.start("cookie:teacher")
+        await room.change(session, lambda s: s.admit("cookie:member", "10.0.0.1"))
+        for n in range(50):  # 50 addresses, 1 wrong code each: no address past its own 30
+            with pytest.raises(state.ClassError, match="no class"):
+                await room.get("ZZZZZ2", f"2001:db8:{n}::1", f"cookie:guesser{n}")
+        with pytest.raises(state.ClassError,
+                           match="wrong class codes were tried on this server"):
+            await room.get(session.code, "2001:db8:99::1", "cookie:new")  # a stranger
+        assert await room.get(session.code, "10.0.0.1", "cookie:member") is session
+
+    asyncio.run(scenario())
 
 
 def test_a_streams_text_is_the_readers_own_snapshot():
