@@ -6,8 +6,8 @@ against a real web process and upload host on loopback and a real PostgreSQL clu
 2. the six answer at once, and meanwhile an unrelated `GET /api/scenarios` and `GET /healthz`
    are timed (a web process whose event loop waits on the database answers them late);
 3. the database stays away for `--outage` seconds (the unrelated GET timed every second);
-4. it is started again: seconds until a class answer goes through, and until a run does
-   (the web process's pool and the upload host's both reconnect).
+4. it is started again: seconds until a class answer goes through, and then (timed from
+   that answer) until a run does (the web process's pool and the upload host's reconnect).
 
     .venv/bin/python bench/db_outage.py [--outage 20]
 
