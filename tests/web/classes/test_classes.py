@@ -4,7 +4,6 @@ and every bad input refused with a sentence (the browser tests drive the pages).
 from __future__ import annotations
 
 import asyncio
-
 import json
 import re
 import threading
