@@ -102,14 +102,14 @@ MetricsReaderOnly = Annotated[None, Depends(check_metrics_reader)]
 async def teacher_session(code: Annotated[str, Path()], classroom: ClassroomDep,
                           client: ClientDep, address: AddressDep) -> ClassSession:
     """The class `code` as its teacher acts in it (403 for anyone else, 404 for no class)."""
-    return classroom.teaching(code, client, address)
+    return await classroom.teaching(code, client, address)
 
 
 async def member_session(code: Annotated[str, Path()], classroom: ClassroomDep,
                          client: ClientDep, address: AddressDep) -> ClassSession:
     """The class `code` as a member (or its teacher) sees it; a browser new to it joins (403
     if it was removed, 429 past its address's share, 404 for no class)."""
-    return classroom.get(code, address, client)
+    return await classroom.get(code, address, client)
 
 
 TeacherSessionDep = Annotated[ClassSession, Depends(teacher_session)]

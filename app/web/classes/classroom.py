@@ -9,6 +9,11 @@ client cookie) and one state (`ClassState`, state.py); each process serves it th
 `ClassSession` (session.py), which holds the streams. Membership is also a right: a member of
 an open class may run code without the server's token (`member_of`, asked by auth.py). Whose a
 run is, is the run queue's to say (`RunQueue.started_by`), not the classroom's.
+
+What the class routes ask (`start`, `get`, `teaching`, `change`, `end`) is `async`: the shared
+classroom asks PostgreSQL in threads of its own, never on the event loop, so that a database
+that is slow or away holds no other page of the process (issue 39). The sessions themselves
+are only ever touched on the loop.
 """
 
 from __future__ import annotations
@@ -28,25 +33,25 @@ T = TypeVar("T")
 
 
 class Classroom(Protocol):
-    def start(self, teacher: str) -> ClassSession:
+    async def start(self, teacher: str) -> ClassSession:
         """A new class taught by the browser `teacher` (the one it teaches already, if any;
         429 past the server's number of classes)."""
 
-    def get(self, code: str, address: str = "", client: str = "",
-            join: bool = True) -> ClassSession:
+    async def get(self, code: str, address: str = "", client: str = "",
+                  join: bool = True) -> ClassSession:
         """The class with this code; a browser (`client`, a cookie's key) new to it joins
         unless `join` is False: refused if the teacher removed it (403) or its address is full
         (429). No such class: 404; past the wrong codes an address (or the server) may try in
         a minute: 429, except for a browser already in the class."""
 
-    def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
+    async def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
         """The class as its teacher acts in it: 403 for anyone else, 409 once it ended."""
 
-    def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
+    async def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
         """`act(state)` on the class's state, kept (and told to every process that serves the
         class) also when `act` refused with a count that changed; what `act` returned."""
 
-    def end(self, session: ClassSession) -> None:
+    async def end(self, session: ClassSession) -> None:
         """End the class: its streams end, its members' right to run code ends."""
 
     def member_of(self, client: str) -> str | None:
@@ -108,8 +113,8 @@ def new_code() -> str:
     return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
 
 
-def enter(classroom, session: ClassSession | None, code: str, address: str, client: str,
-          join: bool) -> ClassSession:
+async def enter(classroom, session: ClassSession | None, code: str, address: str,
+                client: str, join: bool) -> ClassSession:
     """The way into a class, the same for both classrooms: `session` (None: no class of that
     code), behind the wrong-code count (`WrongCodes`); a browser new to it joins through the
     classroom's `change` unless `join` is False or `client` is no browser's cookie (a program,
@@ -122,5 +127,5 @@ def enter(classroom, session: ClassSession | None, code: str, address: str, clie
         raise ClassError(404, f"there is no class {code[:12]!r} here: check the code, or ask "
                               "the teacher for the link", "no_class")
     if client and join and is_browser(client) and not session.state.knows(client):
-        classroom.change(session, lambda s: s.admit(client, address))
+        await classroom.change(session, lambda s: s.admit(client, address))
     return session

@@ -38,10 +38,10 @@ class InProcessClassroom(ProcessStreams):
         self.sessions: dict[str, ClassSession] = {}
         self.wrong_codes = WrongCodes()
 
-    def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
+    async def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
         return session.apply(act)
 
-    def start(self, teacher: str) -> ClassSession:
+    async def start(self, teacher: str) -> ClassSession:
         self._expire()
         mine = [s for s in self.sessions.values() if s.teacher == teacher and not s.ended]
         if mine:
@@ -54,16 +54,16 @@ class InProcessClassroom(ProcessStreams):
             ClassState(code=code, teacher=teacher, people=self.people_per_address))
         return session
 
-    def get(self, code: str, address: str = "", client: str = "",
-            join: bool = True) -> ClassSession:
+    async def get(self, code: str, address: str = "", client: str = "",
+                  join: bool = True) -> ClassSession:
         code = code.upper()
         session = self.sessions.get(code) if CODE_PATTERN.fullmatch(code) else None
-        return enter(self, session, code, address, client, join)
+        return await enter(self, session, code, address, client, join)
 
-    def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
+    async def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
         # not joined first: someone else's browser is told it is not the teacher, not that
         # its address is full
-        return require_teacher(self.get(code, address, client, join=False), client)
+        return require_teacher(await self.get(code, address, client, join=False), client)
 
     def people_at(self, address: str) -> int:
         shared = sum(s.state.at_address.get(address, 0) for s in list(self.sessions.values())
@@ -78,8 +78,11 @@ class InProcessClassroom(ProcessStreams):
                 return session.code
         return None
 
-    def end(self, session: ClassSession) -> None:
-        self.change(session, lambda s: s.end())
+    async def end(self, session: ClassSession) -> None:
+        self._end(session)
+
+    def _end(self, session: ClassSession) -> None:
+        session.apply(lambda s: s.end())
         self.sessions.pop(session.code, None)
 
 
@@ -96,4 +99,4 @@ class InProcessClassroom(ProcessStreams):
         now = time.monotonic()
         for s in list(self.sessions.values()):
             if now - s.touched > self.idle_seconds and not s.followers:
-                self.end(s)
+                self._end(s)

@@ -6,32 +6,39 @@ like every table of that database, is made by the Database (store/database.py); 
 statements here run in its transactions.
 
 Each class is one row: its `ClassState` (state.py) as `to_dict` makes it. A change (`change`)
-takes the row's lock, reads the state into this process's session, applies the change there
-(the state's own rules, the same as on one machine), writes it back and `NOTIFY`s a small
-payload: the class, its version and its audience count. Every web process `LISTEN`s
-(`listen`): a class it holds whose numbers moved is read again from its row, once per process,
-and its own streams are woken. The streams, their followers and their caps stay each
-process's own (`ClassSession`, session.py).
+takes the row's lock, reads the state, applies the change to it (the state's own rules, the
+same as on one machine), writes it back and `NOTIFY`s a small payload: the class, its version
+and its audience count. Every web process `LISTEN`s (`listen`): a class it holds whose
+numbers moved is read again from its row, once per process, and its own streams are woken.
+The streams, their followers and their caps stay each process's own (`ClassSession`,
+session.py).
 
 Reads of other processes' classes go to the table: `member_of` (may this browser run code
 without the token) and `people_at` (a room that shares one address). Whose a run is, the
 shared line's `uploads` row says (runs/shared_queue.py).
 
-A change runs its statements on the calling thread (a route on the event loop waits for a few
-milliseconds on loopback); the follower fan-out touches the database once per change per
-process, never per follower.
+Every question to the database runs in the classroom's own threads, never on the event loop:
+a database slow or away holds no other page of the process (issue 39). While it is known to
+be away (store/outage.py) a class request is refused at once, 503 with `DOWN`'s sentence;
+nothing done before is lost (it is in the table), and when the database is back `listen`
+reads every held class again, so open pages catch up. The session takes each state on the
+loop (`_publish`), never older than the one it holds. The follower fan-out touches the
+database once per change per process, never per follower.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from app.web.client_keys import is_browser
 from app.web.settings import default_of
-from app.web.store.database import Database, Lock, lock
+from app.web.store.common import StoreUnavailable
+from app.web.store.database import CONNECT_S, Database, Lock, lock
 
 from .classroom import ProcessStreams, enter, new_code, require_teacher
 from .session import ClassSession
@@ -44,6 +51,13 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "autograd_lab_classes"
 T = TypeVar("T")
+# what a class's page is told while the database is away (503, Retry-After): nothing done in
+# the class before is lost, and its open pages get the newest state when it is back (listen)
+DOWN = ("the class's database cannot be reached just now, so this was not done: try again "
+        "in a few seconds; your page will catch up when it is back")
+# routes' calls waiting for the database at once, past which a class request is refused (503)
+# rather than queued: each holds a browser's request open, and the pool serves 8 at a time
+WAITING_MAX = 64
 
 
 class SharedClassroom(ProcessStreams):
@@ -57,38 +71,80 @@ class SharedClassroom(ProcessStreams):
         self.idle_seconds = idle_hours * 3600
         self.sessions: dict[str, ClassSession] = {}  # the classes this process serves
         self.wrong_codes = WrongCodes()
+        # the threads that ask the database for the routes: as many as the pool lends
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            database.pool_size, thread_name_prefix="autograd-lab-classes")
+        self._waiting = 0  # routes' calls in those threads or waiting for one
+
+    @contextmanager
+    def _transaction(self) -> Iterator:
+        """The Database's transaction; the database away is said as the class's (503)."""
+        try:
+            with self.database.transaction() as db:
+                yield db
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(DOWN) from exc
 
     # ---- changes ---------------------------------------------------------------------------
 
-    def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
-        """`act(state)` on the class's state as the table has it, under the row's lock; the
-        state written back and every web process told, also when `act` refused (a refusal
-        may count: a browser turned away is shown to the teacher)."""
-        with self.database.transaction() as db:
+    async def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
+        """`act(state)` on the class's state as the table has it, under the row's lock (in a
+        thread: `_change_kept`); the state written back and every web process told, also when
+        `act` refused (a refusal may count: a browser turned away is shown to the teacher).
+        This process's session takes the state on the loop, waking its streams."""
+        state, result, refusal = await self._off_loop(self._change_kept, session.code, act)
+        self._publish(session, state)
+        if refusal is not None:
+            raise refusal
+        return result
+
+    def _change_kept(self, code: str, act: Callable[[ClassState], T]
+                     ) -> tuple[ClassState, T | None, Exception | None]:
+        """In a thread: the row locked, `act` applied to a state of its own (never the
+        session's, which the loop's streams read), written back if it moved and committed.
+        (state, what `act` returned, what it raised). Not written (the database went away
+        meanwhile): StoreUnavailable, and nothing of it reaches the session."""
+        with self._transaction() as db:
             row = db.execute("SELECT state FROM classes WHERE code = %s FOR UPDATE",
-                             (session.code,)).fetchone()
+                             (code,)).fetchone()
             if row is None:
-                raise ClassError(404, f"there is no class {session.code!r} here any more",
-                                 "no_class")
-            session.replace(ClassState.from_dict(row[0]))
-            if session.ended:
-                raise ClassError(409, "this class has ended", "class_ended")
-            before = session.state.to_dict()
+                raise ClassError(404, f"there is no class {code!r} here any more", "no_class")
+            state = ClassState.from_dict(row[0])
+            if state.ended:
+                return state, None, ClassError(409, "this class has ended", "class_ended")
+            before = state.to_dict()
+            result, refusal = None, None
             try:
-                return session.apply(act)
-            finally:
-                if session.state.to_dict() != before:
-                    try:
-                        self._write(db, session.state)
-                        # committed now: a refusal may have counted too (a browser turned
-                        # away is shown to the teacher), and an exception would roll it back
-                        db.commit()
-                    except BaseException:
-                        # not written: this process's streams must not keep a state no other
-                        # process has (nor take the real next version for one seen)
-                        session.replace(ClassState.from_dict(row[0]))
-                        session.wake_all()
-                        raise
+                result = act(state)
+            except Exception as exc:  # noqa: BLE001 - raised on the loop, once it is kept
+                refusal = exc
+            if state.to_dict() != before:
+                self._write(db, state)
+            return state, result, refusal  # committed on leaving: a refusal may count too
+
+    def _publish(self, session: ClassSession, state: ClassState) -> None:
+        """On the loop: `state`, as read or written in a thread, becomes the session's, unless
+        the session holds a newer one already (another change, or one heard through LISTEN,
+        was taken while this one was in its thread; both marks only grow)."""
+        held = session.state
+        if (state.version, state.audience, state.ended) >= (held.version, held.audience,
+                                                             held.ended):
+            session.replace(state)
+
+    async def _off_loop(self, call: Callable[..., T], *args) -> T:
+        """`call(*args)` in one of the classroom's threads; at once StoreUnavailable while
+        the database is known to be away, or with WAITING_MAX calls waiting already (each
+        waits for a pool connection, and the pool is the database's bound)."""
+        if self.database.outage.down:
+            raise StoreUnavailable(DOWN)
+        if self._waiting >= WAITING_MAX:
+            raise StoreUnavailable("the class's database is slow to answer just now: try "
+                                   "again in a few seconds")
+        self._waiting += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._threads, call, *args)
+        finally:
+            self._waiting -= 1
 
     def _write(self, db, state: ClassState) -> None:
         from psycopg.types.json import Jsonb
@@ -100,10 +156,14 @@ class SharedClassroom(ProcessStreams):
         db.execute("SELECT pg_notify(%s, %s)",
                    (CHANNEL, f"{state.code}:{state.version}:{state.audience}"))
 
-    def start(self, teacher: str) -> ClassSession:
+    async def start(self, teacher: str) -> ClassSession:
+        return self._held(await self._off_loop(self._start_kept, teacher))
+
+    def _start_kept(self, teacher: str) -> dict:
+        """In a thread: the stored state of the class `teacher` teaches, made if none is open."""
         from psycopg.types.json import Jsonb
 
-        with self.database.transaction() as db:
+        with self._transaction() as db:
             lock(db, Lock.CLASS_START)
             # a class idle for longer than the idle time ends, as one machine's would
             db.execute("UPDATE classes SET ended = true, state = jsonb_set(state, '{ended}', "
@@ -112,7 +172,7 @@ class SharedClassroom(ProcessStreams):
             mine = db.execute("SELECT state FROM classes WHERE teacher = %s AND NOT ended "
                               "LIMIT 1", (teacher,)).fetchone()
             if mine is not None:  # one class per teacher's browser: starting again returns it
-                return self._held(mine[0])
+                return mine[0]
             open_now = db.execute("SELECT COUNT(*) FROM classes WHERE NOT ended").fetchone()[0]
             if open_now >= self.max_sessions:
                 raise ClassError(429, f"this server has {self.max_sessions} class sessions "
@@ -126,36 +186,36 @@ class SharedClassroom(ProcessStreams):
                     "(%s, %s, 0, 0, %s) ON CONFLICT (code) DO NOTHING RETURNING code",
                     (state.code, teacher, Jsonb(state.to_dict()))).fetchone()
                 if made is not None:
-                    break
-        session = self.sessions[state.code] = ClassSession(state)
-        return session
+                    return state.to_dict()
 
-    def end(self, session: ClassSession) -> None:
-        self.change(session, lambda s: s.end())
+    async def end(self, session: ClassSession) -> None:
+        await self.change(session, lambda s: s.end())
         self.sessions.pop(session.code, None)
 
     # ---- the way in --------------------------------------------------------------------------
 
-    def get(self, code: str, address: str = "", client: str = "",
-            join: bool = True) -> ClassSession:
+    async def get(self, code: str, address: str = "", client: str = "",
+                  join: bool = True) -> ClassSession:
         code = code.upper()
         if not CODE_PATTERN.fullmatch(code):
-            return enter(self, None, code, address, client, join)
+            return await enter(self, None, code, address, client, join)
         if code not in self.sessions and not self.wrong_codes.guessing(address):
             # another process's class: held here from now on (a guesser past its count is
             # refused without asking the table)
-            self._load(code)
-        return enter(self, self.sessions.get(code), code, address, client, join)
+            data = await self._off_loop(self._stored, code)
+            if data is not None:
+                self._held(data)
+        return await enter(self, self.sessions.get(code), code, address, client, join)
 
-    def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
-        return require_teacher(self.get(code, address, client, join=False), client)
+    async def teaching(self, code: str, client: str, address: str = "") -> ClassSession:
+        return require_teacher(await self.get(code, address, client, join=False), client)
 
-    def _load(self, code: str) -> None:
-        with self.database.transaction() as db:
+    def _stored(self, code: str) -> dict | None:
+        """In a thread: the open class `code` as its row has it."""
+        with self._transaction() as db:
             row = db.execute("SELECT state FROM classes WHERE code = %s AND NOT ended",
                              (code,)).fetchone()
-        if row is not None:
-            self._held(row[0])
+        return None if row is None else row[0]
 
     def _held(self, data: dict) -> ClassSession:
         """The session of the stored state `data`, held by this process (its streams wait on
@@ -165,7 +225,7 @@ class SharedClassroom(ProcessStreams):
         if session is None:
             session = self.sessions[state.code] = ClassSession(state)
         else:
-            session.replace(state)
+            self._publish(session, state)
         return session
 
     # ---- streams: this process's own ------------------------------------------------------------
@@ -176,7 +236,7 @@ class SharedClassroom(ProcessStreams):
     def member_of(self, client: str) -> str | None:
         if not is_browser(client):  # an address is never a member
             return None
-        with self.database.transaction() as db:
+        with self._transaction() as db:
             # members keyed by client; a row of the release before holds them as a list
             row = db.execute("SELECT code FROM classes WHERE NOT ended AND (state->'members' ? "
                              "%s OR state->'members' @> jsonb_build_array(jsonb_build_object("
@@ -184,7 +244,7 @@ class SharedClassroom(ProcessStreams):
         return None if row is None else row[0]
 
     def people_at(self, address: str) -> int:
-        with self.database.transaction() as db:
+        with self._transaction() as db:
             rows = db.execute("SELECT state->'at_address'->>%s FROM classes WHERE NOT ended "
                               "AND state->>'shared_at' = %s", (address, address)).fetchall()
         shared = sum(int(r[0] or 0) for r in rows)
@@ -202,7 +262,8 @@ class SharedClassroom(ProcessStreams):
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                        self.database.url, autocommit=True) as conn:
+                        self.database.url, autocommit=True,
+                        connect_timeout=CONNECT_S) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     await self._catch_up(list(self.sessions))
                     async for note in conn.notifies():
@@ -229,11 +290,11 @@ class SharedClassroom(ProcessStreams):
             session = self.sessions.get(data["code"])
             if session is None:
                 continue
-            session.replace(ClassState.from_dict(data))  # wakes its streams by what moved
+            self._publish(session, ClassState.from_dict(data))  # wakes its streams
             if session.ended:  # its streams, woken, see it ended; nothing here holds it more
                 self.sessions.pop(session.code, None)
 
     def _states(self, codes: list[str]) -> list[dict]:
-        with self.database.transaction() as db:
+        with self._transaction() as db:
             return [r[0] for r in db.execute("SELECT state FROM classes WHERE code = ANY(%s)",
                                              (codes,)).fetchall()]

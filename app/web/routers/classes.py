@@ -19,7 +19,8 @@
 Every route a student uses joins the class first (one membership per browser, refused past
 `per_address_people` from one address unless the room shares one: classes/state.py). A membership
 also lets the browser run code without the server's token while the class is open (auth.py).
-The routes are `async def`: the state lives on the event loop (see classes/session.py).
+The routes are `async def`: the state lives on the event loop (see classes/session.py); the
+shared classroom's questions to PostgreSQL are awaited, asked in its own threads.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ async def start_class(request: Request, _: TeacherOnly, classroom: ClassroomDep,
     if not is_browser(client):
         raise AppError(400, "open a page of this server first: the class is tied to your "
                             "browser's session cookie", "no_cookie")
-    session = classroom.start(client)
+    session = await classroom.start(client)
     # who may start one: the token's holder, or the person of a tokenless loopback server
     audit("class_started", code=session.code, by=token_holder(request) or "this_machine",
           address=address)
@@ -141,7 +142,8 @@ async def change_class(request: Request, session: TeacherSessionDep, classroom: 
     if unknown or not body:
         raise AppError(422, "a class's switch is shared_address (true, false or \"address N\")"
                        + (f"; not {unknown[0][:40]!r}" if unknown else ""))
-    classroom.change(session, lambda s: s.share_address(body["shared_address"], address))
+    await classroom.change(session,
+                           lambda s: s.share_address(body["shared_address"], address))
     return {"shared_address": session.state.shared_address,
             "members": len(session.state.members)}
 
@@ -159,7 +161,7 @@ async def members(session: TeacherSessionDep, address: AddressDep) -> dict:
 async def remove_member(session: TeacherSessionDep, classroom: ClassroomDep, alias: str) -> dict:
     """The teacher removes a member: its answer and runs leave the class, its pages stop
     following within a moment, and its browser cannot join again."""
-    classroom.change(session, lambda s: s.remove(alias))
+    await classroom.change(session, lambda s: s.remove(alias))
     audit("member_removed", code=session.code, alias=alias)
     return {"removed": alias, "members": len(session.state.members)}
 
@@ -168,7 +170,7 @@ async def remove_member(session: TeacherSessionDep, classroom: ClassroomDep, ali
 async def show_view(request: Request, session: TeacherSessionDep,
                     classroom: ClassroomDep) -> dict:
     body = await _body(request)
-    classroom.change(session, lambda s: s.show(body.get("path"), body.get("query", "")))
+    await classroom.change(session, lambda s: s.show(body.get("path"), body.get("query", "")))
     return {"version": session.version}
 
 
@@ -184,20 +186,20 @@ async def ask(request: Request, session: TeacherSessionDep, classroom: Classroom
             raise AppError(404, f"no scenario {str(body['scenario'])[:64]!r} with a question",
                            "no_question")
         body = asked
-    question = classroom.change(session, lambda s: s.ask(body.get("prompt"), body.get("choices"),
-                                                         body.get("answer")))
+    question = await classroom.change(session, lambda s: s.ask(
+        body.get("prompt"), body.get("choices"), body.get("answer")))
     return {"id": question["id"], "version": session.version}
 
 
 @router.post("/api/classes/{code}/reveal")
 async def reveal(session: TeacherSessionDep, classroom: ClassroomDep) -> dict:
-    classroom.change(session, lambda s: s.reveal())
+    await classroom.change(session, lambda s: s.reveal())
     return {"version": session.version}
 
 
 @router.delete("/api/classes/{code}/question")
 async def put_question_away(session: TeacherSessionDep, classroom: ClassroomDep) -> dict:
-    classroom.change(session, lambda s: s.clear_question())
+    await classroom.change(session, lambda s: s.clear_question())
     return {"version": session.version}
 
 
@@ -205,8 +207,8 @@ async def put_question_away(session: TeacherSessionDep, classroom: ClassroomDep)
 async def answer(request: Request, session: MemberSessionDep, classroom: ClassroomDep,
                  client: ClientDep, address: AddressDep) -> dict:
     body = await _body(request)
-    classroom.change(session, lambda s: s.answer(client, body.get("question"),
-                                                 body.get("choice"), address))
+    await classroom.change(session, lambda s: s.answer(client, body.get("question"),
+                                                       body.get("choice"), address))
     return {"version": session.version}
 
 
@@ -216,7 +218,8 @@ async def choose_name(request: Request, session: MemberSessionDep, classroom: Cl
     """A student chooses the name the teacher sees (cleaned and capped; one another member has
     is made distinguishable: classes/state.py `display_name`): the name it got."""
     body = await _body(request)
-    return {"name": classroom.change(session, lambda s: s.rename(client, body.get("name")))}
+    name = await classroom.change(session, lambda s: s.rename(client, body.get("name")))
+    return {"name": name}
 
 
 @router.get("/api/classes/{code}/runs/{run_id}")
@@ -246,8 +249,8 @@ async def send_run(request: Request, session: MemberSessionDep, classroom: Class
     if head is None:
         raise AppError(404, "no such run here: run your code first, then send it", "no_run")
     owner = await asyncio.to_thread(uploads.started_by, run_id)
-    classroom.change(session, lambda s: s.submit(client, run_id, str(head["name"] or ""),
-                                                 address, owner))
+    await classroom.change(session, lambda s: s.submit(
+        client, run_id, str(head["name"] or ""), address, owner))
     # the teacher opens it later: no one's runs, however many, may push it out of the store
     await asyncio.to_thread(store.pin, run_id)
     return {"version": session.version}
@@ -255,6 +258,6 @@ async def send_run(request: Request, session: MemberSessionDep, classroom: Class
 
 @router.delete("/api/classes/{code}")
 async def end_class(session: TeacherSessionDep, classroom: ClassroomDep) -> dict:
-    classroom.end(session)
+    await classroom.end(session)
     audit("class_ended", code=session.code)
     return {"ended": True}

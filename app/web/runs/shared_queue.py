@@ -36,7 +36,7 @@ from app.format import Trace, error_record, new_document
 from app.format.notebook import annotate
 from app.web.settings import default_of
 from app.web.store.common import StoreUnavailable
-from app.web.store.database import Lock, lock
+from app.web.store.database import CONNECT_S, RECONNECT_S, Lock, lock
 from app.web.store.postgres import PostgresRunStore
 
 from .gate import Busy
@@ -61,8 +61,11 @@ def procrastinate_app(url: str | None = None, *, sync: bool = True):
     store's pool), an upload host's async. The task is named, not imported, on the web side."""
     import procrastinate
 
+    # an upload host's own pool: given up and made again as soon as the store's (RECONNECT_S),
+    # not after psycopg_pool's back-off of a minute and more (issue 39)
     connector = procrastinate.SyncPsycopgConnector() if sync else \
-        procrastinate.PsycopgConnector(conninfo=url)
+        procrastinate.PsycopgConnector(conninfo=url, reconnect_timeout=RECONNECT_S,
+                                       kwargs={"connect_timeout": CONNECT_S})
     return procrastinate.App(connector=connector)
 
 
@@ -141,6 +144,7 @@ class SharedQueue:
             yield self._procrastinate()
         except ConnectorException as exc:
             log.warning("the line (Procrastinate) cannot be reached: %s", exc.__cause__)
+            self.store.database.outage.suspect()  # a probe says whether the database is away
             raise StoreUnavailable("the line of runs (the server's database) cannot be "
                                    "reached just now: try again in a minute") from exc
 

@@ -50,7 +50,11 @@ ATTEMPTS = 2  # a run whose upload host dies twice is failed, not run a third ti
 STOPPED = ("The run was stopped on request; the process running it stopped too before it could "
            "say what the run had recorded.")
 STORE_PATIENCE_S = 300.0  # how long a finished run's Trace waits for the database to return
-RECONNECT_S = 5.0  # after the database went away, how soon the upload host takes runs again
+# how often Procrastinate's worker looks for a run when it heard of none (its LISTEN tells it
+# at once, but its listening connection is made again only after a while when the database
+# returns, and a run sent meanwhile waited its default 5 s): one small query a second
+POLL_S = 1.0
+RECONNECT_S = 1.0  # after the database went away, the soonest the upload host takes runs again
 LOST = ("The process running this run stopped twice while running it (its machine was lost or "
         "it was killed), so it was not run a third time. The script is kept: run it again, and if "
         "this keeps happening, tell whoever runs the server.")
@@ -369,11 +373,8 @@ class UploadHost:
                 if not stop.is_set():
                     # Procrastinate's worker ends when the database is away too long; this
                     # one stays, and takes runs again once it is back
-                    log.warning("taking runs again in %.0f s", RECONNECT_S)
-                    try:
-                        await asyncio.wait_for(stop.wait(), RECONNECT_S)
-                    except TimeoutError:
-                        pass
+                    log.warning("taking runs again once the database answers")
+                    await self._until_reachable(stop)
         finally:
             heartbeat.cancel()
             try:
@@ -385,16 +386,46 @@ class UploadHost:
             self._threads.shutdown(wait=False)
         return 0
 
+    async def _until_reachable(self, stop: asyncio.Event) -> None:
+        """RECONNECT_S, and then for as long as the store's probe says the database is away
+        (store/outage.py): Procrastinate's worker is started again within a moment of its
+        return, and not over and over while it is away (each start waits 30 s to connect)."""
+        deadline = time.monotonic() + RECONNECT_S
+        while not stop.is_set() and (time.monotonic() < deadline or
+                                     self.store.database.outage.down):
+            try:
+                await asyncio.wait_for(stop.wait(), 0.25)
+            except TimeoutError:
+                pass
+
+    async def _mend_line(self, jobs) -> None:
+        """Procrastinate's pool made whole the moment the store's probe sees the database back
+        (store/outage.py): its worker asks for a connection with a 30 s wait, and psycopg_pool
+        does not try again for a waiting request once it gave a connection up, so the worker
+        (and every run) waited out those 30 s after the database had returned."""
+        was_down = False
+        while True:
+            await asyncio.sleep(0.25)
+            down = self.store.database.outage.down
+            if was_down and not down:
+                try:
+                    await jobs.connector.pool.check()
+                except Exception:  # noqa: BLE001 - away again: the next return mends it
+                    log.warning("could not renew the line's connections", exc_info=True)
+            was_down = down
+
     async def _take_runs(self, jobs, stop: asyncio.Event) -> None:
         """Procrastinate's worker until `stop` (then it lets the runs going on finish) or
         until it ends by itself (its database connection lost)."""
         async with jobs.open_async():
             stalled = asyncio.create_task(self._see_to_stalled(jobs))
+            mending = asyncio.create_task(self._mend_line(jobs))
             # delete_jobs: a run's job is done with once it ends (its state is the `uploads`
             # row's): the jobs table does not grow with every run ever sent
             worker = asyncio.create_task(jobs.run_worker_async(
                 queues=[QUEUE], concurrency=self.slots, name=self.name,
                 abort_job_polling_interval=1.0, delete_jobs="always",
+                fetch_job_polling_interval=POLL_S,
                 install_signal_handlers=False, update_heartbeat_interval=HEARTBEAT_S,
                 stalled_worker_timeout=STALLED_S))
             stopping = asyncio.create_task(stop.wait())
@@ -406,3 +437,4 @@ class UploadHost:
             finally:
                 stopping.cancel()
                 stalled.cancel()
+                mending.cancel()

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from enum import IntEnum
 
 from .common import StoreUnavailable
+from .outage import Outage
 
 __all__ = ["Database", "Lock", "STEPS", "lock", "redacted"]
 
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 
 STATEMENT_MS = 15_000  # the longest statement: a 16 MiB Trace's upsert, with room to spare
 LOCK_MS = 5_000  # the longest wait for a row's lock (a class's, a run's)
+# how long the pool keeps trying to make again a connection it lost, backing off (1, 2, 4 s...)
+# before it gives up on it (and makes one again when asked): psycopg_pool's own default, five
+# minutes, let the back-off reach a minute and more, and a web process came back 97 s after
+# the database did (issue 39). The outage's probe (outage.py) says when the database is back.
+RECONNECT_S = 10.0
+CONNECT_S = 5  # libpq's connect_timeout: a database host that drops packets is given up soon
+DOWN = ("the server's database cannot be reached just now (it is being restarted, or is "
+        "down): try again in a few seconds")
 
 
 class Lock(IntEnum):
@@ -195,6 +204,22 @@ def redacted(url: str) -> str:
     return make_conninfo(**kept)
 
 
+def _lost(exc: Exception) -> bool:
+    """Is `exc` a connection that failed or none to be had (the database may be away), not a
+    statement's own failure (a timeout, a lock not granted, a conflict)?"""
+    from psycopg import OperationalError
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(exc, PoolTimeout):
+        return True
+    sqlstate = getattr(exc, "sqlstate", None)
+    # no SQLSTATE: libpq's own failure (the connection closed); class 08: a connection
+    # exception; 57P01-03: the server shutting down or starting
+    return isinstance(exc, OperationalError) and (
+        sqlstate is None or sqlstate.startswith("08") or sqlstate in ("57P01", "57P02",
+                                                                     "57P03"))
+
+
 def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
@@ -203,12 +228,16 @@ class Database:
     """The shared mode's database: opened once (pool and schema), then asked for transactions
     by whoever keeps something in it."""
 
-    def __init__(self, url: str, pool_size: int = 8) -> None:
+    def __init__(self, url: str, pool_size: int = 8,
+                 reconnect_s: float = RECONNECT_S) -> None:
         self.url = url
         self.pool_size = pool_size
+        self.reconnect_s = reconnect_s
         self._pool = None
         self._open_lock = threading.Lock()
         self._opened = False
+        # known to be away: its transactions refused at once until a probe sees it back
+        self.outage = Outage(url, on_return=self._mend_pool)
 
     def __repr__(self) -> str:
         return f"Database({redacted(self.url)!r})"
@@ -244,10 +273,14 @@ class Database:
             # database down a page says so in seconds, not after the browser gave up
             # statement and lock timeouts: no question to the database, and no wait for a
             # row's lock (a class's), holds a request (or the event loop) for long
+            # reconnect_timeout: see RECONNECT_S; its give-up tells the outage's probe too
             pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, open=False,
                                   timeout=3, name="autograd-lab-store",
+                                  reconnect_timeout=self.reconnect_s,
+                                  reconnect_failed=lambda _: self.outage.suspect(),
                                   kwargs={"options": f"-c statement_timeout={STATEMENT_MS} "
-                                                     f"-c lock_timeout={LOCK_MS}"})
+                                                     f"-c lock_timeout={LOCK_MS}",
+                                          "connect_timeout": CONNECT_S})
             pool.open(wait=True, timeout=15)
             self._pool = pool
             try:
@@ -263,6 +296,14 @@ class Database:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+
+    def _mend_pool(self) -> None:
+        """The database is back (the outage's probe connected): the pool's idle connections,
+        broken when it went away, are replaced now, and it may grow at once, rather than the
+        next requests each finding a broken one."""
+        pool = self._pool
+        if pool is not None and not pool.closed:
+            pool.check()
 
     def pool_stats(self) -> dict | None:
         """The pool as the metrics show it (app/web/metrics.py): connections open, the most it
@@ -334,6 +375,8 @@ class Database:
         """A connection of the pool for one transaction, committed on leaving (rolled back if
         the block raises). A database that cannot be reached, or a statement or lock wait past
         its timeout, is StoreUnavailable: the caller answers 503, try again in a minute."""
+        if self.outage.down:  # at once: no wait for a pool that cannot connect
+            raise StoreUnavailable(DOWN)
         if not self._opened:
             self.open()
         from psycopg import OperationalError
@@ -347,8 +390,9 @@ class Database:
             # the details (the database's address, its user) go to the log, not to whoever
             # asked: the answer says what to do
             log.warning("the run store cannot be reached: %s", _first_line(exc))
-            raise StoreUnavailable("the run store (the server's database) cannot be reached "
-                                   "just now: try again in a minute") from exc
+            if _lost(exc):
+                self.outage.suspect()
+            raise StoreUnavailable(DOWN) from exc
 
     def reachable(self) -> tuple[bool, str]:
         """(can the database be asked now, what /healthz says of it: not where it is, which

@@ -3,6 +3,7 @@ and every bad input refused with a sentence (the browser tests drive the pages).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -403,30 +404,34 @@ def test_class_codes_cannot_be_guessed_from_many_addresses_either(monkeypatch):
 
     monkeypatch.setattr(state, "WRONG_CODES_PER_MINUTE_IN_ALL", 50)
     room = InProcessClassroom()
-    session = room.start("cookie:teacher")
-    room.change(session, lambda s: s.admit("cookie:member", "10.0.0.1"))
-    for n in range(25):  # one /48, a new /64 for each guess: no address past its own 30
+    async def scenario() -> None:
+        session = await room.start("cookie:teacher")
+        await room.change(session, lambda s: s.admit("cookie:member", "10.0.0.1"))
+        for n in range(25):  # one /48, a new /64 for each guess: no address past its own 30
+            with pytest.raises(state.ClassError, match="no class"):
+                await room.get("ZZZZZ2", f"2001:db8:7:{n}::1", f"cookie:guesser{n}")
+        for n in range(25):  # and 25 IPv4 addresses, one wrong code each
+            with pytest.raises(state.ClassError, match="no class"):
+                await room.get("ZZZZZ3", f"198.51.100.{n}", f"cookie:v4guesser{n}")
+        # the server is past its count: the guessers' /48 is refused, whatever code it tries,
+        # from a /64 it has not used yet, and so is an IPv4 address that guessed
+        refused = "wrong class codes were tried on this server"
+        with pytest.raises(state.ClassError, match=refused):
+            await room.get(session.code, "2001:db8:7:99::1", "cookie:new")
+        with pytest.raises(state.ClassError, match=refused):
+            await room.get(session.code, "198.51.100.3", "cookie:new")
+        # a newcomer from elsewhere gets in with the right code, and members always do
+        assert await room.get(session.code, "2001:db8:8::1", "cookie:newcomer") is session
+        assert await room.get(session.code, "203.0.113.9", "cookie:newcomer2") is session
+        assert await room.get(session.code, "10.0.0.1", "cookie:member") is session
+        # a wrong code from a clean address past the count is told "no class", once: its
+        # neighbourhood is refused after that
         with pytest.raises(state.ClassError, match="no class"):
-            room.get("ZZZZZ2", f"2001:db8:7:{n}::1", f"cookie:guesser{n}")
-    for n in range(25):  # and 25 IPv4 addresses, one wrong code each
-        with pytest.raises(state.ClassError, match="no class"):
-            room.get("ZZZZZ3", f"198.51.100.{n}", f"cookie:v4guesser{n}")
-    # the server is past its count: the guessers' /48 is refused, whatever code it tries, from
-    # a /64 it has not used yet, and so is an IPv4 address that guessed
-    with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
-        room.get(session.code, "2001:db8:7:99::1", "cookie:new")
-    with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
-        room.get(session.code, "198.51.100.3", "cookie:new")
-    # a newcomer from elsewhere gets in with the right code, and members always do
-    assert room.get(session.code, "2001:db8:8::1", "cookie:newcomer") is session
-    assert room.get(session.code, "203.0.113.9", "cookie:newcomer2") is session
-    assert room.get(session.code, "10.0.0.1", "cookie:member") is session
-    # a wrong code from a clean address past the count is told "no class", once: its
-    # neighbourhood is refused after that
-    with pytest.raises(state.ClassError, match="no class"):
-        room.get("ZZZZZ4", "192.0.2.1", "cookie:late")
-    with pytest.raises(state.ClassError, match="wrong class codes were tried on this server"):
-        room.get("ZZZZZ5", "192.0.2.1", "cookie:late")
+            await room.get("ZZZZZ4", "192.0.2.1", "cookie:late")
+        with pytest.raises(state.ClassError, match=refused):
+            await room.get("ZZZZZ5", "192.0.2.1", "cookie:late")
+
+    asyncio.run(scenario())
 
 
 def test_a_neighbourhood_is_an_ipv6_48_or_an_ipv4_address():
