@@ -12,6 +12,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from app.format.explained import say_lines
+from app.format.notebook import where
 from app.render import (
     FLAT,
     EventNotFound,
@@ -24,6 +26,8 @@ from app.render import (
     render_graph,
 )
 from app.render.group import Grouping
+
+from .failure import cells_of
 
 __all__ = ["TRACE_MIMETYPE", "LAYOUTS", "DRAWERS", "TraceDisplay"]
 
@@ -67,6 +71,7 @@ class TraceDisplay:
     layout: str | None = None  # None: flat when small, by module when big (as the page opens)
     link: str | None = None    # the run on the server it came from
     draw: str | None = None    # None: the kernel's `dot` where there is one, else the browser
+    failure_shown: bool = False  # the cell's failure is explained in an output above this one
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.layout not in LAYOUTS:
@@ -104,9 +109,7 @@ class TraceDisplay:
         if not _widgets_here():
             return None
         from .widget import TraceWidget
-        backward = [e for e in self.trace.get("events") or () if e.get("kind") == "backward"]
-        index = self.event if self.event is not None else \
-            (backward[0]["index"] if backward else None)
+        index = self._event()
         if drawing.view is not None:
             index = None  # the widget shows the view: a graph with no pass to replay
         if (index is None and drawing.view is None) or (drawing.svg is None and
@@ -132,12 +135,30 @@ class TraceDisplay:
         line = f"autograd-lab: {name}: " + ", ".join(parts)
         error = doc.get("error")
         if error:
-            where = f" at line {error['line']}" if error.get("line") else ""
-            line += f"\nThe code failed{where}: {error.get('type')}: {error.get('message')}"
+            cells = cells_of(doc)
+            at = f" at {where(cells, error['line'])}" if error.get("line") else ""
+            line += (f"\nThe code failed{at} with {error.get('type')}: said above."
+                     if self.failure_shown else
+                     f"\nThe code failed{at}: {error.get('type')}: "
+                     f"{say_lines(str(error.get('message')), cells)}")
         elif not backward and not doc.get("views"):
             line += ("\nNo backward pass was recorded: call .backward() in the cell, or draw a "
                      "tensor's graph with autograd_lab.show(tensor).")
         return line
+
+    def _event(self) -> int | None:
+        """The backward event shown: the one asked for; else the pass the failure's explanation
+        names (a second backward through a freed graph), else the one that failed, else the
+        first."""
+        if self.event is not None:
+            return self.event
+        backward = [e for e in self.trace.get("events") or () if e.get("kind") == "backward"]
+        indexes = {e.get("index") for e in backward}
+        explained = ((self.trace.get("error") or {}).get("explanation") or {}).get("event")
+        if explained in indexes:
+            return explained
+        failed = [e["index"] for e in backward if e.get("error")]
+        return failed[-1] if failed else (backward[0]["index"] if backward else None)
 
     def _graph(self) -> tuple[dict, str, int | None]:
         """The graph to draw, what it is, and which view it is: the chosen backward event (view
@@ -145,7 +166,7 @@ class TraceDisplay:
         doc = self.trace
         has_backward = any(e.get("kind") == "backward" for e in doc.get("events") or [])
         if self.event is not None or has_backward or not doc.get("views"):
-            graph = event_graph(doc, self.event)
+            graph = event_graph(doc, self._event())
             return graph, "backward pass", None
         return event_graph(doc, view=0), "graph", 0
 

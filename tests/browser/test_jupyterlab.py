@@ -44,7 +44,13 @@ NO_DOT_CELLS = [
     *CELLS[1:],
     "import autograd_lab\nautograd_lab.show(loss)",
 ]
-NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS}
+# a traced cell that fails in its backward: an in-place change to what autograd saved
+FAILING_CELLS = [
+    *CELLS[:2],
+    "%%autograd_lab\nprint('before the failure')\nh = torch.sigmoid(layer(x))\nh.add_(1)\n"
+    "h.sum().backward()",
+]
+NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS, "failing.ipynb": FAILING_CELLS}
 
 
 # the notebook open with all its cells and its kernel started and idle
@@ -216,6 +222,57 @@ def test_a_kernel_without_graphviz_gets_its_graphs_laid_out_in_the_browser(brows
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-no-dot-failed.png"))
+        raise
+    finally:
+        context.close()
+
+
+def test_a_failed_cell_says_its_explanation_first_on_its_own_lines_and_no_wall(browser, lab):
+    """Issue 37, point 2: the explanation and its fix are the output's first thing, its lines
+    the cell's as JupyterLab shows it (the `%%autograd_lab` line is line 1), no stderr wall,
+    and the widget lists the findings."""
+    base, token = lab
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    try:
+        _run_all(page, base, token, "failing.ipynb")
+        page.wait_for_function(DONE, arg=len(FAILING_CELLS))
+        page.evaluate(SCROLL_TO_LAST)
+        cell = page.locator(".jp-Notebook .jp-CodeCell").nth(2)
+        count = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2]"
+                              ".model.executionCount")
+        assert f"[{count}]" in cell.locator(".jp-InputPrompt").inner_text()
+        source = FAILING_CELLS[2].split("\n")
+        changed, failed = source.index("h.add_(1)") + 1, source.index("h.sum().backward()") + 1
+        outputs = cell.locator(".jp-OutputArea-output")
+        outputs.last.locator(".autograd-lab-widget .widget-graph svg g.node").first.wait_for()
+        first = outputs.first.inner_text()
+        assert first.startswith(f"The cell stopped with RuntimeError at cell {count}, "
+                                f"line {failed}."), first
+        assert "What happened" in first and f"Where: cell {count}, line {changed}" in first
+        assert "h = h.clone()" in first
+        assert "before the failure" in outputs.nth(1).inner_text()  # then what it printed
+        # no stderr at all: anomaly mode's forward traceback is kept in the Trace
+        assert cell.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+        assert "Traceback" not in cell.inner_text()
+        findings = outputs.last.locator(".widget-findings")
+        said = findings.inner_text()
+        # the sentence's "Line 4" of the code run, said as the cell's (issue 37: "Line 42"
+        # beside "cell 8, line 3")
+        assert f"Cell {count}, line {changed} (h.add_(1))" in said, said
+        assert "Line " not in said
+        # its "show 1 node": the node it names selected, as on the page
+        findings.locator("li.diag-error button.diag-show").click()
+        selected = outputs.last.locator(".widget-graph svg g.node.is-selected")
+        assert selected.count() == 1 and "SigmoidBackward0" in selected.text_content()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        # the cell's outputs from their first (the explanation) down, as a reader finds them
+        outputs.first.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-failed-cell.png"))
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-failing-failed.png"))
         raise
     finally:
         context.close()

@@ -53,6 +53,13 @@ opt.step()
 print("trained", round(loss.item(), 4))
 """
 
+INPLACE = """\
+print("before the failure")
+h = torch.sigmoid(model.lin(x))
+h.add_(1)
+h.sum().backward()
+"""
+
 CELLS = [
     "%load_ext autograd_lab",
     MODEL,
@@ -64,7 +71,12 @@ CELLS = [
     "print(json.dumps(dict(torchviz_walk(loss)[0])))",
     "%%autograd_lab\nmodel(torch.randn(2, 7))  # the wrong width: the cell raises",
     "print('still here', 1 + 1)",
+    # an in-place change autograd needs undone, traced (8), then the same lines plainly (9),
+    # whose first line stands where the magic's does, so that IPython counts the same lines
+    "%%autograd_lab --name inplace\n" + INPLACE,
+    "# the same lines, plainly\n" + INPLACE,
 ]
+RAISES = {9}  # cells that fail plainly, as PyTorch fails them (tagged so that the run goes on)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +96,9 @@ def executed(tmp_path_factory):
         subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp),
                         "--name", KERNEL], check=True, capture_output=True, timeout=120)
         nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+        nb.cells = [nbformat.v4.new_code_cell(src, metadata={"tags": ["raises-exception"]}
+                                              if i in RAISES else {})
+                    for i, src in enumerate(CELLS)]
         client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
                                          store_widget_state=True,
                                          resources={"metadata": {"path": str(tmp)}})
@@ -148,11 +162,54 @@ def test_a_cell_that_raises_is_said_and_the_kernel_goes_on(executed):
     failed, after = executed.cells[6], executed.cells[7]
     assert not [o for o in failed.outputs if o["output_type"] == "error"]
     doc = _data(failed, TRACE)
-    assert doc["error"]["type"] == "RuntimeError" and doc["error"]["line"] == 1
-    said = _data(failed, "text/plain")
-    assert "The code failed at line 1: RuntimeError" in said
-    assert "RuntimeError" in _data(failed, "text/html")
+    # the cell's own lines: `%%autograd_lab` is line 1, the failing call line 2
+    assert doc["error"]["type"] == "RuntimeError" and doc["error"]["line"] == 2
+    assert failed.source.split("\n")[1].startswith("model(torch.randn(2, 7))")
+    where = f"cell {failed.execution_count}, line 2"
+    first = failed.outputs[0]["data"]  # the failure, said before anything else
+    assert f"The cell stopped with RuntimeError at {where}" in first["text/plain"]
+    assert where in first["text/html"]
     assert _stdout(after) == "still here 2\n"
+
+
+def _ipython_error_line(cell) -> int:
+    """The line IPython's own traceback names in a cell that raised plainly ("Cell In[9],
+    line 5"), read from its error output."""
+    import re
+
+    (error,) = [o for o in cell.outputs if o["output_type"] == "error"]
+    said = re.findall(rf"Cell In\[{cell.execution_count}\], line (\d+)",
+                      re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"])))
+    assert said, error["traceback"]
+    return int(said[-1])
+
+
+def test_a_failed_cell_says_its_explanation_first_on_the_cells_own_lines_with_no_wall(executed):
+    traced, plain = executed.cells[8], executed.cells[9]
+    (error,) = [o for o in plain.outputs if o["output_type"] == "error"]
+    doc = _data(traced, TRACE)
+    assert doc["error"]["type"] == error["ename"] == "RuntimeError"
+    # torch's own words, kept; only its hint differs, anomaly mode being on in the traced run
+    assert doc["error"]["message"].split(" Hint:")[0] == error["evalue"].split(" Hint:")[0]
+    # the line IPython names for the same lines run plainly, in the traced cell's own count
+    line = _ipython_error_line(plain)
+    assert doc["error"]["line"] == line
+    first = traced.outputs[0]
+    assert first["output_type"] == "display_data"  # before the print and before the graph
+    said, page = first["data"]["text/plain"], first["data"]["text/html"]
+    assert said.startswith(f"autograd-lab: The cell stopped with RuntimeError at cell "
+                           f"{traced.execution_count}, line {line}.")
+    # the explanation names the line that changed h in place, counted as the cell shows it
+    changed = traced.source.split("\n").index("h.add_(1)") + 1
+    assert f"Where: cell {traced.execution_count}, line {changed}" in said
+    assert "What happened" in page and "Suggested change" in page and "h.clone()" in page
+    # then what the cell printed, then the graph; no stderr at all: anomaly mode's forward
+    # traceback (its 'Error detected in SigmoidBackward0') stays in the Trace
+    assert [o["output_type"] for o in traced.outputs] == ["display_data", "stream", "display_data"]
+    assert _stdout(traced) == "before the failure\n"
+    assert not [o for o in traced.outputs if o.get("name") == "stderr"]
+    assert "Error detected in SigmoidBackward0" in doc["stderr"]
+    assert "said above" in traced.outputs[-1]["data"]["text/plain"]
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
