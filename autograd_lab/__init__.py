@@ -28,10 +28,12 @@ def load_ipython_extension(ip) -> None:
                          notebook=_notebook_name(ip)))
 
     autograd_lab.__doc__ = (
-        "%%autograd_lab [--event N] [--layout flat|modules] [--name NAME]\n\n"
+        "%%autograd_lab [--event N] [--layout flat|modules] [--draw kernel|browser] "
+        "[--name NAME] [--whole]\n\n"
         "Run the cell in this kernel's namespace under autograd-lab's tracer (no sandbox: "
         "your own code) and show its backward graph; the output also holds the Trace as "
-        "application/vnd.autograd-lab.trace+json.")
+        "application/vnd.autograd-lab.trace+json (the pass drawn, without tensors' values; "
+        "--whole keeps all).")
     ip.register_magic_function(autograd_lab, magic_kind="cell", magic_name="autograd_lab")
 
 

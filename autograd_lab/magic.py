@@ -12,7 +12,7 @@ from .failure import CellFailure
 __all__ = ["parse_line", "run_cell", "cell_map"]
 
 USAGE = ("%%autograd_lab [--event N] [--layout flat|modules] [--draw kernel|browser] "
-         "[--name NAME]")
+         "[--name NAME] [--whole]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,6 +30,9 @@ def parse_line(line: str) -> argparse.Namespace:
                         help="who lays the graph out: the kernel's graphviz (default where it "
                         "has `dot`) or the browser's (graphviz compiled to WebAssembly)")
     parser.add_argument("--name", default="cell", help="the Trace's script name")
+    parser.add_argument("--whole", action="store_true",
+                        help="store the whole Trace in the output (by default it keeps the pass "
+                        "drawn, without tensors' values: autograd_lab/stored.py)")
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -62,7 +65,7 @@ def run_cell(line: str, cell: str, namespace: dict, *, above: str = "%%autograd_
     if stderr:
         sys.stderr.write(stderr)
     return TraceDisplay(doc, event=options.event, layout=options.layout, draw=options.draw,
-                        failure_shown=bool(doc["error"]))
+                        failure_shown=bool(doc["error"]), whole=options.whole)
 
 
 def cell_map(source: str, number: int, notebook: str | None) -> dict:

@@ -39,8 +39,21 @@ function panZoomLoaded(source) {
   document.head.append(script);
 }
 
+/** The kernel shows a graph twice: a static output (the picture as HTML and SVG, which a saved
+ *  notebook reopened without its kernel still shows) and this live view. While the view runs,
+ *  its static twin is hidden, by a rule on the page (JupyterLab redraws outputs scrolled away:
+ *  a rule outlives them), so that the graph is seen once. */
+function hideStaticTwin(id) {
+  if (!/^[0-9a-f]{32}$/.test(id || "")) return;
+  const style = document.createElement("style");
+  style.dataset.autogradLabStatic = id;
+  style.textContent = `.jp-OutputArea-child:has([data-autograd-lab-static="${id}"]) { display: none; }`;
+  document.head.append(style);
+}
+
 async function render({ model, el }) {
   panZoomLoaded(model.get("pan_zoom_js"));
+  hideStaticTwin(model.get("static_id"));
   const root = el.attachShadow ? el.attachShadow({ mode: "open" }) : el;
   const style = document.createElement("style");
   style.textContent = model.get("css");

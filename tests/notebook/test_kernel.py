@@ -45,7 +45,7 @@ x, y = torch.randn(6, 3), torch.randn(6, 1)
 """
 
 STEP = """\
-%%autograd_lab --name one_step
+%%autograd_lab --name one_step --whole
 opt.zero_grad()
 loss = nn.functional.mse_loss(model(x), y)
 loss.backward()
@@ -75,6 +75,9 @@ CELLS = [
     # whose first line stands where the magic's does, so that IPython counts the same lines
     "%%autograd_lab --name inplace\n" + INPLACE,
     "# the same lines, plainly\n" + INPLACE,
+    # the step again, stored bounded (10), and .grad's norms as the kernel holds them (11)
+    "%%autograd_lab --name bounded\n" + STEP.split("\n", 1)[1],
+    "print(json.dumps({n: p.grad.norm().item() for n, p in model.named_parameters()}))",
 ]
 RAISES = {9}  # cells that fail plainly, as PyTorch fails them (tagged so that the run goes on)
 
@@ -119,6 +122,13 @@ def _data(cell, mimetype: str):
     return found[0]
 
 
+def _static(cell) -> dict:
+    """The data of the output that holds the Trace: the picture, the summary, the notes."""
+    found = [o["data"] for o in cell.outputs if TRACE in o.get("data", {})]
+    assert len(found) == 1
+    return found[0]
+
+
 def _stdout(cell) -> str:
     return "".join(o["text"] for o in cell.outputs
                    if o["output_type"] == "stream" and o["name"] == "stdout")
@@ -143,7 +153,7 @@ def test_the_magic_records_the_cell_and_its_uses_sum_to_the_kernels_grads(execut
                               torch.tensor(grad, dtype=torch.float64), atol=1e-6), name
     assert len(event["contributions"]["lin.weight"]) == 2  # the reused layer's two uses
     assert _svg(step).tag.endswith("svg")
-    assert "1 backward" in _data(step, "text/plain")
+    assert "1 backward" in _static(step)["text/plain"]
 
 
 def test_show_of_a_tensor_walks_the_graph_torchviz_does(executed):
@@ -205,11 +215,12 @@ def test_a_failed_cell_says_its_explanation_first_on_the_cells_own_lines_with_no
     assert "What happened" in page and "Suggested change" in page and "h.clone()" in page
     # then what the cell printed, then the graph; no stderr at all: anomaly mode's forward
     # traceback (its 'Error detected in SigmoidBackward0') stays in the Trace
-    assert [o["output_type"] for o in traced.outputs] == ["display_data", "stream", "display_data"]
+    assert [o["output_type"] for o in traced.outputs] == ["display_data", "stream",
+                                                          "display_data", "display_data"]
     assert _stdout(traced) == "before the failure\n"
     assert not [o for o in traced.outputs if o.get("name") == "stderr"]
     assert "Error detected in SigmoidBackward0" in doc["stderr"]
-    assert "said above" in traced.outputs[-1]["data"]["text/plain"]
+    assert "said above" in traced.outputs[2]["data"]["text/plain"]
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -238,3 +249,29 @@ def test_the_magic_shows_the_live_widget_whose_trace_sums_to_the_kernels_grads(e
     assert {n["id"] for n in event["graph"]["nodes"]} <= drawn
     # and the static SVG stays in the bundle for what runs no widgets (GitHub, nbviewer)
     assert _svg(executed.cells[2]).tag.endswith("svg")
+
+
+def _values_in(node) -> int:
+    stack, found = [node], 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found += "values" in item and "numel" in item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def test_the_stored_trace_is_bounded_and_says_so(executed):
+    """Issue 37, point 3: a traced cell's output stores the pass drawn without the tensors'
+    values (their statistics stay, true to the kernel's .grad), and says so; --whole keeps
+    them."""
+    bounded, norms = _data(executed.cells[10], TRACE), json.loads(_stdout(executed.cells[11]))
+    assert _values_in(bounded) == 0
+    assert _values_in(_data(executed.cells[2], TRACE)) > 0  # --whole
+    said = [d for d in bounded["diagnostics"] if d["code"] == "notebook_trace_bounded"]
+    assert len(said) == 1 and "--whole" in said[0]["message"]
+    assert "stores a smaller Trace" in _static(executed.cells[10])["text/plain"]
+    for name, norm in norms.items():  # the statistics kept are .grad's own
+        assert abs(bounded["params"][name]["grad"]["norm"] - norm) < 1e-5 * max(1, norm), name
