@@ -158,3 +158,20 @@ def test_an_interrupt_stops_the_cell_and_leaves_nothing_patched():
                              "(w * 2).sum().backward()\n")
     assert doc["error"] is None and contribution_sum(backward_events(doc)[0], "w").tolist() \
         == [2.0, 2.0]  # the next cell is traced as ever
+
+
+def test_the_stored_trace_keeps_the_pass_drawn_and_is_still_a_trace():
+    """The output's Trace (autograd_lab/stored.py) follows the schema, keeps the pass drawn
+    whole (its graph and order) and counts the pass it dropped."""
+    from app.format import validate
+
+    lin, head, x = _reused_layer()
+    doc = autograd_lab.trace("y = lin(x).sum()\ny.backward()\nz = head(lin(x)).sum()\n"
+                             "z.backward()\n", {"lin": lin, "head": head, "x": x})
+    first, second = backward_events(doc)
+    stored = autograd_lab.show(doc, event=second["index"])._repr_mimebundle_()[TRACE_MIMETYPE]
+    validate(stored)
+    (kept,) = backward_events(stored)
+    assert kept["index"] == second["index"] and kept["order"] == second["order"]
+    assert kept["graph"]["nodes"] == second["graph"]["nodes"]
+    assert stored["events_skipped"]["backward"] == doc["events_skipped"]["backward"] + 1
