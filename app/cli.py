@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -97,29 +96,9 @@ def _report_error(doc: dict) -> int:
 def _explained(ex: dict, cells: list[dict] | None = None) -> str:
     """An explained failure as the terminal shows it: what, where, the fix as a diff, scenario.
     A notebook's lines are said as its cells' ("cell 3, line 2"), as the page says them."""
-    from .format.notebook import where
+    from .format.explained import explained_lines
 
-    def said(text: str) -> str:
-        if not cells:
-            return text
-        return re.sub(r"\b([Ll])ine (\d+)", lambda m: (
-            (lambda w: w[0].upper() + w[1:] if m.group(1) == "L" else w)(
-                where(cells, int(m.group(2))))), text)
-
-    out = [f"  what happened [{ex['code']}]: {said(ex['what'])}"]
-    if ex.get("line"):
-        out.append(f"  where: {where(cells, ex['line'])}")
-    fix = ex.get("fix")
-    if fix:
-        out.append(f"  fix: {fix['say']}")
-        for e in fix["edits"]:
-            out.append(f"    {where(cells, e['line'])}:")
-            out.append(f"    - {e['before']}")
-            out += [f"    + {line}" for line in e["after"].split("\n")]
-    if ex.get("scenario"):
-        out.append(f"  the scenario that shows it: autograd-lab trace {ex['scenario']}  (or "
-                   f"/scenarios/{ex['scenario']} in the app)")
-    return "\n".join(out)
+    return "\n".join(f"  {line}" for line in explained_lines(ex, cells))
 
 
 def cmd_trace(args) -> int:

@@ -43,12 +43,14 @@ def trace(fn_or_code, namespace: dict | None = None, *, name: str | None = None)
 
 
 def show(x, *, event: int | None = None, layout: str | None = None, server: str | None = None,
-         namespace: dict | None = None, draw: str | None = None) -> TraceDisplay:
+         namespace: dict | None = None, draw: str | None = None,
+         whole: bool = False) -> TraceDisplay:
     """Show `x` in the notebook: a tensor (its graph as torchviz's make_dot walks it, its
     parameters named from the modules in `namespace`, by default the caller's variables), a
     Trace document, or a stored run's id or URL on an autograd-lab server (`server`, else the
     AUTOGRAD_LAB_URL environment variable). `draw`: "kernel" (graphviz's `dot` here, the default
-    where there is one) or "browser" (graphviz compiled to WebAssembly, in the live view)."""
+    where there is one) or "browser" (graphviz compiled to WebAssembly, in the live view).
+    `whole`: the output stores the whole Trace, not only the pass drawn without values."""
     link = None
     if isinstance(x, dict):
         doc = x
@@ -65,7 +67,7 @@ def show(x, *, event: int | None = None, layout: str | None = None, server: str 
     else:
         raise TypeError(f"show() takes a tensor, a Trace document (dict), or a stored run's id "
                         f"or URL, not {type(x).__name__}")
-    return TraceDisplay(doc, event=event, layout=layout, link=link, draw=draw)
+    return TraceDisplay(doc, event=event, layout=layout, link=link, draw=draw, whole=whole)
 
 
 def _tensor_trace(x, namespace: dict) -> dict:

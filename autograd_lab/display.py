@@ -10,8 +10,11 @@ the output carries no static picture (`draw="browser"` chooses that even where `
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
+from app.format.explained import say_lines
+from app.format.notebook import where
 from app.render import (
     FLAT,
     EventNotFound,
@@ -25,6 +28,9 @@ from app.render import (
 )
 from app.render.group import Grouping
 
+from .failure import cells_of
+from .stored import bounded_trace
+
 __all__ = ["TRACE_MIMETYPE", "LAYOUTS", "DRAWERS", "TraceDisplay"]
 
 TRACE_MIMETYPE = "application/vnd.autograd-lab.trace+json"
@@ -33,6 +39,10 @@ DRAWERS = ("kernel", "browser")  # who lays the graph out: the kernel's `dot`, o
 NO_DOT = ("graphviz's `dot` is not installed where this kernel runs, so there is no static "
           "picture for GitHub or nbviewer (`apt-get install graphviz` gives one); the live view "
           "lays the graph out in the browser.")
+
+# the live view's output, as a front end with no widgets (GitHub, nbviewer) says it: the static
+# output above it holds the picture
+LIVE_ONLY = "(the live view of the graph: it needs this notebook's kernel running)"
 
 NO_WIDGET = ("No drawing: graphviz's `dot` is not installed where this kernel runs, and the live "
              "view that lays a graph out in the browser needs anywidget: `pip install "
@@ -67,6 +77,9 @@ class TraceDisplay:
     layout: str | None = None  # None: flat when small, by module when big (as the page opens)
     link: str | None = None    # the run on the server it came from
     draw: str | None = None    # None: the kernel's `dot` where there is one, else the browser
+    failure_shown: bool = False  # the cell's failure is explained in an output above this one
+    whole: bool = False  # the output keeps the whole Trace, not the bounded one (stored.py)
+    static_id: str = field(default="", init=False, repr=False)  # the static output's, per show
 
     def __post_init__(self) -> None:
         if self.layout is not None and self.layout not in LAYOUTS:
@@ -75,28 +88,52 @@ class TraceDisplay:
             raise ValueError(f"unknown draw {self.draw!r}: use one of {', '.join(DRAWERS)}")
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """One bundle: the static output and, where widgets run, the live view's. IPython
+        itself shows the two as two outputs (`_ipython_display_`)."""
+        static, live = self._outputs()
+        if live:
+            static.update({k: v for k, v in live.items() if k != "text/plain"})
+        return static
+
+    def _ipython_display_(self) -> None:
+        """Two outputs: the static one (the picture as HTML and SVG, the summary, the bounded
+        Trace), then the live view. JupyterLab renders a widget's view whenever its output has
+        one, and a notebook reopened without the widget's model says "Error displaying widget:
+        model not found" there instead of any picture the same output holds: kept apart, the
+        picture stays. While the live view runs it hides its static twin (widget.js)."""
+        from IPython.display import display
+
+        static, live = self._outputs()
+        display(static, raw=True)
+        if live:
+            display(live, raw=True)
+
+    def _outputs(self) -> tuple[dict, dict | None]:
         drawing = self._drawing()
         if drawing.dot is not None and not _widgets_here():
             drawing.problem = NO_WIDGET
         lines = [self.summary(drawing.said)]
         if drawing.problem:
             lines.append(drawing.problem)
-        bundle: dict = {"text/plain": "\n".join(lines), TRACE_MIMETYPE: self.trace}
+        stored, dropped = (self.trace, None) if self.whole else \
+            bounded_trace(self.trace, self._event())
+        if dropped:
+            lines.append(dropped)
+        self.static_id = uuid.uuid4().hex
+        static: dict = {"text/plain": "\n".join(lines), TRACE_MIMETYPE: stored,
+                        "text/html": self._html(drawing.svg, lines)}
         if drawing.svg is not None:
-            bundle["image/svg+xml"] = drawing.svg
-        if self.link or self.trace.get("error"):
-            bundle["text/html"] = self._html(drawing.svg, lines)
-        # the live view where a notebook runs widgets (JupyterLab, VS Code, Colab); the SVG and
-        # HTML above stay in the bundle for what runs none (GitHub, nbviewer)
+            static["image/svg+xml"] = drawing.svg
+        live = None
         try:
-            live = self._widget(drawing, lines[0])
-            if live is not None:
-                view = live._repr_mimebundle_()
+            widget = self._widget(drawing, lines[0])
+            if widget is not None:
+                view = widget._repr_mimebundle_()
                 view = view[0] if isinstance(view, tuple) else view  # (data, metadata) or data
-                bundle.update({k: v for k, v in view.items() if k != "text/plain"})
+                live = {**view, "text/plain": LIVE_ONLY}
         except Exception as exc:  # noqa: BLE001 - the static output above is still whole
-            bundle["text/plain"] += f"\n(the live view could not be made: {exc})"
-        return bundle
+            static["text/plain"] += f"\n(the live view could not be made: {exc})"
+        return static, live
 
     def _widget(self, drawing: Drawing, summary: str):
         """The anywidget of the drawn backward pass or view (widget.py), or None: no anywidget
@@ -104,16 +141,15 @@ class TraceDisplay:
         if not _widgets_here():
             return None
         from .widget import TraceWidget
-        backward = [e for e in self.trace.get("events") or () if e.get("kind") == "backward"]
-        index = self.event if self.event is not None else \
-            (backward[0]["index"] if backward else None)
+        index = self._event()
         if drawing.view is not None:
             index = None  # the widget shows the view: a graph with no pass to replay
         if (index is None and drawing.view is None) or (drawing.svg is None and
                                                         drawing.dot is None):
             return None
         self.live = TraceWidget(self.trace, event=index, view=drawing.view, svg=drawing.svg,
-                                dot=drawing.dot, summary=summary, link=self.link)
+                                dot=drawing.dot, summary=summary, link=self.link,
+                                static_id=self.static_id)
         return self.live
 
     def summary(self, drawn: str | None = None) -> str:
@@ -132,12 +168,30 @@ class TraceDisplay:
         line = f"autograd-lab: {name}: " + ", ".join(parts)
         error = doc.get("error")
         if error:
-            where = f" at line {error['line']}" if error.get("line") else ""
-            line += f"\nThe code failed{where}: {error.get('type')}: {error.get('message')}"
+            cells = cells_of(doc)
+            at = f" at {where(cells, error['line'])}" if error.get("line") else ""
+            line += (f"\nThe code failed{at} with {error.get('type')}: said above."
+                     if self.failure_shown else
+                     f"\nThe code failed{at}: {error.get('type')}: "
+                     f"{say_lines(str(error.get('message')), cells)}")
         elif not backward and not doc.get("views"):
             line += ("\nNo backward pass was recorded: call .backward() in the cell, or draw a "
                      "tensor's graph with autograd_lab.show(tensor).")
         return line
+
+    def _event(self) -> int | None:
+        """The backward event shown: the one asked for; else the pass the failure's explanation
+        names (a second backward through a freed graph), else the one that failed, else the
+        first."""
+        if self.event is not None:
+            return self.event
+        backward = [e for e in self.trace.get("events") or () if e.get("kind") == "backward"]
+        indexes = {e.get("index") for e in backward}
+        explained = ((self.trace.get("error") or {}).get("explanation") or {}).get("event")
+        if explained in indexes:
+            return explained
+        failed = [e["index"] for e in backward if e.get("error")]
+        return failed[-1] if failed else (backward[0]["index"] if backward else None)
 
     def _graph(self) -> tuple[dict, str, int | None]:
         """The graph to draw, what it is, and which view it is: the chosen backward event (view
@@ -145,7 +199,7 @@ class TraceDisplay:
         doc = self.trace
         has_backward = any(e.get("kind") == "backward" for e in doc.get("events") or [])
         if self.event is not None or has_backward or not doc.get("views"):
-            graph = event_graph(doc, self.event)
+            graph = event_graph(doc, self._event())
             return graph, "backward pass", None
         return event_graph(doc, view=0), "graph", 0
 
@@ -180,8 +234,9 @@ class TraceDisplay:
         # the SVG is graphviz's, from DOT whose every string app/render escaped; inline in HTML
         # it starts at <svg> (no XML declaration or DOCTYPE)
         inline = svg[svg.find("<svg"):] if svg and "<svg" in svg else ""
-        parts = [f'<div class="autograd-lab">{inline}<pre>{html.escape(chr(10).join(lines))}'
-                 '</pre>']
+        # the live view hides this output while it runs (widget.js) by this id
+        parts = [f'<div class="autograd-lab" data-autograd-lab-static="{self.static_id}">'
+                 f'{inline}<pre>{html.escape(chr(10).join(lines))}</pre>']
         if self.link:
             parts.append(f'<p><a href="{html.escape(self.link, quote=True)}" target="_blank" '
                          'rel="noopener noreferrer">Open this run in autograd-lab</a></p>')

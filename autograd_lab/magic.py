@@ -7,11 +7,12 @@ import shlex
 import sys
 
 from .display import DRAWERS, LAYOUTS, TraceDisplay
+from .failure import CellFailure
 
-__all__ = ["parse_line", "run_cell"]
+__all__ = ["parse_line", "run_cell", "cell_map"]
 
 USAGE = ("%%autograd_lab [--event N] [--layout flat|modules] [--draw kernel|browser] "
-         "[--name NAME]")
+         "[--name NAME] [--whole]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,6 +30,9 @@ def parse_line(line: str) -> argparse.Namespace:
                         help="who lays the graph out: the kernel's graphviz (default where it "
                         "has `dot`) or the browser's (graphviz compiled to WebAssembly)")
     parser.add_argument("--name", default="cell", help="the Trace's script name")
+    parser.add_argument("--whole", action="store_true",
+                        help="store the whole Trace in the output (by default it keeps the pass "
+                        "drawn, without tensors' values: autograd_lab/stored.py)")
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -36,14 +40,39 @@ def parse_line(line: str) -> argparse.Namespace:
     return parser.parse_args(words)
 
 
-def run_cell(line: str, cell: str, namespace: dict) -> TraceDisplay:
-    """Trace the cell in `namespace`; what it printed goes to the cell's output when it ends."""
+def run_cell(line: str, cell: str, namespace: dict, *, above: str = "%%autograd_lab",
+             number: int | None = None, notebook: str | None = None) -> TraceDisplay:
+    """Trace the cell in `namespace`. `above`: the cell's lines above `cell` (its magic line),
+    so that its lines are counted as the person sees them; `number`: the cell's execution count,
+    its lines then said "cell N, line M". A failure is said first (failure.py), then what the
+    cell printed when it ends, less anomaly mode's forward traceback (kept in the Trace)."""
+    from IPython.display import display
+
     from app.trace.in_namespace import trace_source
 
     options = parse_line(line)
-    doc = trace_source(cell, namespace, name=options.name)
+    reports: list[str] = []
+    doc = trace_source(cell, namespace, name=options.name, above=above, anomaly_reports=reports)
+    if number is not None and number >= 1:
+        doc["script"]["notebook"] = cell_map(doc["script"]["source"], number, notebook)
+    if doc["error"]:
+        display(CellFailure(doc))
     if doc["stdout"]:
         sys.stdout.write(doc["stdout"])
-    if doc["stderr"]:
-        sys.stderr.write(doc["stderr"])
-    return TraceDisplay(doc, event=options.event, layout=options.layout, draw=options.draw)
+    stderr = doc["stderr"]
+    for report in reports:
+        stderr = stderr.replace(report, "", 1)
+    if stderr:
+        sys.stderr.write(stderr)
+    return TraceDisplay(doc, event=options.event, layout=options.layout, draw=options.draw,
+                        failure_shown=bool(doc["error"]), whole=options.whole)
+
+
+def cell_map(source: str, number: int, notebook: str | None) -> dict:
+    """The Trace's `script.notebook` for one cell (app/format/notebook.py's shape): all its
+    lines are cell `number`'s, the magic's line 1 included."""
+    from app.format import clip
+    from app.format.notebook import lines_of
+
+    return {"name": clip(notebook or "notebook", 200), "skipped": [], "skipped_count": 0,
+            "cells": [{"cell": number, "first": 1, "last": max(1, len(lines_of(source)))}]}

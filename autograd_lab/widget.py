@@ -99,17 +99,19 @@ class TraceWidget(anywidget.AnyWidget):
     css = traitlets.Unicode("").tag(sync=True)
     pan_zoom_js = traitlets.Unicode("").tag(sync=True)
     kinds = traitlets.Dict().tag(sync=True)
+    # the static output's id (display.py): hidden while this live view runs, not to be seen twice
+    static_id = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, trace: dict, *, event: int | None, svg: str | None, summary: str,
                  link: str | None = None, dot: str | None = None,
-                 view: int | None = None) -> None:
+                 view: int | None = None, static_id: str = "") -> None:
         in_browser = not svg and bool(dot)
         super().__init__(_esm=page_module("widget.js"), css=_css(), pan_zoom_js=_pan_zoom(),
                          kinds=dict(KINDS),
                          # json_text: NaN as null (a browser's JSON.parse takes no NaN)
                          trace_gz=gzip.compress(json_text.dumps(trace), 6),
                          event=event, view=view, svg=svg or "", summary=summary, link=link or "",
-                         dot=dot if in_browser else "",
+                         dot=dot if in_browser else "", static_id=static_id,
                          graphviz_gz=graphviz_gz() if in_browser else b"")
 
     @property

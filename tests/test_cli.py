@@ -160,7 +160,7 @@ def test_a_notebook_is_traced_as_the_server_runs_an_upload(tmp_path):
     assert doc["error"]["message"] == plain
     assert doc["script"]["notebook"]["name"] == "course.ipynb"
     assert "(cell 3, line 2 of course.ipynb)" in done.stderr, done.stderr
-    assert "where: cell 3, line 2" in done.stderr
+    assert "Where: cell 3, line 2" in done.stderr
     assert any(d["code"] == "notebook_skipped" or "%matplotlib" in d["message"]
                for d in doc["diagnostics"])
 

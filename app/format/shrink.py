@@ -13,7 +13,7 @@ from typing import Any
 from . import json_text
 from .build import diagnostic
 
-__all__ = ["report_text", "shrink_to", "size_of"]
+__all__ = ["report_text", "shrink_to", "size_of", "drop_values"]
 
 NODES_KEPT = 20_000  # per graph at most, at the last step (fewer where the bound needs it)
 
@@ -38,7 +38,7 @@ def shrink_to(doc: dict, max_bytes: int, bound: int | None = None,
     if size <= max_bytes:
         return doc
     dropped: list[str] = []
-    if _drop_values(doc):
+    if drop_values(doc):
         dropped.append("the tensors' values (their statistics are kept)")
         size = size_of(doc)
     if size > max_bytes and doc.get("compiled_regions"):
@@ -73,7 +73,7 @@ def size_of_mb(size: int) -> str:
     return f"{size / (1 << 20):,.1f}"
 
 
-def _drop_values(node: Any) -> bool:
+def drop_values(node: Any) -> bool:
     """Remove the `values` of every tensor summary (a dict with `numel`) in `node`."""
     found = False
     stack = [node]

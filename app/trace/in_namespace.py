@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 
 from app.format import Trace, new_document
+from app.format.notebook import lines_of
 
 from .recorder import RecordingLimits
 from .tracer import run_traced
@@ -29,10 +30,15 @@ _cells = itertools.count(1)
 
 
 def trace_source(source: str, namespace: dict, *, name: str = "cell", device: str = "cpu",
-                 limits: RecordingLimits | None = None) -> Trace:
+                 limits: RecordingLimits | None = None, above: str = "",
+                 anomaly_reports: list[str] | None = None) -> Trace:
     """Run `source` in `namespace` (its names stay there afterwards, as a cell's do) under the
     recorder, and return its Trace. Lines are the source's own; what it prints is in the
-    Trace's `stdout`, not printed. Not sandboxed (see above)."""
+    Trace's `stdout`, not printed. Not sandboxed (see above).
+
+    `above`: the lines a person sees above the code, which do not run (a cell magic's
+    `%%autograd_lab` line): the code's lines are numbered after them, as in the cell, and the
+    Trace's source is the whole cell. `anomaly_reports`: see run_traced."""
     if not isinstance(source, str):
         raise TypeError(f"source must be a str of Python code, not {type(source).__name__}")
     if not isinstance(namespace, dict):
@@ -41,17 +47,20 @@ def trace_source(source: str, namespace: dict, *, name: str = "cell", device: st
     # a file name of its own per call, kept in linecache as IPython keeps its cells', so that
     # frames, error lines and a node's line all point into this source
     filename = f"<autograd-lab {name} {next(_cells)}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    doc = new_document(name, source, device, torch.__version__)
+    shown = f"{above.rstrip(chr(10))}\n{source}" if above else source
+    # blank lines in place of those above: compiled, the code's lines are the cell's
+    compiled = "\n" * len(lines_of(above)) + source
+    linecache.cache[filename] = (len(shown), None, shown.splitlines(keepends=True), filename)
+    doc = new_document(name, shown, device, torch.__version__)
 
     def run() -> None:
         # dont_inherit: the code is compiled as Python would, not under this module's own
         # `from __future__` flags
-        code = compile(source, filename, "exec", dont_inherit=True)
+        code = compile(compiled, filename, "exec", dont_inherit=True)
         exec(code, namespace)  # noqa: S102 - the person's own code
 
-    return run_traced(doc, source, filename, lambda: (namespace, run), device=device,
-                      limits=limits, chosen_root=False)
+    return run_traced(doc, compiled, filename, lambda: (namespace, run), device=device,
+                      limits=limits, chosen_root=False, anomaly_reports=anomaly_reports)
 
 
 def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str = "cpu",

@@ -7,6 +7,7 @@ directly too. Nothing here confines the script: that is the runner's business.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import warnings
 from collections.abc import Callable
@@ -42,6 +43,9 @@ from .views import MAX_VIEWS, VIEW_NODE_BUDGET
 
 __all__ = ["trace_script", "run_traced"]
 
+# how anomaly mode's warning says a backward failed (torch/csrc/autograd/python_anomaly_mode.cpp)
+_ANOMALY_REPORT = "Traceback of forward call that caused the error"
+
 
 def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None = None,
                  device: str = "cpu", limits: RecordingLimits | None = None,
@@ -74,11 +78,15 @@ def run_traced(doc: Trace, source: str, script_path: str,
                start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str = "cpu",
                limits: RecordingLimits | None = None, chosen_root: bool = True,
                after_script: Callable[[], None] | None = None,
-               deadline: float | None = None) -> Trace:
+               deadline: float | None = None, anomaly_reports: list[str] | None = None
+               ) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
-    backward gets none from autograd-lab (its tensors are not ours to add gradients to)."""
+    backward gets none from autograd-lab (its tensors are not ours to add gradients to).
+    `anomaly_reports` gets each forward traceback anomaly mode wrote when a backward failed,
+    as it stands in the Trace's stderr: a kernel keeps them in the Trace and leaves them out
+    of the stderr it echoes (55 lines of its own frames above the explanation)."""
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
@@ -97,7 +105,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
             torch.set_default_device(device)
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
-        warnings.showwarning = _show_warning
+        warnings.showwarning = functools.partial(_show_warning, reports=anomaly_reports)
         func_calls = FuncCalls(recorder)
         stack.enter_context(instrumented(recorder, func_calls))
         compile_calls = stack.enter_context(CompileCalls(recorder.current_line).patched())
@@ -190,9 +198,12 @@ def run_traced(doc: Trace, source: str, script_path: str,
     return doc
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None):
-    text = warnings.formatwarning(message, category, filename, lineno, line)
-    (file or sys.stderr).write(scrub_frames(text))
+def _show_warning(message, category, filename, lineno, file=None, line=None, *,
+                  reports: list[str] | None = None):
+    text = scrub_frames(warnings.formatwarning(message, category, filename, lineno, line))
+    if reports is not None and _ANOMALY_REPORT in str(message):
+        reports.append(text)
+    (file or sys.stderr).write(text)
 
 
 def _never_started(error: dict | None) -> bool:

@@ -59,12 +59,14 @@ export function fill(el, ...children) {
 export function richText(text, onLine = null) {
   return String(text).split(/(`[^`]+`)/).flatMap((part) => {
     if (part.startsWith("`") && part.endsWith("`") && part.length > 1) return [h("code", {}, part.slice(1, -1))];
-    return part.split(/(\b(?:cell \d+, )?line \d+)/).map((bit) => {
-      const m = /^(?:cell (\d+), )?line (\d+)$/.exec(bit);
+    return part.split(/(\b(?:cell \d+, )?[Ll]ine \d+)/).map((bit) => {
+      const m = /^(?:cell (\d+), )?([Ll])ine (\d+)$/.exec(bit);
       if (!m) return bit;
-      // "cell C, line M" was said by the server already; a bare "line N" is the script's
-      const line = m[1] ? scriptLine(Number(m[1]), Number(m[2])) : Number(m[2]);
-      const said = m[1] ? bit : lineLabel(line);
+      // "cell C, line M" was said by the server already; a bare "line N" is the script's, and
+      // "Line N" starts a sentence: said as "Cell C, line M" in a notebook
+      const line = m[1] ? scriptLine(Number(m[1]), Number(m[3])) : Number(m[3]);
+      const label = lineLabel(line);
+      const said = m[1] ? bit : m[2] === "L" ? label[0].toUpperCase() + label.slice(1) : label;
       return onLine && line ? h("button.link.line-link", { type: "button", onclick: () => onLine(line) }, said) : said;
     });
   });

@@ -7,6 +7,7 @@
 // and the drawing is laid out here (browser_layout.js).
 
 import { loadGraphviz, layoutSvg } from "./browser_layout.js";
+import { renderDiagnostics } from "./diagnostics.js";
 import { fill, h } from "./dom.js";
 import { GraphView } from "./graph.js";
 import { setScript } from "./lines.js";
@@ -38,8 +39,21 @@ function panZoomLoaded(source) {
   document.head.append(script);
 }
 
+/** The kernel shows a graph twice: a static output (the picture as HTML and SVG, which a saved
+ *  notebook reopened without its kernel still shows) and this live view. While the view runs,
+ *  its static twin is hidden, by a rule on the page (JupyterLab redraws outputs scrolled away:
+ *  a rule outlives them), so that the graph is seen once. */
+function hideStaticTwin(id) {
+  if (!/^[0-9a-f]{32}$/.test(id || "")) return;
+  const style = document.createElement("style");
+  style.dataset.autogradLabStatic = id;
+  style.textContent = `.jp-OutputArea-child:has([data-autograd-lab-static="${id}"]) { display: none; }`;
+  document.head.append(style);
+}
+
 async function render({ model, el }) {
   panZoomLoaded(model.get("pan_zoom_js"));
+  hideStaticTwin(model.get("static_id"));
   const root = el.attachShadow ? el.attachShadow({ mode: "open" }) : el;
   const style = document.createElement("style");
   style.textContent = model.get("css");
@@ -56,16 +70,22 @@ async function render({ model, el }) {
     stop: h("button#replay-stop", { type: "button", title: "Leave the replay" }, "stop"),
   };
   const controls = h("div.replay-controls", { role: "group", "aria-label": "Backward replay" }, Object.values(buttons));
+  // every finding of the cell, of every event (the page's "What to notice", diagnostics.js)
+  const findingsList = h("ul.widget-findings-list");
+  const findings = h("section.diagnostics.widget-findings", { "aria-label": "Findings", hidden: true },
+    h("h2", {}, "What to notice"), findingsList);
   const link = model.get("link");
   root.append(style, h("div.autograd-lab-widget", {},
     h("p.widget-summary", {}, model.get("summary"),
       link ? [" · ", h("a", { href: link, target: "_blank", rel: "noopener" }, "open the run on its server")] : null),
-    controls,
+    findings, controls,
     h("div.widget-body", {}, h("div.graph-box", {}, graphBox, status),
       h("aside.widget-details", {}, title, details))));
 
   const doc = await inflate(model.get("trace_gz"));
   setScript(doc.script); // a notebook's lines are said as its cells'
+  let pick = () => {}; // a finding's "show": set once the graph is drawn
+  renderDiagnostics(findings, findingsList, doc.diagnostics || [], { onPick: (d) => pick(d), onLine: null });
   // a view (show(tensor): the graph make_dot walks) has no pass: nothing to replay or sum
   const viewIndex = model.get("view");
   const shownView = viewIndex === null || viewIndex === undefined ? null : (doc.views || [])[viewIndex];
@@ -134,6 +154,13 @@ async function render({ model, el }) {
     buttons.stop.disabled = view.step === null;
     if (state && state.current) graph.revealNow(state.current);
   }
+  // a finding's parameter or first node, where the drawn graph has it
+  pick = (d) => {
+    const param = (d.params || []).find((p) => !shownView && doc.params[p]);
+    const node = (d.nodes || []).find((id) => byId.has(id));
+    if (param) update({ param, node: null });
+    else if (node) { update({ node, param: null }); graph.revealNow(node); }
+  };
   buttons.first.onclick = () => update({ step: 0, node: null });
   buttons.prev.onclick = () => update({ step: Math.max(0, (view.step ?? 1) - 1), node: null });
   buttons.next.onclick = () => update({ step: Math.min(event.order.length, (view.step ?? 0) + 1), node: null });

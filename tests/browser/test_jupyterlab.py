@@ -22,6 +22,7 @@ pytest.importorskip("jupyterlab")
 pytest.importorskip("anywidget")
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
+TRACE_MIMETYPE = "application/vnd.autograd-lab.trace+json"
 
 CELLS = [
     "%load_ext autograd_lab",
@@ -44,17 +45,27 @@ NO_DOT_CELLS = [
     *CELLS[1:],
     "import autograd_lab\nautograd_lab.show(loss)",
 ]
-NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS}
+# a traced cell that fails in its backward: an in-place change to what autograd saved
+FAILING_CELLS = [
+    *CELLS[:2],
+    "%%autograd_lab\nprint('before the failure')\nh = torch.sigmoid(layer(x))\nh.add_(1)\n"
+    "h.sum().backward()",
+]
+NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS, "failing.ipynb": FAILING_CELLS,
+             "saved.ipynb": CELLS}
 
 
-# the notebook open with all its cells and its kernel started and idle
-READY = """cells => {
+# the notebook open with all its cells and its kernel started and idle (the one asked for:
+# JupyterLab reopens earlier tests' notebooks too, and may show one of them first)
+READY = """([cells, path]) => {
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  if (!w || !w.context || w.context.path !== path) return false;
   const kernel = w && w.sessionContext && w.sessionContext.session &&
     w.sessionContext.session.kernel;
   return Boolean(w && w.content && w.content.widgets.length === cells && kernel &&
     kernel.status === "idle");
 }"""
+
 
 # every cell has run (an execution count on each, the kernel idle again)
 DONE = """cells => {
@@ -129,9 +140,15 @@ def lab(tmp_path_factory):
             proc.kill()
 
 
+def _shown(page) -> str:
+    """The selector of the notebook in the tab shown: JupyterLab reopens the notebooks earlier
+    tests opened, in tabs behind it, whose cells stay in the page."""
+    return "#" + page.evaluate("() => window.jupyterapp.shell.currentWidget.id")
+
+
 def _run_all(page, base: str, token: str, name: str) -> None:
     page.goto(f"{base}/lab/tree/{name}?token={token}")
-    page.wait_for_function(READY, arg=len(NOTEBOOKS[name]))
+    page.wait_for_function(READY, arg=[len(NOTEBOOKS[name]), name])
     # not awaited: the command's promise ends when every cell has run
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
@@ -216,6 +233,125 @@ def test_a_kernel_without_graphviz_gets_its_graphs_laid_out_in_the_browser(brows
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-no-dot-failed.png"))
+        raise
+    finally:
+        context.close()
+
+
+def test_a_failed_cell_says_its_explanation_first_on_its_own_lines_and_no_wall(browser, lab):
+    """Issue 37, point 2: the explanation and its fix are the output's first thing, its lines
+    the cell's as JupyterLab shows it (the `%%autograd_lab` line is line 1), no stderr wall,
+    and the widget lists the findings."""
+    base, token = lab
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    try:
+        _run_all(page, base, token, "failing.ipynb")
+        page.wait_for_function(DONE, arg=len(FAILING_CELLS))
+        page.evaluate(SCROLL_TO_LAST)
+        # JupyterLab reopens the notebooks earlier tests opened, in tabs behind this one
+        cell = page.locator(f"{_shown(page)} .jp-CodeCell").nth(2)
+        count = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[2]"
+                              ".model.executionCount")
+        cell.locator(".jp-InputPrompt", has_text=f"[{count}]").wait_for()
+        source = FAILING_CELLS[2].split("\n")
+        changed, failed = source.index("h.add_(1)") + 1, source.index("h.sum().backward()") + 1
+        outputs = cell.locator(".jp-OutputArea-output")
+        outputs.last.locator(".autograd-lab-widget .widget-graph svg g.node").first.wait_for()
+        first = outputs.first.inner_text()
+        assert first.startswith(f"The cell stopped with RuntimeError at cell {count}, "
+                                f"line {failed}."), first
+        assert "What happened" in first and f"Where: cell {count}, line {changed}" in first
+        assert "h = h.clone()" in first
+        assert "before the failure" in outputs.nth(1).inner_text()  # then what it printed
+        # no stderr at all: anomaly mode's forward traceback is kept in the Trace
+        assert cell.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+        assert "Traceback" not in cell.inner_text()
+        findings = outputs.last.locator(".widget-findings")
+        said = findings.inner_text()
+        # the sentence's "Line 4" of the code run, said as the cell's (issue 37: "Line 42"
+        # beside "cell 8, line 3")
+        assert f"Cell {count}, line {changed} (h.add_(1))" in said, said
+        assert "Line " not in said
+        # its "show 1 node": the node it names selected, as on the page
+        findings.locator("li.diag-error button.diag-show").click()
+        selected = outputs.last.locator(".widget-graph svg g.node.is-selected")
+        assert selected.count() == 1 and "SigmoidBackward0" in selected.text_content()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        # the cell's outputs from their first (the explanation) down, as a reader finds them
+        outputs.first.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-failed-cell.png"))
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-failing-failed.png"))
+        raise
+    finally:
+        context.close()
+
+
+def _saved_outputs(base: str, token: str, name: str) -> list[dict]:
+    """The traced cell's outputs as the file on disk holds them (the contents API)."""
+    answer = httpx.get(f"{base}/api/contents/{name}", params={"token": token}, timeout=30)
+    answer.raise_for_status()
+    return answer.json()["content"]["cells"][-1]["outputs"]
+
+
+def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture(browser, lab):
+    """Issue 37, point 3: run, save, stop the kernel, open the file again in a new page (a new
+    kernel: none of the widgets' models): the graph is still drawn, from the static output;
+    while the live view ran, that static twin was hidden (one graph on screen)."""
+    base, token = lab
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    static = ".jp-OutputArea-output [data-autograd-lab-static]"
+    try:
+        _run_all(page, base, token, "saved.ipynb")
+        page.wait_for_function(DONE, arg=len(CELLS))
+        shown = _shown(page)
+        static = f"{shown} {static}"
+        page.locator(f"{shown} .autograd-lab-widget .widget-graph svg g.node").first.wait_for()
+        assert page.locator(static).count() == 1 and not page.locator(static).is_visible()
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        deadline = time.monotonic() + 60
+        while not any(TRACE_MIMETYPE in o.get("data", {})
+                      for o in _saved_outputs(base, token, "saved.ipynb")):
+            assert time.monotonic() < deadline, "the notebook was not saved with its outputs"
+            time.sleep(0.5)
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-save-failed.png"))
+        raise
+    finally:
+        context.close()
+    for session in httpx.get(f"{base}/api/sessions", params={"token": token}).json():
+        httpx.delete(f"{base}/api/sessions/{session['id']}", params={"token": token})
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    try:
+        page.goto(f"{base}/lab/tree/saved.ipynb?token={token}")
+        page.wait_for_function(READY, arg=[len(CELLS), "saved.ipynb"])
+        page.evaluate(SCROLL_TO_LAST)
+        picture = page.locator(f"{_shown(page)} .jp-OutputArea-output [data-autograd-lab-static]")
+        picture.locator("svg g.node").first.wait_for()
+        assert picture.is_visible()
+        drawn = picture.locator("svg g.node")
+        assert drawn.count() >= 8
+        # the parameters of the step the cell ran, the reused layer's among them
+        labels = picture.locator("svg").text_content()
+        assert "layer.weight" in labels and "head.weight" in labels
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        picture.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened.png"))
+        # and what JupyterLab says where the live view was, below the picture
+        last = page.locator(f"{_shown(page)} .jp-CodeCell").last.locator(".jp-OutputArea-child")
+        last.last.evaluate("el => el.scrollIntoView({block: 'end'})")
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-live-view.png"))
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopen-failed.png"))
         raise
     finally:
         context.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import xml.etree.ElementTree as ET
 
@@ -15,6 +16,10 @@ from autograd_lab.magic import parse_line
 from tests.trace_facts import backward_events, contribution_sum
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _without_values(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not (k == "values" and "numel" in d)}
 
 
 def _reused_layer():
@@ -65,14 +70,18 @@ def test_show_of_a_trace_dict_draws_it_and_carries_it():
     ns = {"lin": lin, "head": head, "x": x}
     doc = autograd_lab.trace("loss = head(lin(x)).sum()\nloss.backward()\n", ns)
     bundle = autograd_lab.show(doc)._repr_mimebundle_()
-    assert bundle[TRACE_MIMETYPE] is doc
+    stored = bundle[TRACE_MIMETYPE]  # the pass drawn, without the tensors' values
+    assert stored["events"] == json.loads(json.dumps(doc["events"], default=str).replace(
+        "NaN", "null"), object_hook=_without_values)
+    assert autograd_lab.show(doc, whole=True)._repr_mimebundle_()[TRACE_MIMETYPE] is doc
     svg = ET.fromstring(bundle["image/svg+xml"])
     assert svg.tag.endswith("svg")
     drawn = {t.text for t in svg.iter() if t.tag.endswith("title")}
     nodes = backward_events(doc)[0]["graph"]["nodes"]
     assert {n["id"] for n in nodes} <= drawn  # node ids are the Trace's (app/render)
     assert "1 backward" in bundle["text/plain"] and "4 parameter(s)" in bundle["text/plain"]
-    assert "text/html" not in bundle  # no server, no error: nothing the SVG does not say
+    # the picture inline in HTML too: what JupyterLab shows of a saved notebook's output
+    assert bundle["text/html"].count("<svg") == 1
 
 
 def test_show_of_a_tensor_names_parameters_from_the_callers_modules():
@@ -106,7 +115,9 @@ def test_without_dot_or_anywidget_the_output_says_what_to_install(monkeypatch, t
     assert "image/svg+xml" not in bundle and WIDGET_VIEW not in bundle
     assert "`dot` is not installed" in bundle["text/plain"]
     assert "autograd-lab[notebook]" in bundle["text/plain"]
-    assert bundle[TRACE_MIMETYPE] is doc
+    # and in the HTML, which JupyterLab shows where text/plain is hidden behind it
+    assert "`dot` is not installed" in bundle["text/html"]
+    assert bundle[TRACE_MIMETYPE]["script"] == doc["script"]
 
 
 def test_an_unknown_drawer_says_which_there_are():
@@ -147,3 +158,20 @@ def test_an_interrupt_stops_the_cell_and_leaves_nothing_patched():
                              "(w * 2).sum().backward()\n")
     assert doc["error"] is None and contribution_sum(backward_events(doc)[0], "w").tolist() \
         == [2.0, 2.0]  # the next cell is traced as ever
+
+
+def test_the_stored_trace_keeps_the_pass_drawn_and_is_still_a_trace():
+    """The output's Trace (autograd_lab/stored.py) follows the schema, keeps the pass drawn
+    whole (its graph and order) and counts the pass it dropped."""
+    from app.format import validate
+
+    lin, head, x = _reused_layer()
+    doc = autograd_lab.trace("y = lin(x).sum()\ny.backward()\nz = head(lin(x)).sum()\n"
+                             "z.backward()\n", {"lin": lin, "head": head, "x": x})
+    first, second = backward_events(doc)
+    stored = autograd_lab.show(doc, event=second["index"])._repr_mimebundle_()[TRACE_MIMETYPE]
+    validate(stored)
+    (kept,) = backward_events(stored)
+    assert kept["index"] == second["index"] and kept["order"] == second["order"]
+    assert kept["graph"]["nodes"] == second["graph"]["nodes"]
+    assert stored["events_skipped"]["backward"] == doc["events_skipped"]["backward"] + 1

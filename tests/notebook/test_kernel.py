@@ -45,12 +45,19 @@ x, y = torch.randn(6, 3), torch.randn(6, 1)
 """
 
 STEP = """\
-%%autograd_lab --name one_step
+%%autograd_lab --name one_step --whole
 opt.zero_grad()
 loss = nn.functional.mse_loss(model(x), y)
 loss.backward()
 opt.step()
 print("trained", round(loss.item(), 4))
+"""
+
+INPLACE = """\
+print("before the failure")
+h = torch.sigmoid(model.lin(x))
+h.add_(1)
+h.sum().backward()
 """
 
 CELLS = [
@@ -64,7 +71,15 @@ CELLS = [
     "print(json.dumps(dict(torchviz_walk(loss)[0])))",
     "%%autograd_lab\nmodel(torch.randn(2, 7))  # the wrong width: the cell raises",
     "print('still here', 1 + 1)",
+    # an in-place change autograd needs undone, traced (8), then the same lines plainly (9),
+    # whose first line stands where the magic's does, so that IPython counts the same lines
+    "%%autograd_lab --name inplace\n" + INPLACE,
+    "# the same lines, plainly\n" + INPLACE,
+    # the step again, stored bounded (10), and .grad's norms as the kernel holds them (11)
+    "%%autograd_lab --name bounded\n" + STEP.split("\n", 1)[1],
+    "print(json.dumps({n: p.grad.norm().item() for n, p in model.named_parameters()}))",
 ]
+RAISES = {9}  # cells that fail plainly, as PyTorch fails them (tagged so that the run goes on)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +99,9 @@ def executed(tmp_path_factory):
         subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp),
                         "--name", KERNEL], check=True, capture_output=True, timeout=120)
         nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+        nb.cells = [nbformat.v4.new_code_cell(src, metadata={"tags": ["raises-exception"]}
+                                              if i in RAISES else {})
+                    for i, src in enumerate(CELLS)]
         client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
                                          store_widget_state=True,
                                          resources={"metadata": {"path": str(tmp)}})
@@ -102,6 +119,13 @@ def executed(tmp_path_factory):
 def _data(cell, mimetype: str):
     found = [o["data"][mimetype] for o in cell.outputs if mimetype in o.get("data", {})]
     assert len(found) == 1, f"expected one {mimetype} output, got {cell.outputs}"
+    return found[0]
+
+
+def _static(cell) -> dict:
+    """The data of the output that holds the Trace: the picture, the summary, the notes."""
+    found = [o["data"] for o in cell.outputs if TRACE in o.get("data", {})]
+    assert len(found) == 1
     return found[0]
 
 
@@ -129,7 +153,7 @@ def test_the_magic_records_the_cell_and_its_uses_sum_to_the_kernels_grads(execut
                               torch.tensor(grad, dtype=torch.float64), atol=1e-6), name
     assert len(event["contributions"]["lin.weight"]) == 2  # the reused layer's two uses
     assert _svg(step).tag.endswith("svg")
-    assert "1 backward" in _data(step, "text/plain")
+    assert "1 backward" in _static(step)["text/plain"]
 
 
 def test_show_of_a_tensor_walks_the_graph_torchviz_does(executed):
@@ -148,11 +172,55 @@ def test_a_cell_that_raises_is_said_and_the_kernel_goes_on(executed):
     failed, after = executed.cells[6], executed.cells[7]
     assert not [o for o in failed.outputs if o["output_type"] == "error"]
     doc = _data(failed, TRACE)
-    assert doc["error"]["type"] == "RuntimeError" and doc["error"]["line"] == 1
-    said = _data(failed, "text/plain")
-    assert "The code failed at line 1: RuntimeError" in said
-    assert "RuntimeError" in _data(failed, "text/html")
+    # the cell's own lines: `%%autograd_lab` is line 1, the failing call line 2
+    assert doc["error"]["type"] == "RuntimeError" and doc["error"]["line"] == 2
+    assert failed.source.split("\n")[1].startswith("model(torch.randn(2, 7))")
+    where = f"cell {failed.execution_count}, line 2"
+    first = failed.outputs[0]["data"]  # the failure, said before anything else
+    assert f"The cell stopped with RuntimeError at {where}" in first["text/plain"]
+    assert where in first["text/html"]
     assert _stdout(after) == "still here 2\n"
+
+
+def _ipython_error_line(cell) -> int:
+    """The line IPython's own traceback names in a cell that raised plainly ("Cell In[9],
+    line 5"), read from its error output."""
+    import re
+
+    (error,) = [o for o in cell.outputs if o["output_type"] == "error"]
+    said = re.findall(rf"Cell In\[{cell.execution_count}\], line (\d+)",
+                      re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"])))
+    assert said, error["traceback"]
+    return int(said[-1])
+
+
+def test_a_failed_cell_says_its_explanation_first_on_the_cells_own_lines_with_no_wall(executed):
+    traced, plain = executed.cells[8], executed.cells[9]
+    (error,) = [o for o in plain.outputs if o["output_type"] == "error"]
+    doc = _data(traced, TRACE)
+    assert doc["error"]["type"] == error["ename"] == "RuntimeError"
+    # torch's own words, kept; only its hint differs, anomaly mode being on in the traced run
+    assert doc["error"]["message"].split(" Hint:")[0] == error["evalue"].split(" Hint:")[0]
+    # the line IPython names for the same lines run plainly, in the traced cell's own count
+    line = _ipython_error_line(plain)
+    assert doc["error"]["line"] == line
+    first = traced.outputs[0]
+    assert first["output_type"] == "display_data"  # before the print and before the graph
+    said, page = first["data"]["text/plain"], first["data"]["text/html"]
+    assert said.startswith(f"autograd-lab: The cell stopped with RuntimeError at cell "
+                           f"{traced.execution_count}, line {line}.")
+    # the explanation names the line that changed h in place, counted as the cell shows it
+    changed = traced.source.split("\n").index("h.add_(1)") + 1
+    assert f"Where: cell {traced.execution_count}, line {changed}" in said
+    assert "What happened" in page and "Suggested change" in page and "h.clone()" in page
+    # then what the cell printed, then the graph; no stderr at all: anomaly mode's forward
+    # traceback (its 'Error detected in SigmoidBackward0') stays in the Trace
+    assert [o["output_type"] for o in traced.outputs] == ["display_data", "stream",
+                                                          "display_data", "display_data"]
+    assert _stdout(traced) == "before the failure\n"
+    assert not [o for o in traced.outputs if o.get("name") == "stderr"]
+    assert "Error detected in SigmoidBackward0" in doc["stderr"]
+    assert "said above" in traced.outputs[2]["data"]["text/plain"]
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -181,3 +249,29 @@ def test_the_magic_shows_the_live_widget_whose_trace_sums_to_the_kernels_grads(e
     assert {n["id"] for n in event["graph"]["nodes"]} <= drawn
     # and the static SVG stays in the bundle for what runs no widgets (GitHub, nbviewer)
     assert _svg(executed.cells[2]).tag.endswith("svg")
+
+
+def _values_in(node) -> int:
+    stack, found = [node], 0
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found += "values" in item and "numel" in item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def test_the_stored_trace_is_bounded_and_says_so(executed):
+    """Issue 37, point 3: a traced cell's output stores the pass drawn without the tensors'
+    values (their statistics stay, true to the kernel's .grad), and says so; --whole keeps
+    them."""
+    bounded, norms = _data(executed.cells[10], TRACE), json.loads(_stdout(executed.cells[11]))
+    assert _values_in(bounded) == 0
+    assert _values_in(_data(executed.cells[2], TRACE)) > 0  # --whole
+    said = [d for d in bounded["diagnostics"] if d["code"] == "notebook_trace_bounded"]
+    assert len(said) == 1 and "--whole" in said[0]["message"]
+    assert "stores a smaller Trace" in _static(executed.cells[10])["text/plain"]
+    for name, norm in norms.items():  # the statistics kept are .grad's own
+        assert abs(bounded["params"][name]["grad"]["norm"] - norm) < 1e-5 * max(1, norm), name
