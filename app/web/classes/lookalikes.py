@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import icu
 
-__all__ = ["lookalike_key", "mixes_scripts"]
+__all__ = ["invisible", "lookalike_key", "mixes_scripts"]
 
 # ICU documents check and getSkeleton as safe to call from several threads at once on one
 # configured checker; the classroom changes state from request threads
@@ -27,10 +27,19 @@ _CHECKER.setChecks(icu.USpoofChecks.RESTRICTION_LEVEL | icu.USpoofChecks.MIXED_N
 
 
 def lookalike_key(name: str) -> str:
-    """The UTS #39 skeleton of `name`, case-blind. The skeleton keeps case ("T" and "t" are
-    not confusable), but a teacher reads "TEACHER" as "teacher", so the skeleton is folded and
-    skeletonised again (the fold can give letters that are not skeleton prototypes)."""
-    return _CHECKER.getSkeleton(0, _CHECKER.getSkeleton(0, name).casefold())
+    """The UTS #39 skeleton of `name`, case-blind and blind to spaces. The skeleton keeps case
+    ("T" and "t" are not confusable), but a teacher reads "TEACHER" as "teacher", so the
+    skeleton is folded and skeletonised again (the fold can give letters that are not skeleton
+    prototypes); and a list does not show "Ana Lee" and "AnaLee" apart at a glance."""
+    folded = _CHECKER.getSkeleton(0, _CHECKER.getSkeleton(0, name).casefold())
+    return "".join(folded.split())
+
+
+def invisible(ch: str) -> bool:
+    """Is `ch` drawn as nothing (Unicode's Default_Ignorable_Code_Point: zero-width characters,
+    and letters such as the Hangul fillers U+3164 and U+FFA0, which are not format characters
+    but draw blank)?"""
+    return bool(icu.Char.hasBinaryProperty(ch, icu.UProperty.DEFAULT_IGNORABLE_CODE_POINT))
 
 
 def mixes_scripts(name: str) -> bool:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from app.web.errors import AppError
 
-from .lookalikes import lookalike_key, mixes_scripts
+from .lookalikes import invisible, lookalike_key, mixes_scripts
 from .moving_on import moved_on, place
 
 __all__ = ["ClassError", "ClassState", "Member", "check_view", "display_name", "per_address_limit"]
@@ -100,8 +100,8 @@ _ALIAS_START = lookalike_key("student-")
 
 def display_name(value: object) -> str:
     """A name a student typed, as others may be shown it: NFKC-normalised; control, format
-    (bidirectional overrides, zero-width characters), private-use and unassigned characters
-    dropped; every run of spaces one space; at most two combining marks on a letter; at most
+    (bidirectional overrides, zero-width characters), private-use, unassigned and other
+    invisible characters (the Hangul fillers: `invisible`) dropped; every run of spaces one space; at most two combining marks on a letter; at most
     MAX_NAME characters. Empty once cleaned, mixing scripts (Latin with Cyrillic or Greek
     letters: `mixes_scripts`), or looking like the teacher's name or a member's alias
     (student-…, by UTS #39 skeleton: `lookalike_key`), it is refused (422) with what to do.
@@ -121,7 +121,7 @@ def display_name(value: object) -> str:
             marks = 0
         if ch in _SPACES or kind[0] == "Z":
             kept.append(" ")
-        elif kind[0] != "C":  # Cc, Cf, Cs, Co, Cn
+        elif kind[0] != "C" and not invisible(ch):  # Cc, Cf, Cs, Co, Cn; blank letters
             kept.append(ch)
     name = " ".join("".join(kept).split())[:MAX_NAME].strip()
     if not name:

@@ -73,6 +73,8 @@ def test_a_mixed_name_is_refused_with_what_to_do(name):
 @pytest.mark.parametrize("name", [
     "Teacher", "THE TEACHER", "the  teacher", "student-0a1b2c", "STUDENT-",
     "Student-Bob", "student-Oalb",  # 0 -> O, 1 -> l: an alias, read off the projector
+    "the\u3164teacher", "the\uffa0teacher",  # Hangul fillers: letters that draw blank
+    "theteacher",  # a list does not show a missing space
 ])
 def test_the_teachers_names_and_aliases_are_refused_also_as_lookalikes(name):
     with pytest.raises(ClassError) as refused:
@@ -93,6 +95,8 @@ def _class(*names: str) -> ClassState:
     ("Bob", "B0b"),
     ("ANA", "\u0391\u039d\u0391"),  # Greek capitals, one script: only the skeleton tells
     ("\u0391\u039d\u0391", "ANA"),  # and the other way round
+    ("Ana Lee", "Ana\u3164Lee"),  # the attacker's read: a Hangul filler for the space
+    ("Ana Lee", "AnaLee"),
 ])
 def test_a_name_that_only_looks_like_a_members_is_refused(taken, lookalike):
     state = _class(taken)
@@ -117,3 +121,14 @@ def test_keeping_ones_own_name_or_a_lookalike_of_it_is_no_clash():
     state = _class("Kim")
     assert state.rename("cookie:s0", "Kim") == "Kim"
     assert state.rename("cookie:s0", "Kirn") == "Kirn"  # only others' names count
+
+
+def test_letters_that_draw_blank_are_dropped_from_a_name():
+    """Default_Ignorable_Code_Point, by ICU's own data: the Hangul fillers are letters (Lo),
+    not format characters, so the category rule alone kept them."""
+    import unicodedata
+
+    assert unicodedata.category("\u3164") == "Lo"
+    assert display_name("A\u3164na") == "Ana" and display_name("B\u115fob\u1160") == "Bob"
+    assert display_name("Jos\u00e9 Garc\u00eda") == "Jos\u00e9 Garc\u00eda"  # letters stay
+    assert display_name("\uae40\ubbfc\uc900") == "\uae40\ubbfc\uc900"  # and Hangul itself
