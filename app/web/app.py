@@ -44,6 +44,7 @@ from app.web.store.teachers import SharedTeacherTokens, TeacherTokens
 
 from .routers import api, classes, docs, metrics, pages, runs
 from .settings import Settings
+from .trusted_proxies import warn_if_local_users_trusted
 
 __all__ = ["create_app"]
 
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         if mode.shared:  # every web process signs cookies with the key they share
             use_signing_key(app.state.store.secret(SIGNING_KEY))
         announce(settings, app.state.selftest)
+        warn_if_local_users_trusted(settings.forwarded_allow_ips)
         folder = app.state.scenarios_dir
         # the shared mode's uploads run in `autograd-lab upload-host` processes, not here
         app.state.traces.start(lambda: load_catalog(folder), uploads=not mode.shared)

@@ -101,12 +101,12 @@ _ALIAS_START = lookalike_key("student-")
 def display_name(value: object) -> str:
     """A name a student typed, as others may be shown it: NFKC-normalised; control, format
     (bidirectional overrides, zero-width characters), private-use, unassigned and other
-    invisible characters (the Hangul fillers: `invisible`) dropped; every run of spaces one space; at most two combining marks on a letter; at most
-    MAX_NAME characters. Empty once cleaned, mixing scripts (Latin with Cyrillic or Greek
-    letters: `mixes_scripts`), or looking like the teacher's name or a member's alias
-    (student-…, by UTS #39 skeleton: `lookalike_key`), it is refused (422) with what to do.
-    Pages still put it in as text, never as markup (classroom.js: textContent inside
-    <bdi>)."""
+    invisible characters (the Hangul fillers: `invisible`) dropped; every run of spaces one
+    space; at most two combining marks on a letter; at most MAX_NAME characters. Empty once
+    cleaned, mixing scripts (Latin with Cyrillic or Greek letters: `mixes_scripts`), or
+    looking like the teacher's name or a member's alias (student-…, by UTS #39 skeleton:
+    `lookalike_key`), it is refused (422) with what to do. Pages still put it in as text,
+    never as markup (classroom.js: textContent inside <bdi>)."""
     if not isinstance(value, str):
         raise ClassError(422, f"a name is text of 1 to {MAX_NAME} characters", "bad_name")
     kept: list[str] = []

@@ -100,3 +100,22 @@ def test_the_servers_settings_refuse_a_proxy_named_by_host_name(tmp_path):
 
     with pytest.raises(SettingsError, match="forwarded_allow_ips must be addresses"):
         Settings(forwarded_allow_ips="proxy.example")
+
+
+def test_a_proxy_trusted_by_a_loopback_address_trusts_every_local_user(caplog):
+    """The attacker's read: with the documented FORWARDED_ALLOW_IPS=127.0.0.1, a local user
+    connecting past the proxy named a new address per request and was eight members. The
+    server cannot tell them from the proxy; it says so at start."""
+    import logging
+
+    from app.web.trusted_proxies import TrustedProxies, warn_if_local_users_trusted
+
+    for spec, local in (("127.0.0.1", True), ("127.0.0.0/8", True), ("::1", True),
+                        ("*", True), ("10.0.0.5, 192.168.0.0/16", False), ("", False)):
+        assert TrustedProxies(spec).trusts_local_users() is local, spec
+    with caplog.at_level(logging.WARNING, logger="autograd_lab.web"):
+        warn_if_local_users_trusted("10.0.0.5")
+        assert not caplog.records
+        warn_if_local_users_trusted("127.0.0.1")
+    (record,) = caplog.records
+    assert "any user of this machine can connect to the app's port directly" in record.message
