@@ -16,7 +16,9 @@
 - No token otherwise: anyone who can reach the server could run code on it, so uploads are
   refused (403) with how to start the server with a token.
 - From another host, uploads also need the whole sandbox: every layer present and held in the
-  start-up self-test (`sandbox.py`); while the self-test runs, 503 with Retry-After. So do a
+  start-up self-test (`sandbox.py`); while the self-test runs, 503 with Retry-After. In the
+  shared mode (database_url) that is the upload hosts' sandbox, not this process's: they run
+  the uploads, and each takes runs only once its own self-test held. So do a
   class's members on the server's own machine (a shared machine's local users), unless the
   operator says otherwise (`loopback_members_unsandboxed`): without the whole sandbox, an
   ordinary user's server has no whole-run memory limit, and one run could hold gigabytes.
@@ -65,8 +67,13 @@ def _refusal(request: Request, status: dict, by_membership: bool) -> AppError | 
                              f"{settings.host} --token SECRET` (or set AUTOGRAD_LAB_TOKEN)"
                              " and give that token here", "no_token_configured")
     here = is_loopback(client)
+    if status["ok"] or settings.database_url:
+        # in the shared mode this process runs no upload: the upload hosts do, each only once
+        # its own sandbox held (runs/upload_host.py), so this process's self-test decides
+        # nothing (issue 39: a web container without namespaces refused every upload)
+        return None
     # on this machine: its person, or the token's holder; a class's member only where allowed
-    if status["ok"] or (here and (not by_membership or settings.loopback_members_unsandboxed)):
+    if here and (not by_membership or settings.loopback_members_unsandboxed):
         return None
     if status["state"] == "running":
         return AppError(503, "the server is still checking its sandbox (the start-up "

@@ -156,6 +156,15 @@ def test_the_memory_bars_are_the_trace_s_bytes_by_module(watched):
         assert {m: b for m, (b, _) in columns[variant].items()} == \
             {m: ev["saved_memory"]["by_module"][m] for m in columns[variant]}
     assert held["with"] < held["without"]
+    # the reentrant column's blocks 1 and 2 got their gradients in the checkpoint's own
+    # backward: "inner", as the run page says, never "0" (PyTorch filled their .grad)
+    reentrant = ".compare-card[data-variant='reentrant']"
+    [ev] = [e for e in api_trace(watched, "checkpointing", "variant=reentrant")["events"]
+            if e["kind"] == "backward"]
+    for name in ev["inner"]:
+        row = page.locator(f"{reentrant} tr[data-param='{name}']")
+        assert row.locator("td.uses").inner_text() == "inner", name
+        assert row.locator("td.grad").inner_text() != "None", name
     # one scale across the columns: the largest module of all draws the full bar
     everything = [bw for col in columns.values() for bw in col.values()]
     top = max(b for b, _ in everything)

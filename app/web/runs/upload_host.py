@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 2.0  # Procrastinate's heartbeat and ours (upload_hosts)
 STALLED_S = 10.0  # an upload host not heard from for this long is dead: its runs are retried
+# an upload host whose sandbox lacks a layer waits and tries again this often, rather than
+# exiting: a service manager restarting it would only run the self-test over and over
+SANDBOX_RECHECK_S = 300.0
 ATTEMPTS = 2  # a run whose upload host dies twice is failed, not run a third time
 STOPPED = ("The run was stopped on request; the process running it stopped too before it could "
            "say what the run had recorded.")
@@ -343,24 +346,30 @@ class UploadHost:
                 "AUTOGRAD_LAB_SELFTEST=0")
 
     async def serve(self) -> int:
-        """Take runs until stopped (SIGINT or SIGTERM: the runs going on finish first); 2 at
-        once if this machine's sandbox is not complete."""
+        """Take runs until stopped (SIGINT or SIGTERM: the runs going on finish first). While
+        this machine's sandbox is not complete it takes none, says which layer, and tries again
+        every SANDBOX_RECHECK_S; stopped before it ever took runs, 2."""
         prepare_schema(self.store)
         self.traces.start(scenarios=False)
-        refusal = await asyncio.get_running_loop().run_in_executor(self._threads,
-                                                                   self.sandbox_refusal)
-        if refusal is not None:
-            log.error("autograd-lab upload-host %s: %s", self.name, refusal)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()  # SIGINT or SIGTERM: the runs going on finish, then it ends
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        while (refusal := await loop.run_in_executor(self._threads,
+                                                     self.sandbox_refusal)) is not None:
+            log.error("autograd-lab upload-host %s: %s. Waiting: it tries again in %d s "
+                      "(a service manager restarting it would only repeat this)", self.name,
+                      refusal, SANDBOX_RECHECK_S)
+            try:
+                await asyncio.wait_for(stop.wait(), SANDBOX_RECHECK_S)
+            except TimeoutError:
+                continue
             self.traces.stop()
             self.store.close()
             self._threads.shutdown(wait=False)
             return 2
         jobs = procrastinate_app(self.settings.database_url, sync=False)
         jobs.task(name=TASK, queue=QUEUE, pass_context=True)(self.task)
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()  # SIGINT or SIGTERM: the runs going on finish, then it ends
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
             log.warning("autograd-lab upload-host %s: %d slot(s), taking runs", self.name,
