@@ -80,6 +80,13 @@ class _OpMode(TorchFunctionMode):
         return out
 
 
+def _innermost(mode: TorchFunctionMode) -> bool:
+    """Is `mode` the innermost TorchFunctionMode now (not popped for its own dispatch, and no
+    mode the script entered after it)?"""
+    depth = torch._C._len_torch_function_stack()
+    return depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
+
+
 def _counting_registrar(recorder: Recorder, call: str) -> Callable:
     """nn.Module's `call` (a backward hook's registration), with the hook counted per pass."""
     original = getattr(torch.nn.Module, call)
@@ -329,11 +336,28 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     recorder.anomaly_off = lambda: torch.set_anomaly_enabled(False)
     mode = _OpMode(recorder)
     mode.__enter__()
+    watching = [True]
+
+    def stop_watching() -> bool:
+        """Leave the operation mode and drop the module hooks: what they note only explains
+        recorded passes (and failures, said as unwatched past here: failures.py). Only while
+        ours is the innermost mode (a mode's exit pops whichever is on top: a script's own,
+        or `torch.device`'s, would go instead); False when it is not, to be tried again."""
+        if not _innermost(mode):
+            return False
+        mode.__exit__(None, None, None)
+        watching[0] = False
+        for h in handles[2:]:  # the module hooks; an optimizer step is one call, not per op
+            h.remove()
+        return True
+
+    recorder.stop_watching = stop_watching
     try:
         yield recorder
     finally:
-        with contextlib.suppress(Exception):
-            mode.__exit__(None, None, None)
+        if watching[0]:
+            with contextlib.suppress(Exception):
+                mode.__exit__(None, None, None)
         anomaly.__exit__(None, None, None)
         for h in handles:
             h.remove()

@@ -37,6 +37,9 @@ class RecordingLimits:
     max_step_events: int = 10
     max_nodes: int = 200_000
     gradcheck_max_numel: int = 512
+    # keep watching every operation after the kept passes (slower): by default the tracer
+    # stops there, and a failure after says it was not watched (failures.py)
+    watch_whole_run: bool = False
 
 
 @dataclass
@@ -153,6 +156,11 @@ class Recorder:
         # tracing): once no further backward pass will be recorded, or past ANOMALY_NODES
         self.anomaly_off: Callable[[], None] | None = None
         self._nodes_made = 0
+        # stops watching operations and module calls (intercept.py): True once done
+        self.stop_watching: Callable[[], bool] | None = None
+        # once it has: the passes recorded then, the line of the backward that ended the last
+        # of them, and the views drawn by then (those after have no line or module tags)
+        self.watched_until: dict | None = None
 
     # -- our own work ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -260,6 +268,7 @@ class Recorder:
         try:
             if self.backward_count() >= self.limits.max_backward_events:
                 self.skipped["backward"] += 1
+                self._stop_watching()  # if the last kept pass could not (a mode on top)
                 return run()
             input_names = self._input_names(inputs) if returns_grads else None
             try:
@@ -309,9 +318,22 @@ class Recorder:
                 if self.anomaly_off:
                     self.anomaly_off()
                     self.anomaly_off = None
+                self._stop_watching()
             return result
         finally:
             self._backward_depth -= 1
+
+    def _stop_watching(self) -> None:
+        """Every pass is kept: stop watching each operation and module call (intercept.py), so
+        that the rest of a training script runs at plain speed, unless the run asked to be
+        watched whole (`watch_whole_run`). What that leaves unseen is said (`watched_until`)."""
+        if self.stop_watching is None or self.limits.watch_whole_run or not self.passes_kept:
+            return
+        if self.stop_watching():
+            self.stop_watching = None
+            self._module_stack.clear()  # no module_left will come for a module still running
+            self.watched_until = {"passes": self.backward_count(), "line": self.current_line(),
+                                  "views": len(self.views.records)}
 
     def _release_steps(self) -> None:
         held, self._held_steps = self._held_steps or [], None
