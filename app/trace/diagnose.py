@@ -389,14 +389,14 @@ def flow_findings(doc: dict) -> list[dict]:
 def _watch_stopped(watched: dict, views: int) -> list[dict]:
     """What the recorder no longer watched after the kept passes (recorder.py
     `_stop_watching`): said, with how to have the whole run watched."""
-    at = f" (line {watched['line']})" if watched.get("line") else ""
+    at = f"line {watched['line']}; " if watched.get("line") else ""
     out = [_diag(
         "watch_stopped", "info",
         f"autograd-lab watched every torch operation and module call through backward pass "
-        f"{watched['passes']}{at}, the last one recorded, then let the script run at plain "
-        "speed: in-place changes, no_grad, detach(), values taken out of a graph and `.grad` "
-        "reads of computed tensors after that pass are not noted here. To watch the whole "
-        "run (slower), trace with `--watch-all`.")]
+        f"{watched['passes']} ({at}it records the first {watched['records']}), then let the "
+        "script run at plain speed: in-place changes, no_grad, detach(), values taken out of "
+        "a graph and `.grad` reads of computed tensors after that pass are not noted here. To "
+        "watch the whole run (slower), trace with `--watch-all`.")]
     if views > watched["views"]:
         out.append(_diag(
             "views_unwatched", "info",

@@ -469,11 +469,11 @@ def _unwatched(found: dict, err: dict, script: _Script, watched_until: dict) -> 
     earlier = (f" The last {seen} it saw before then was at line {line} "
                f"(`{script.line(line).strip()}`), which may not be the one."
                if line and found["code"] != "nothing_requires_grad" else "")
-    what = (f"{cause} This came after backward pass {watched_until['passes']}{at}, the last "
-            "one this run records; from there autograd-lab stops watching each operation, so "
-            "that the rest of the script runs at plain speed, and it did not see which line "
-            f"did this.{earlier} To have every operation watched, trace again with "
-            "`--watch-all`.")
+    what = (f"{cause} This came after backward pass {watched_until['passes']}{at}: past the "
+            f"first {watched_until['records']} passes, the ones this run records, autograd-lab "
+            "stops watching each operation so that the rest of the script runs at plain speed, "
+            f"and it did not see which line did this.{earlier} To have every operation watched, "
+            "trace again with `--watch-all`.")
     return _explanation("unwatched_failure", what, err["line"], "", [], found["scenario"],
                         [], found["event"])
 

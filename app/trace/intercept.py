@@ -87,6 +87,18 @@ def _innermost(mode: TorchFunctionMode) -> bool:
     return depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
 
 
+def _leave(mode: TorchFunctionMode) -> None:
+    """Pop `mode` off torch's mode stack, with the modes a script entered inside it and never
+    left (a script that failed inside `with torch.device(...)`): an exit pops whichever mode
+    is innermost, and ours would be left on in the process that traced it."""
+    stack = [torch._C._get_function_stack_at(i)
+             for i in range(torch._C._len_torch_function_stack())]
+    if not any(m is mode for m in stack):
+        return
+    while torch._C._pop_torch_function_stack() is not mode:
+        pass
+
+
 def _counting_registrar(recorder: Recorder, call: str) -> Callable:
     """nn.Module's `call` (a backward hook's registration), with the hook counted per pass."""
     original = getattr(torch.nn.Module, call)
@@ -357,7 +369,7 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     finally:
         if watching[0]:
             with contextlib.suppress(Exception):
-                mode.__exit__(None, None, None)
+                _leave(mode)
         anomaly.__exit__(None, None, None)
         for h in handles:
             h.remove()

@@ -267,8 +267,8 @@ class Recorder:
         self._backward_depth += 1  # Tensor.backward calls torch.autograd.backward: one pass
         try:
             if self.backward_count() >= self.limits.max_backward_events:
-                self.skipped["backward"] += 1
-                self._stop_watching()  # if the last kept pass could not (a mode on top)
+                self._stop_watching(at_line=False)  # if the last kept pass could not (a mode
+                self.skipped["backward"] += 1      # of the script's was on top of ours)
                 return run()
             input_names = self._input_names(inputs) if returns_grads else None
             try:
@@ -323,17 +323,22 @@ class Recorder:
         finally:
             self._backward_depth -= 1
 
-    def _stop_watching(self) -> None:
+    def _stop_watching(self, at_line: bool = True) -> None:
         """Every pass is kept: stop watching each operation and module call (intercept.py), so
         that the rest of a training script runs at plain speed, unless the run asked to be
-        watched whole (`watch_whole_run`). What that leaves unseen is said (`watched_until`)."""
+        watched whole (`watch_whole_run`). What that leaves unseen is said (`watched_until`):
+        the passes that ended watched, and the line of the last one's backward (`at_line`:
+        called as it ends, not before the next)."""
         if self.stop_watching is None or self.limits.watch_whole_run or not self.passes_kept:
             return
         if self.stop_watching():
             self.stop_watching = None
             self._module_stack.clear()  # no module_left will come for a module still running
-            self.watched_until = {"passes": self.backward_count(), "line": self.current_line(),
-                                  "views": len(self.views.records)}
+            self.watched_until = {
+                "passes": self.backward_count() + self.skipped["backward"],
+                "line": self.current_line() if at_line else None,
+                "records": self.limits.max_backward_events,
+                "views": len(self.views.records)}
 
     def _release_steps(self) -> None:
         held, self._held_steps = self._held_steps or [], None
@@ -682,9 +687,12 @@ class Recorder:
 
     def _note_cut(self, args: tuple, how: str) -> None:
         """A computed tensor leaves the graph here; kept only while passes are still being
-        recorded (a later cut cannot explain a recorded graph)."""
+        recorded (a later cut cannot explain a recorded graph). Past them, a run watched whole
+        keeps its line, which can still explain a failure (failures.py)."""
         if self.backward_count() < self.limits.max_backward_events:
             self.cut_log.note_cut(_flat(args), how, self.current_line)
+        elif self.limits.watch_whole_run:
+            self.cut_log.note_cut(_flat(args), how, self.current_line, keep=False)
 
     def hooks_on(self, tensor: torch.Tensor) -> list[tuple[str, int | None]]:
         """The hooks the script registered on this leaf: (kind, line) each."""
