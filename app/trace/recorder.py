@@ -265,6 +265,12 @@ class Recorder:
         if self.busy or self._backward_depth:
             return run()
         self._backward_depth += 1  # Tensor.backward calls torch.autograd.backward: one pass
+        if self.watched_until is not None:  # past the kept passes, unwatched: counted only
+            self.skipped["backward"] += 1   # (backward_count() reads every event)
+            try:
+                return run()
+            finally:
+                self._backward_depth -= 1
         try:
             if self.backward_count() >= self.limits.max_backward_events:
                 self._stop_watching(at_line=False)  # if the last kept pass could not (a mode
@@ -418,7 +424,9 @@ class Recorder:
         self._in_step += 1
         if self.busy:
             return
-        steps = sum(1 for e in self.events if e["kind"] == "step") + len(self._pending_steps)
+        # once a step is skipped, every later one is (the count of kept steps only grows)
+        steps = self.limits.max_step_events if self.skipped["step"] else \
+            sum(1 for e in self.events if e["kind"] == "step") + len(self._pending_steps)
         if steps >= self.limits.max_step_events:
             self.skipped["step"] += 1
             return
