@@ -202,3 +202,15 @@ def test_source_is_dedented_as_the_fixture_does():
     # from them are the lines the tracer numbers
     for source in (TRAINING, LATE_INPLACE, LATE_DETACH):
         assert textwrap.dedent(source) == source
+
+
+def test_watch_all_reaches_the_sandboxed_worker_and_both_reports_are_valid():
+    """The real path (the CLI's): `watch_all` goes in the job to a confined worker, whose
+    report the runner validates against the schema."""
+    from app.runner import trace_in_sandbox
+
+    doc = trace_in_sandbox(source=LATE_INPLACE, name="late.py")
+    whole = trace_in_sandbox(source=LATE_INPLACE, name="late.py", watch_all=True)
+    assert doc["error"]["explanation"]["code"] == "unwatched_failure", doc["error"]
+    assert whole["error"]["explanation"]["code"] == "saved_tensor_modified", whole["error"]
+    assert whole["error"]["explanation"]["line"] == _line_of(LATE_INPLACE, "a.mul_(2)")
