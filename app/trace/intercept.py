@@ -240,6 +240,10 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             create_graph=bool(create_graph), seed=gradient)
 
     def backward_function(tensors, *args, **kwargs):
+        if recorder.watched_until is not None and recorder.backward_depth:
+            # Tensor.backward's own call, unwatched: nothing to note (no pass is recorded),
+            # and no frames to walk on every step of a long script
+            return autograd_backward(tensors, *args, **kwargs)
         if torch.compiler.is_compiling():
             return autograd_backward(tensors, *args, **kwargs)
         if _called_by_torch():

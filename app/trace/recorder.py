@@ -185,6 +185,11 @@ class Recorder:
     def busy(self) -> bool:
         return self._busy > 0
 
+    @property
+    def backward_depth(self) -> int:
+        """How many backward calls of the script's are running (one pass: 1)."""
+        return self._backward_depth
+
     def _internal_error(self, where: str, exc: BaseException) -> None:
         # bounded: a failure on every operation of a long script is the same few lines
         if len(self.internal_errors) < MAX_NOTES:
