@@ -214,3 +214,21 @@ def test_watch_all_reaches_the_sandboxed_worker_and_both_reports_are_valid():
     assert doc["error"]["explanation"]["code"] == "unwatched_failure", doc["error"]
     assert whole["error"]["explanation"]["code"] == "saved_tensor_modified", whole["error"]
     assert whole["error"]["explanation"]["line"] == _line_of(LATE_INPLACE, "a.mul_(2)")
+
+
+def test_a_graph_drawn_after_watching_stopped_is_said_to_lack_its_lines(trace_source):
+    source = ("import torch\nfrom torchviz import make_dot\n"
+              "w = torch.ones(3, requires_grad=True)\nfor step in range(12):\n"
+              "    loss = (w * 2).sigmoid().sum()\n    loss.backward()\nmake_dot(loss)\n")
+    doc = trace_source(source)
+    whole = trace_source(source, limits=WATCH_ALL)
+    (note,) = diagnostics(doc, "views_unwatched")
+    assert note["message"].startswith("1 graph(s) the script drew after backward pass 10 show "
+                                      "no script line or module")
+    assert diagnostics(whole, "views_unwatched") == []
+    # the same graph either way, with the line that made its nodes only when watched
+    lines = {n["name"]: n.get("line") for n in doc["views"][0]["graph"]["nodes"]}
+    watched = {n["name"]: n.get("line") for n in whole["views"][0]["graph"]["nodes"]}
+    assert lines.keys() == watched.keys()
+    assert watched["SigmoidBackward0"] == _line_of(source, ".sigmoid()")
+    assert lines["SigmoidBackward0"] is None
