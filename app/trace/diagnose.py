@@ -280,7 +280,7 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                          f"{skipped['backward']} more backward passes and {skipped['step']} more "
                          "steps ran unrecorded."))
     if (watched := recorder.watched_until) is not None:
-        out.extend(_watch_stopped(watched, len(recorder.views.records)))
+        out.extend(_watch_stopped(watched))
     # torch.func transforms whose function autograd-lab called once itself (func_forward.py)
     forward_drawn = {v["line"] for v in recorder.views.records if v["kind"] == "func_forward"}
     for line, calls in recorder.unrecorded.items():
@@ -386,7 +386,7 @@ def flow_findings(doc: dict) -> list[dict]:
         params=params[:50], event=event)]
 
 
-def _watch_stopped(watched: dict, views: int) -> list[dict]:
+def _watch_stopped(watched: dict) -> list[dict]:
     """What the recorder no longer watched after the kept passes (recorder.py
     `_stop_watching`): said, with how to have the whole run watched."""
     at = f"line {watched['line']}; " if watched.get("line") else ""
@@ -397,10 +397,10 @@ def _watch_stopped(watched: dict, views: int) -> list[dict]:
         "script run at plain speed: in-place changes, no_grad, detach(), values taken out of "
         "a graph and `.grad` reads of computed tensors after that pass are not noted here. To "
         "watch the whole run (slower), trace with `--watch-all`.")]
-    if views > watched["views"]:
+    if watched.get("unwatched_views"):  # drawn after it stopped, before the script ended
         out.append(_diag(
             "views_unwatched", "info",
-            f"{views - watched['views']} graph(s) the script drew after backward pass "
+            f"{watched['unwatched_views']} graph(s) the script drew after backward pass "
             f"{watched['passes']} show no script line or module for their nodes: autograd-lab "
             "had stopped watching operations. Trace with `--watch-all` to have them."))
     return out

@@ -367,7 +367,18 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             h.remove()
         return True
 
+    def watch_again() -> None:
+        """For autograd-lab's own drawing after the script (after_work.py): the graphs it
+        makes then (a torch.func forward) get their lines and modules as while watching."""
+        if not watching[0]:
+            mode.__enter__()
+            watching[0] = True
+            handles.append(nn_module.register_module_forward_pre_hook(module_entered))
+            handles.append(nn_module.register_module_forward_hook(module_left,
+                                                                  always_call=True))
+
     recorder.stop_watching = stop_watching
+    recorder.watch_again = watch_again
     try:
         yield recorder
     finally:

@@ -158,8 +158,10 @@ class Recorder:
         self._nodes_made = 0
         # stops watching operations and module calls (intercept.py): True once done
         self.stop_watching: Callable[[], bool] | None = None
+        self.watch_again: Callable[[], None] | None = None  # its undoing, for after the script
         # once it has: the passes recorded then, the line of the backward that ended the last
-        # of them, and the views drawn by then (those after have no line or module tags)
+        # of them, and the views drawn by then (those after have no line or module tags; how
+        # many, `unwatched_views`, is set as the script ends: tracer.py watches again then)
         self.watched_until: dict | None = None
 
     # -- our own work ----------------------------------------------------------------------

@@ -232,3 +232,27 @@ def test_a_graph_drawn_after_watching_stopped_is_said_to_lack_its_lines(trace_so
     assert lines.keys() == watched.keys()
     assert watched["SigmoidBackward0"] == _line_of(source, ".sigmoid()")
     assert lines["SigmoidBackward0"] is None
+
+
+def test_what_autograd_lab_draws_after_the_script_is_watched_again(trace_source):
+    """A torch.func forward is drawn after the script ends (func_forward.py): watching has
+    stopped by then in a long script, and starts again for it, so its nodes keep their lines
+    and modules, as in a run watched whole."""
+    source = ("import torch\nfrom torch import nn\nfrom torch.func import functional_call, grad\n"
+              "torch.manual_seed(0)\nmodel = nn.Sequential(nn.Linear(3, 4), nn.Tanh())\n"
+              "x = torch.randn(5, 3)\nfor step in range(12):\n"
+              "    model(x).pow(2).sum().backward()\n"
+              "params = {k: v.detach() for k, v in model.named_parameters()}\n"
+              "g = grad(lambda p: functional_call(model, p, (x,)).sum())(params)\n")
+    doc = trace_source(source)
+    whole = trace_source(source, limits=WATCH_ALL)
+    assert doc["error"] is None and diagnostics(doc, "watch_stopped")
+    assert diagnostics(doc, "views_unwatched") == []
+
+    def nodes(d: dict) -> list[tuple]:
+        (view,) = [v for v in d["views"] if v["kind"] == "func_forward"]
+        return sorted((n["name"], n.get("line"), n.get("module"))
+                      for n in view["graph"]["nodes"])
+
+    assert nodes(doc) == nodes(whole)
+    assert ("TanhBackward0", _line_of(source, "g = grad("), "1") in nodes(doc)
