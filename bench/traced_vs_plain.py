@@ -6,10 +6,12 @@ Each script runs three ways, one after the other, on this machine alone:
   which now gives the script torch's threads as a plain run has them;
 - traced, one thread: the same through the runner with `threads=1`, the previous design (every
   worker set one thread).
-Wall-clock seconds, the best of `--repeat` runs each; prints a Markdown table and the ratios
-traced / plain. Asserts nothing; not part of the test suite.
+Wall-clock seconds, the best of `--repeat` runs each, plain and traced taken in turn (a load
+that comes and goes slows both); prints a Markdown table and the ratios traced / plain.
+Asserts nothing; not part of the test suite. Past the ten recorded passes the tracer stops
+watching operations (`--watch-all` keeps it on): issue 36's scripts measure that.
 
-    .venv/bin/python bench/traced_vs_plain.py [--repeat 2]
+    .venv/bin/python bench/traced_vs_plain.py [--repeat 2] [--only 5000,2000] [--no-one-thread]
 """
 
 from __future__ import annotations
