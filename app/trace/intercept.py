@@ -87,16 +87,12 @@ def _innermost(mode: TorchFunctionMode) -> bool:
     return depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
 
 
-def _leave(mode: TorchFunctionMode) -> None:
-    """Pop `mode` off torch's mode stack, with the modes a script entered inside it and never
-    left (a script that failed inside `with torch.device(...)`): an exit pops whichever mode
-    is innermost, and ours would be left on in the process that traced it."""
-    stack = [torch._C._get_function_stack_at(i)
-             for i in range(torch._C._len_torch_function_stack())]
-    if not any(m is mode for m in stack):
-        return
-    while torch._C._pop_torch_function_stack() is not mode:
-        pass
+def _leave(depth: int) -> None:
+    """Pop torch's mode stack back to `depth`, as it was before ours: ours, and the modes a
+    script entered and never left (one that failed inside `with torch.device(...)`). An exit
+    pops whichever mode is innermost: ours was left on in the process that traced it."""
+    while torch._C._len_torch_function_stack() > depth:
+        torch._C._pop_torch_function_stack()
 
 
 def _counting_registrar(recorder: Recorder, call: str) -> Callable:
@@ -351,6 +347,7 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
     recorder.anomaly_off = lambda: torch.set_anomaly_enabled(False)
     mode = _OpMode(recorder)
+    depth = torch._C._len_torch_function_stack()
     mode.__enter__()
     watching = [True]
 
@@ -382,9 +379,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     try:
         yield recorder
     finally:
-        if watching[0]:
-            with contextlib.suppress(Exception):
-                _leave(mode)
+        with contextlib.suppress(Exception):
+            _leave(depth)
         anomaly.__exit__(None, None, None)
         for h in handles:
             h.remove()

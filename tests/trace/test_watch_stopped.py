@@ -180,6 +180,8 @@ def test_a_mode_the_script_entered_keeps_the_tracer_watching_until_it_ends(trace
     assert ex["code"] == "saved_tensor_modified", ex  # pass 13: still watched
     assert ex["line"] == _line_of(inside, "a.mul_(2)")
     assert diagnostics(doc, "watch_stopped") == []
+    # the script failed inside its device mode: neither it nor ours stays on in this process
+    assert torch.overrides._get_current_function_mode_stack() == []
 
     late = inside.replace("step == 12", "step == 20")
     doc = trace_source(late)
