@@ -51,7 +51,8 @@ def _trace(args) -> dict:
         return _trace_notebook(path, args)
     # the one run on this machine: torch's threads as a plain `python script.py` would have
     return trace_in_sandbox(path, device=args.device, timeout=args.timeout,
-                            args=args.script_args, threads=plain_threads())
+                            args=args.script_args, threads=plain_threads(),
+                            watch_all=args.watch_all)
 
 
 def _trace_notebook(path: Path, args) -> dict:
@@ -70,7 +71,8 @@ def _trace_notebook(path: Path, args) -> dict:
         script = Path(folder) / (path.stem + ".py")  # the name tracebacks give
         script.write_text(notebook.source, encoding="utf-8")
         doc = trace_in_sandbox(script, device=args.device, timeout=args.timeout,
-                               args=args.script_args, threads=plain_threads())
+                               args=args.script_args, threads=plain_threads(),
+                               watch_all=args.watch_all)
     annotate(doc, notebook.document_part(path.name))
     return doc
 
@@ -269,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
         p.add_argument("--timeout", type=float, default=default_of("trace_timeout"),
                        help="wall-clock limit, seconds (default: %(default)s)")
+        p.add_argument("--watch-all", action="store_true",
+                       help="watch every operation to the end of the run, not only through the "
+                       "backward passes it records (slower; a failure after them is then "
+                       "explained by its line)")
 
     p = sub.add_parser("trace", help="run a script and write its Trace document (JSON)")
     run_options(p)

@@ -6,10 +6,12 @@ Each script runs three ways, one after the other, on this machine alone:
   which now gives the script torch's threads as a plain run has them;
 - traced, one thread: the same through the runner with `threads=1`, the previous design (every
   worker set one thread).
-Wall-clock seconds, the best of `--repeat` runs each; prints a Markdown table and the ratios
-traced / plain. Asserts nothing; not part of the test suite.
+Wall-clock seconds, the best of `--repeat` runs each, plain and traced taken in turn (a load
+that comes and goes slows both); prints a Markdown table and the ratios traced / plain.
+Asserts nothing; not part of the test suite. Past the ten recorded passes the tracer stops
+watching operations (`--watch-all` keeps it on): issue 36's scripts measure that.
 
-    .venv/bin/python bench/traced_vs_plain.py [--repeat 2]
+    .venv/bin/python bench/traced_vs_plain.py [--repeat 2] [--only 5000,2000] [--no-one-thread]
 """
 
 from __future__ import annotations
@@ -151,11 +153,25 @@ def _best(run, repeat: int) -> float:
     return min(times)
 
 
+def _best_interleaved(runs: list, repeat: int) -> list[float]:
+    """The best of `repeat` for each of `runs`, taken in turn (plain, traced, plain, ...):
+    a machine shared with other work slows both sides alike, not one side's whole series."""
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeat):
+        for run, taken in zip(runs, times, strict=True):
+            started = time.perf_counter()
+            run()
+            taken.append(time.perf_counter() - started)
+    return [min(t) for t in times]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--limit", type=float, default=600.0, help="each run's limit, s")
     parser.add_argument("--only", help="comma-separated words: scripts whose name has one")
+    parser.add_argument("--no-one-thread", action="store_true",
+                        help="leave out the one-thread column (half the time)")
     args = parser.parse_args()
     rows = {}
     chosen = {n: s for n, s in SCRIPTS.items()
@@ -180,8 +196,9 @@ def main() -> int:
                                        threads=1)
                 assert doc["error"] is None, (name, doc["error"])
 
-            rows[name] = (_best(plain, args.repeat), _best(traced, args.repeat),
-                          _best(one_thread, args.repeat))
+            p, t = _best_interleaved([plain, traced], args.repeat)
+            rows[name] = (p, t, float("nan") if args.no_one_thread
+                          else _best(one_thread, args.repeat))
             print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
     print(f"\nTraced against plain, best of {args.repeat}, {plain_threads()} core(s), "
           "wall-clock seconds\n")

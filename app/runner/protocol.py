@@ -79,6 +79,8 @@ class Job:
     # torch's threads for the script: 1 while runs share the machine, its cores when this run
     # has it alone (a plain run would use them: traced runs took twice as long without)
     threads: int = 1
+    # watch every operation to the end, not only through the kept passes (slower; recorder.py)
+    watch_all: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # the self-test probe's instructions
 
     def to_line(self) -> bytes:
@@ -90,7 +92,7 @@ class Job:
     def from_line(cls, line: bytes) -> Job:
         data = json.loads(line)
         own = {k: data.pop(k) for k in ("script", "name", "device", "args", "max_events",
-                                        "timeout", "threads") if k in data}
+                                        "timeout", "threads", "watch_all") if k in data}
         return cls(**own, extra=data)
 
 

@@ -50,13 +50,15 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                      policy: sandbox.Policy | None = None, pool: Pool | None = None,
                      wait: float = 5.0,
                      started: Callable[[Child], None] | None = None,
-                     fork_server: ForkServer | None = None, threads: int = 1) -> Trace:
+                     fork_server: ForkServer | None = None, threads: int = 1,
+                     watch_all: bool = False) -> Trace:
     """Trace a script given as a path or as source text; always returns a Trace document.
 
     With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
     used if one is ready within `wait` seconds; a fresh one is forked from `fork_server` when it is
     ready, exec'd otherwise. `started(child)` is told the worker before the job goes to it:
-    `child.stop()` from another thread ends the run."""
+    `child.stop()` from another thread ends the run. `watch_all`: every operation is watched
+    to the end, not only through the kept passes (slower; a late failure is then explained)."""
     if (script is None) == (source is None):
         raise ValueError("give either a script path or its source")
     if script is not None:
@@ -73,7 +75,7 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
     if started is not None:
         started(child)
     doc = trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
-                   max_events=max_events, threads=threads)
+                   max_events=max_events, threads=threads, watch_all=watch_all)
     forget_trials(doc)  # a trial is the server's to run: a report's own claim is dropped
     if fixes_to_try(doc):
         # the fix the page will offer, run first (fix_trial.py): in a worker of its own, with
@@ -84,7 +86,8 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
             if started is not None:
                 started(trial)
             return trace_in(trial, source=edited, name=name, args=args, device=device,
-                            timeout=timeout, max_events=max_events, threads=threads)
+                            timeout=timeout, max_events=max_events, threads=threads,
+                            watch_all=watch_all)
 
         try_fixes(doc, source, again)
     return doc
@@ -100,12 +103,13 @@ def plain_threads() -> int:
 
 
 def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cpu",
-             timeout: float = DEFAULT_TIMEOUT, max_events: int = 10, threads: int = 1) -> Trace:
+             timeout: float = DEFAULT_TIMEOUT, max_events: int = 10, threads: int = 1,
+             watch_all: bool = False) -> Trace:
     """Give one job to `child` (fresh or pre-started) and make its Trace document; `threads`:
     torch's for the script (1 unless the run has the machine to itself)."""
     script_file = _script_file(name)
     job = Job(script=script_file, name=name, device=device, args=list(args),
-              max_events=max_events, timeout=timeout, threads=threads)
+              max_events=max_events, timeout=timeout, threads=threads, watch_all=watch_all)
     outcome = child.execute(job, {script_file: source}, timeout, start_timeout=START_TIMEOUT)
     return to_document(outcome, job=job, source=source, limits=child.policy.limits)
 

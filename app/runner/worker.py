@@ -335,7 +335,7 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     reserve = _keep_back(REPORT_ROOM)
     apply_job(run_limits, float(job.timeout), address_space=not job.device.startswith("cuda"))
     limits = RecordingLimits(max_backward_events=job.max_events,
-                             max_step_events=job.max_events)
+                             max_step_events=job.max_events, watch_whole_run=job.watch_all is True)
     script_module: list = []  # never freed: this process ends with os._exit (tracer.py)
     # the supervisor's clock started as it wrote the job line: the limit falls at the latest
     # here (after_work.py keeps its last seconds for the report)
@@ -384,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--name")
     parser.add_argument("--max-events", type=int, default=10)
+    parser.add_argument("--watch-all", action="store_true")
     parser.add_argument("script_args", nargs="*")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_term)
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.trace.tracer import trace_script
 
     limits = RecordingLimits(max_backward_events=args.max_events,
-                             max_step_events=args.max_events)
+                             max_step_events=args.max_events, watch_whole_run=args.watch_all)
     doc = trace_script(Path(args.script), name=args.name, argv=args.script_args,
                        device=args.device, limits=limits)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

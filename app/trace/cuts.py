@@ -121,16 +121,19 @@ class CutLog:
             return None
         return entry[2]()
 
-    def note_cut(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None]) -> None:
+    def note_cut(self, tensors: Iterable[Any], how: str, line: Callable[[], int | None],
+                 keep: bool = True) -> None:
         """Computed tensors among `tensors` leave the graph `how` at `line()`. Only a few are
-        kept: each holds its graph alive."""
-        if len(self._cuts) >= MAX_CUTS:
+        kept: each holds its graph alive. Not `keep`: the line only, for failures.py (a cut
+        past the recorded passes draws no dashed edge, but may explain a failure)."""
+        if keep and len(self._cuts) >= MAX_CUTS:
             return
         fns = [a.grad_fn for a in tensors if isinstance(a, torch.Tensor)
                and a.grad_fn is not None]
         at = line() if fns else None
         if at is not None:
-            self._cuts.extend((fn, how, at) for fn in fns)
+            if keep:
+                self._cuts.extend((fn, how, at) for fn in fns)
             self._remember(how, at)
 
     def note_value_escape(self, how: str, line: int) -> None:

@@ -289,6 +289,8 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
                          f"and {recorder.limits.max_step_events} optimizer steps are recorded; "
                          f"{skipped['backward']} more backward passes and {skipped['step']} more "
                          "steps ran unrecorded."))
+    if (watched := recorder.watched_until) is not None:
+        out.extend(_watch_stopped(watched))
     # torch.func transforms whose function autograd-lab called once itself (func_forward.py)
     forward_drawn = {v["line"] for v in recorder.views.records if v["kind"] == "func_forward"}
     for line, calls in recorder.unrecorded.items():
@@ -392,3 +394,23 @@ def flow_findings(doc: dict) -> list[dict]:
         f" near the input. {'Smallest' if s['kind'] == 'vanishing' else 'Largest'} at "
         + ", ".join(f"`{m}`" for m in worst) + ". See the gradient-flow chart.",
         params=params[:50], event=event)]
+
+
+def _watch_stopped(watched: dict) -> list[dict]:
+    """What the recorder no longer watched after the kept passes (recorder.py
+    `_stop_watching`): said, with how to have the whole run watched."""
+    at = f"line {watched['line']}; " if watched.get("line") else ""
+    out = [_diag(
+        "watch_stopped", "info",
+        f"autograd-lab watched every torch operation and module call through backward pass "
+        f"{watched['passes']} ({at}it records the first {watched['records']}), then let the "
+        "script run at plain speed: in-place changes, no_grad, detach(), values taken out of "
+        "a graph and `.grad` reads of computed tensors after that pass are not noted here. To "
+        "watch the whole run (slower), trace with `--watch-all`.")]
+    if watched.get("unwatched_views"):  # drawn after it stopped, before the script ended
+        out.append(_diag(
+            "views_unwatched", "info",
+            f"{watched['unwatched_views']} graph(s) the script drew after backward pass "
+            f"{watched['passes']} show no script line or module for their nodes: autograd-lab "
+            "had stopped watching operations. Trace with `--watch-all` to have them."))
+    return out

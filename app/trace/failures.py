@@ -446,6 +446,38 @@ KINDS: list[Callable] = [_missing_module, _graph_freed, _saved_tensor_modified, 
                          _scalar_output, _leaf_inplace, _wrong_gradient_count, _invalid_gradient]
 
 
+# kinds explained by what the recorder saw the script's operations do (the in-place changes,
+# the cuts): past the kept passes it no longer watches them (recorder.py `_stop_watching`)
+_WATCHED = {
+    "saved_tensor_modified": (
+        "A tensor autograd saved for the backward was changed in place before the backward "
+        "used it (the message names it).", "in-place change"),
+    "graph_cut": ("The backward started from a tensor with no `grad_fn`: nothing links it to "
+                  "a graph.", "line that took values out of a graph"),
+}
+_WATCHED.update({code: _WATCHED["graph_cut"] for code in (
+    "no_grad_forward", "values_without_graph", "nothing_requires_grad")})
+
+
+def _unwatched(found: dict, err: dict, script: _Script, watched_until: dict) -> dict:
+    """A failure the recorder would explain from operations it saw, after it had stopped
+    watching them: what torch's message says, that the culprit went unseen, and how to watch
+    the whole run. The line it last saw is said as only that (it may not be the culprit)."""
+    cause, seen = _WATCHED[found["code"]]
+    at = f" (line {watched_until['line']})" if watched_until.get("line") else ""
+    line = found["line"]
+    earlier = (f" The last {seen} it saw before then was at line {line} "
+               f"(`{script.line(line).strip()}`), which may not be the one."
+               if line and found["code"] != "nothing_requires_grad" else "")
+    what = (f"{cause} This came after backward pass {watched_until['passes']}{at}: past the "
+            f"first {watched_until['records']} passes, the ones this run records, autograd-lab "
+            "stops watching each operation so that the rest of the script runs at plain speed, "
+            f"and it did not see which line did this.{earlier} To have every operation watched, "
+            "trace again with `--watch-all`.")
+    return _explanation("unwatched_failure", what, err["line"], "", [], found["scenario"],
+                        [], found["event"])
+
+
 def explain(doc: dict, source: str, recorder: Recorder) -> None:
     """Explain `doc`'s error, if it is one of autograd's; note `.grad` reads of non-leaves."""
     script = _Script(source)
@@ -456,6 +488,9 @@ def explain(doc: dict, source: str, recorder: Recorder) -> None:
             found = kind(doc, err, script, recorder)
             if found:
                 break
+        if found is not None and recorder.watched_until is not None and \
+                found["code"] in _WATCHED:
+            found = _unwatched(found, err, script, recorder.watched_until)
         if found is None:
             err["explanation"] = {"code": "unrecognised", "what": None, "line": err["line"],
                                   "nodes": [], "event": None, "fix": None, "scenario": None}

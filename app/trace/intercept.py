@@ -80,6 +80,21 @@ class _OpMode(TorchFunctionMode):
         return out
 
 
+def _innermost(mode: TorchFunctionMode) -> bool:
+    """Is `mode` the innermost TorchFunctionMode now (not popped for its own dispatch, and no
+    mode the script entered after it)?"""
+    depth = torch._C._len_torch_function_stack()
+    return depth > 0 and torch._C._get_function_stack_at(depth - 1) is mode
+
+
+def _leave(depth: int) -> None:
+    """Pop torch's mode stack back to `depth`, as it was before ours: ours, and the modes a
+    script entered and never left (one that failed inside `with torch.device(...)`). An exit
+    pops whichever mode is innermost: ours was left on in the process that traced it."""
+    while torch._C._len_torch_function_stack() > depth:
+        torch._C._pop_torch_function_stack()
+
+
 def _counting_registrar(recorder: Recorder, call: str) -> Callable:
     """nn.Module's `call` (a backward hook's registration), with the hook counted per pass."""
     original = getattr(torch.nn.Module, call)
@@ -221,6 +236,10 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             create_graph=bool(create_graph), seed=gradient)
 
     def backward_function(tensors, *args, **kwargs):
+        if recorder.watched_until is not None and recorder.backward_depth:
+            # Tensor.backward's own call, unwatched: nothing to note (no pass is recorded),
+            # and no frames to walk on every step of a long script
+            return autograd_backward(tensors, *args, **kwargs)
         if torch.compiler.is_compiling():
             return autograd_backward(tensors, *args, **kwargs)
         if _called_by_torch():
@@ -328,12 +347,40 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
     recorder.anomaly_off = lambda: torch.set_anomaly_enabled(False)
     mode = _OpMode(recorder)
+    depth = torch._C._len_torch_function_stack()
     mode.__enter__()
+    watching = [True]
+
+    def stop_watching() -> bool:
+        """Leave the operation mode and drop the module hooks: what they note only explains
+        recorded passes (and failures, said as unwatched past here: failures.py). Only while
+        ours is the innermost mode (a mode's exit pops whichever is on top: a script's own,
+        or `torch.device`'s, would go instead); False when it is not, to be tried again."""
+        if not _innermost(mode):
+            return False
+        mode.__exit__(None, None, None)
+        watching[0] = False
+        for h in handles[2:]:  # the module hooks; an optimizer step is one call, not per op
+            h.remove()
+        return True
+
+    def watch_again() -> None:
+        """For autograd-lab's own drawing after the script (after_work.py): the graphs it
+        makes then (a torch.func forward) get their lines and modules as while watching."""
+        if not watching[0]:
+            mode.__enter__()
+            watching[0] = True
+            handles.append(nn_module.register_module_forward_pre_hook(module_entered))
+            handles.append(nn_module.register_module_forward_hook(module_left,
+                                                                  always_call=True))
+
+    recorder.stop_watching = stop_watching
+    recorder.watch_again = watch_again
     try:
         yield recorder
     finally:
         with contextlib.suppress(Exception):
-            mode.__exit__(None, None, None)
+            _leave(depth)
         anomaly.__exit__(None, None, None)
         for h in handles:
             h.remove()

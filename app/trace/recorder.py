@@ -37,6 +37,9 @@ class RecordingLimits:
     max_step_events: int = 10
     max_nodes: int = 200_000
     gradcheck_max_numel: int = 512
+    # keep watching every operation after the kept passes (slower): by default the tracer
+    # stops there, and a failure after says it was not watched (failures.py)
+    watch_whole_run: bool = False
 
 
 @dataclass
@@ -155,6 +158,13 @@ class Recorder:
         # tracing): once no further backward pass will be recorded, or past ANOMALY_NODES
         self.anomaly_off: Callable[[], None] | None = None
         self._nodes_made = 0
+        # stops watching operations and module calls (intercept.py): True once done
+        self.stop_watching: Callable[[], bool] | None = None
+        self.watch_again: Callable[[], None] | None = None  # its undoing, for after the script
+        # once it has: the passes recorded then, the line of the backward that ended the last
+        # of them, and the views drawn by then (those after have no line or module tags; how
+        # many, `unwatched_views`, is set as the script ends: tracer.py watches again then)
+        self.watched_until: dict | None = None
 
     # -- our own work ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -178,6 +188,11 @@ class Recorder:
     @property
     def busy(self) -> bool:
         return self._busy > 0
+
+    @property
+    def backward_depth(self) -> int:
+        """How many backward calls of the script's are running (one pass: 1)."""
+        return self._backward_depth
 
     def _internal_error(self, where: str, exc: BaseException) -> None:
         # bounded: a failure on every operation of a long script is the same few lines
@@ -259,9 +274,16 @@ class Recorder:
         if self.busy or self._backward_depth:
             return run()
         self._backward_depth += 1  # Tensor.backward calls torch.autograd.backward: one pass
+        if self.watched_until is not None:  # past the kept passes, unwatched: counted only
+            self.skipped["backward"] += 1   # (backward_count() reads every event)
+            try:
+                return run()
+            finally:
+                self._backward_depth -= 1
         try:
             if self.backward_count() >= self.limits.max_backward_events:
-                self.skipped["backward"] += 1
+                self._stop_watching(at_line=False)  # if the last kept pass could not (a mode
+                self.skipped["backward"] += 1      # of the script's was on top of ours)
                 return run()
             input_names = self._input_names(inputs) if returns_grads else None
             try:
@@ -313,9 +335,27 @@ class Recorder:
                 if self.anomaly_off:
                     self.anomaly_off()
                     self.anomaly_off = None
+                self._stop_watching()
             return result
         finally:
             self._backward_depth -= 1
+
+    def _stop_watching(self, at_line: bool = True) -> None:
+        """Every pass is kept: stop watching each operation and module call (intercept.py), so
+        that the rest of a training script runs at plain speed, unless the run asked to be
+        watched whole (`watch_whole_run`). What that leaves unseen is said (`watched_until`):
+        the passes that ended watched, and the line of the last one's backward (`at_line`:
+        called as it ends, not before the next)."""
+        if self.stop_watching is None or self.limits.watch_whole_run or not self.passes_kept:
+            return
+        if self.stop_watching():
+            self.stop_watching = None
+            self._module_stack.clear()  # no module_left will come for a module still running
+            self.watched_until = {
+                "passes": self.backward_count() + self.skipped["backward"],
+                "line": self.current_line() if at_line else None,
+                "records": self.limits.max_backward_events,
+                "views": len(self.views.records)}
 
     def _release_steps(self) -> None:
         held, self._held_steps = self._held_steps or [], None
@@ -395,7 +435,9 @@ class Recorder:
         self._in_step += 1
         if self.busy:
             return
-        steps = sum(1 for e in self.events if e["kind"] == "step") + len(self._pending_steps)
+        # once a step is skipped, every later one is (the count of kept steps only grows)
+        steps = self.limits.max_step_events if self.skipped["step"] else \
+            sum(1 for e in self.events if e["kind"] == "step") + len(self._pending_steps)
         if steps >= self.limits.max_step_events:
             self.skipped["step"] += 1
             return
@@ -688,9 +730,12 @@ class Recorder:
 
     def _note_cut(self, args: tuple, how: str) -> None:
         """A computed tensor leaves the graph here; kept only while passes are still being
-        recorded (a later cut cannot explain a recorded graph)."""
+        recorded (a later cut cannot explain a recorded graph). Past them, a run watched whole
+        keeps its line, which can still explain a failure (failures.py)."""
         if self.backward_count() < self.limits.max_backward_events:
             self.cut_log.note_cut(_flat(args), how, self.current_line)
+        elif self.limits.watch_whole_run:
+            self.cut_log.note_cut(_flat(args), how, self.current_line, keep=False)
 
     def hooks_on(self, tensor: torch.Tensor) -> list[tuple[str, int | None]]:
         """The hooks the script registered on this leaf: (kind, line) each."""

@@ -142,6 +142,11 @@ def run_traced(doc: Trace, source: str, script_path: str,
         # a script that never compiled has no calls to find (and a source too deep for
         # compile() is too deep for ast.parse)
         hand = HandCalls() if _never_started(error) else HandCalls.in_source(source)
+        if recorder.watched_until is not None and recorder.watch_again is not None:
+            # the views the script drew unwatched are said; ours after it are watched
+            recorder.watched_until["unwatched_views"] = \
+                len(recorder.views.records) - recorder.watched_until["views"]
+            recorder.watch_again()
         if not (error and error["type"] == "Timeout"):
             with AfterWork(deadline) as work:
                 error, custom_results = _after_work(work, recorder, namespace, hand,
