@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import configparser
 import ipaddress
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,186 @@ def test_the_compose_file_publishes_only_the_proxy_on_loopback_and_keeps_secrets
     for name, service in services.items():
         for condition in (service.get("depends_on") or {}).values():
             assert condition["condition"] in ("service_healthy", "service_started"), name
+
+
+# ---- the compose services, run on this machine -------------------------------------------------
+
+PROXY_SOURCE = "127.0.0.41"  # the proxy's address as the web processes see it (172.28.0.10 there)
+SMALL = "import torch\nw = torch.ones(3, requires_grad=True)\n(w * w).sum().backward()\n"
+
+
+def _here(service: dict, database: str, secrets: Path, **overrides: str) -> dict[str, str]:
+    """The service's environment from the compose file, as it would be on this machine: the
+    database's host is the test's PostgreSQL, the secrets' files the test's own (made by
+    deploy/make-secrets.sh), the proxy's address the test proxy's. What else differs is in
+    `overrides`, each said by the caller."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(secrets.parent), "PYTHONPATH": str(ROOT),
+           "LANG": "C.UTF-8"}
+    for key, value in service["environment"].items():
+        value = str(value)
+        if value.startswith("/run/secrets/"):
+            value = str(secrets / value.removeprefix("/run/secrets/"))
+        if key == "AUTOGRAD_LAB_DATABASE_URL":
+            assert urlsplit(value).hostname == "db"  # the compose service, replaced by ours
+            ours = urlsplit(database)
+            value = urlunsplit(urlsplit(value)._replace(netloc=ours.netloc, path=ours.path))
+        if key == "AUTOGRAD_LAB_FORWARDED_ALLOW_IPS":
+            assert value == "172.28.0.10"  # the proxy's fixed address there; ours here
+            value = PROXY_SOURCE
+        env[key] = value
+    env.update(overrides)
+    return env
+
+
+def _command(service: dict) -> list[str]:
+    assert service["command"][0] == "autograd-lab"  # this checkout's, with this interpreter
+    return [sys.executable, "-m", "app.cli", *service["command"][1:]]
+
+
+def _health(service: dict, env: dict[str, str]) -> int:
+    """The service's health check, run here: its exit status."""
+    kind, program, *args = service["healthcheck"]["test"]
+    assert (kind, program) == ("CMD", "python")  # the image's python; this venv's here
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True,
+                          timeout=60).returncode
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_the_compose_services_run_here_behind_a_proxy(postgres_url, tmp_path):
+    """Issue 39's check of the compose file without Docker: web-a, web-b and upload-host run
+    with their command and environment from the file, behind a reverse proxy doing what
+    deploy/nginx.conf does. Through it: both web processes answer /healthz; a token holder's
+    upload runs on the upload host; students behind the proxy are counted by their own
+    addresses. Each health check passes on the running service and fails on a stopped one.
+
+    What differs from the file, and why: the database, secrets and proxy address are this
+    machine's (`_here`); the web processes bind loopback on free ports instead of 0.0.0.0:8000
+    in their own containers; loopback addresses count apart (the students here are 127.0.0.x,
+    there they are real addresses); the web processes warm no scenarios and pool no workers
+    (two cores shared with other tests: who runs uploads does not depend on it)."""
+    import httpx
+
+    from tests.postgres import fresh_database
+    from tests.reverse_proxy import ReverseProxy
+    from tests.server import ARTIFACTS, free_port
+    from tests.upload_host_process import alive_hosts
+
+    services = _compose()["services"]
+    secrets = tmp_path / "secrets"
+    subprocess.run(["sh", str(ROOT / "deploy" / "make-secrets.sh"), str(secrets)], check=True,
+                   capture_output=True, timeout=60)
+    for made in ("token", "db_password", "pgpass"):
+        assert (secrets / made).stat().st_mode & 0o077 == 0, made  # libpq ignores a readable one
+    token = (secrets / "token").read_text().strip()
+    database = fresh_database(postgres_url)
+
+    envs, procs = {}, {}
+    for name in ("web-a", "web-b"):
+        envs[name] = _here(services[name], database, secrets, AUTOGRAD_LAB_HOST="127.0.0.1",
+                           AUTOGRAD_LAB_PORT=str(free_port()),
+                           AUTOGRAD_LAB_LOOPBACK_ADDRESSES_APART="true",
+                           AUTOGRAD_LAB_WARM_SCENARIOS="false", AUTOGRAD_LAB_POOL_SIZE="0")
+    envs["upload-host"] = _here(services["upload-host"], database, secrets,
+                                AUTOGRAD_LAB_UPLOAD_WORKERS="1")
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def start(name: str) -> None:
+        with (ARTIFACTS / f"compose-{name}.log").open("wb") as out:
+            procs[name] = subprocess.Popen(_command(services[name]), cwd=ROOT, env=envs[name],
+                                           stdout=out, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+
+    def stop(name: str) -> None:
+        proc = procs[name]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def log(name: str) -> str:
+        return (ARTIFACTS / f"compose-{name}.log").read_text()[-3000:]
+
+    def wait_for(name: str, ready, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert procs[name].poll() is None, log(name)
+            assert time.monotonic() < deadline, log(name)
+            time.sleep(0.5)
+
+    def answers(name: str) -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{envs[name]['AUTOGRAD_LAB_PORT']}/healthz",
+                             timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        for name in envs:
+            start(name)
+        for name in ("web-a", "web-b"):
+            wait_for(name, lambda name=name: answers(name))
+        wait_for("upload-host", lambda: alive_hosts(database))  # its sandbox self-test held
+        upstreams = [f"127.0.0.1:{envs[n]['AUTOGRAD_LAB_PORT']}" for n in ("web-a", "web-b")]
+        with ReverseProxy(upstreams, source=PROXY_SOURCE) as proxy:
+            base = f"http://127.0.0.1:{proxy.port}"
+
+            def browser(address: str, **headers: str) -> httpx.Client:
+                return httpx.Client(base_url=base, timeout=180, headers=headers,
+                                    transport=httpx.HTTPTransport(local_address=address))
+
+            # /healthz through the proxy, on both web processes: ok (an upload host is live)
+            with browser("127.0.0.50") as anyone:
+                for _ in range(4):
+                    health = anyone.get("/healthz")
+                    assert health.status_code == 200 and health.json()["status"] == "ok", \
+                        health.text
+            assert set(proxy.hits) == set(upstreams)
+
+            # a token holder's upload, from a forwarded address, runs on the upload host
+            with browser("127.0.0.51", Authorization=f"Bearer {token}") as teacher:
+                ran = teacher.post("/api/runs", json={"source": SMALL})
+                assert ran.status_code == 200, ran.text
+                doc = ran.json()
+                assert doc["error"] is None, doc["error"]
+                import psycopg
+                with psycopg.connect(database) as db:
+                    host, address = db.execute("SELECT host, address FROM uploads").fetchone()
+                assert host.split(":")[1] == str(procs["upload-host"].pid)  # ran there
+                assert address == "127.0.0.51"  # the address the proxy forwarded for
+                # what the trace recorded is what PyTorch does with the same script
+                import torch
+                w = torch.ones(3, requires_grad=True)
+                (w * w).sum().backward()
+                assert doc["params"]["w"]["uses"] == {"0": 2}  # w used twice by one product
+                assert w.grad.tolist() == [2.0, 2.0, 2.0]
+
+                # students counted by their forwarded address: five browsers from one
+                # address meet its limit (per_address_people, 4), one from another does not
+                assert teacher.get("/").status_code == 200  # its session cookie
+                started = teacher.post("/api/classes", json={})
+                assert started.status_code == 201, started.text
+                code = started.json()["code"]
+
+            def joins(address: str) -> int:
+                with browser(address) as student:
+                    assert student.get("/").status_code == 200
+                    return student.get(f"/api/classes/{code}").status_code
+
+            assert [joins("127.0.0.52") for _ in range(5)] == [200] * 4 + [429]
+            assert joins("127.0.0.53") == 200
+
+        # each health check: passes on the running service, fails on a stopped one
+        for name in envs:
+            assert _health(services[name], envs[name]) == 0, (name, log(name))
+        for name in ("web-b", "upload-host"):
+            stop(name)
+            assert _health(services[name], envs[name]) != 0, name
+    finally:
+        for name in procs:
+            stop(name)
