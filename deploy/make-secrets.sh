@@ -10,6 +10,6 @@ fresh() { python3 -c 'import secrets; print(secrets.token_urlsafe(32))'; }
 [ -s "$dir/token" ] || fresh > "$dir/token"
 [ -s "$dir/db_password" ] || fresh > "$dir/db_password"
 # host:port:database:user:password (token_urlsafe never writes ':' or '\')
-printf '*:*:autograd_lab:autograd:%s\n' "$(cat "$dir/db_password")" > "$dir/pgpass"
+printf '*:*:*:autograd:%s\n' "$(cat "$dir/db_password")" > "$dir/pgpass"
 chmod 600 "$dir/token" "$dir/db_password" "$dir/pgpass"
 echo "secrets in $dir: give the teacher the token in $dir/token"

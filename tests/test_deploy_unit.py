@@ -181,24 +181,22 @@ def _health(service: dict, env: dict[str, str]) -> int:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_the_compose_services_run_here_behind_a_proxy(postgres_url, tmp_path):
+def test_the_compose_services_run_here_behind_a_proxy(tmp_path, monkeypatch):
     """Issue 39's check of the compose file without Docker: web-a, web-b and upload-host run
     with their command and environment from the file, behind a reverse proxy doing what
     deploy/nginx.conf does. Through it: both web processes answer /healthz; a token holder's
     upload runs on the upload host; students behind the proxy are counted by their own
     addresses. Each health check passes on the running service and fails on a stopped one.
 
-    What differs from the file, and why: the database, secrets and proxy address are this
-    machine's (`_here`); the web processes bind loopback on free ports instead of 0.0.0.0:8000
-    in their own containers; loopback addresses count apart (the students here are 127.0.0.x,
-    there they are real addresses); the web processes warm no scenarios and pool no workers
-    (two cores shared with other tests: who runs uploads does not depend on it)."""
-    import httpx
-
-    from tests.postgres import fresh_database
-    from tests.reverse_proxy import ReverseProxy
-    from tests.server import ARTIFACTS, free_port
-    from tests.upload_host_process import alive_hosts
+    The database asks for the password make-secrets.sh wrote, which the services find only
+    through the compose file's PGPASSFILE. What differs from the file, and why: the database's
+    address, the secrets' folder and the proxy's address are this machine's (`_here`); the web
+    processes bind loopback on free ports instead of 0.0.0.0:8000 in containers of their own;
+    loopback addresses count apart (the students here are 127.0.0.x, there they are real
+    addresses); the web processes warm no scenarios and pool no workers (two cores shared with
+    other tests: who runs uploads does not depend on it).
+    """
+    from tests.postgres import cluster
 
     services = _compose()["services"]
     secrets = tmp_path / "secrets"
@@ -207,7 +205,21 @@ def test_the_compose_services_run_here_behind_a_proxy(postgres_url, tmp_path):
     for made in ("token", "db_password", "pgpass"):
         assert (secrets / made).stat().st_mode & 0o077 == 0, made  # libpq ignores a readable one
     token = (secrets / "token").read_text().strip()
-    database = fresh_database(postgres_url)
+    monkeypatch.setenv("PGPASSFILE", str(secrets / "pgpass"))  # this test's own queries
+    with cluster(password_file=secrets / "db_password") as made:
+        _run_the_services(services, made.url, secrets, token)
+
+
+def _run_the_services(services: dict, database: str, secrets: Path, token: str) -> None:
+    import httpx
+    import psycopg
+
+    from tests.reverse_proxy import ReverseProxy
+    from tests.server import ARTIFACTS, free_port
+    from tests.upload_host_process import alive_hosts
+
+    with pytest.raises(psycopg.OperationalError, match="password"):  # it does ask for one
+        psycopg.connect(database, connect_timeout=5, passfile="/nonexistent").close()
 
     envs, procs = {}, {}
     for name in ("web-a", "web-b"):
@@ -280,7 +292,6 @@ def test_the_compose_services_run_here_behind_a_proxy(postgres_url, tmp_path):
                 assert ran.status_code == 200, ran.text
                 doc = ran.json()
                 assert doc["error"] is None, doc["error"]
-                import psycopg
                 with psycopg.connect(database) as db:
                     host, address = db.execute("SELECT host, address FROM uploads").fetchone()
                 assert host.split(":")[1] == str(procs["upload-host"].pid)  # ran there
