@@ -67,8 +67,11 @@ def postgres() -> Iterator[str]:
 
 
 @contextmanager
-def cluster() -> Iterator[Cluster]:
-    """A fresh PostgreSQL cluster that a test may stop and start again."""
+def cluster(password_file: Path | None = None) -> Iterator[Cluster]:
+    """A fresh PostgreSQL cluster that a test may stop and start again. With `password_file`,
+    its user has that file's password and TCP connections must give it (scram-sha-256, as a
+    database on another machine asks): libpq finds it in PGPASSFILE, as deploy/compose.yaml
+    gives it; without, loopback is trusted."""
     bin_dir = server_binaries()
     if bin_dir is None:
         pytest.skip("Debian's PostgreSQL is not installed (make system-deps-test installs it: "
@@ -89,8 +92,15 @@ def cluster() -> Iterator[Cluster]:
         shutil.chown(folder, int(owner))
         shutil.chown(sockets, int(owner))
     env = {**os.environ, "LC_ALL": "C.UTF-8", "TZ": "UTC"}
-    subprocess.run(_as_owner([str(bin_dir / "initdb"), "-D", str(data), "-U", USER,
-                              "--auth=trust", "--encoding=UTF8", "--no-sync"], owner),
+    auth = ["--auth=trust"]
+    if password_file is not None:  # a copy the cluster's owner may read (initdb reads it)
+        readable = folder / "password"
+        shutil.copyfile(password_file, readable)
+        if owner is not None:
+            shutil.chown(readable, int(owner))
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={readable}"]
+    subprocess.run(_as_owner([str(bin_dir / "initdb"), "-D", str(data), "-U", USER, *auth,
+                              "--encoding=UTF8", "--no-sync"], owner),
                    check=True, capture_output=True, env=env)
     port = free_port()
     log = folder / "postgres.log"
