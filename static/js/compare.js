@@ -20,7 +20,11 @@ function facts(doc) {
   const rows = {};
   for (const name of Object.keys(doc.params)) {
     const grad = first && first.grads && first.grads[name] ? first.grads[name].after : doc.params[name].grad;
-    rows[name] = { uses: first ? (first.uses || {})[name] ?? 0 : 0, grad: grad ? fmt(grad.norm) : "None" };
+    const uses = first ? (first.uses || {})[name] ?? 0 : 0;
+    // .grad filled by a backward torch ran inside this one (a reentrant checkpoint's): its uses
+    // there are not counted, so "0" would be false (the run page says "inner" too: params.js)
+    const inner = !uses && first && (first.inner || []).includes(name);
+    rows[name] = { uses: inner ? "inner" : uses, grad: grad ? fmt(grad.norm) : "None" };
   }
   return { first, rows };
 }
