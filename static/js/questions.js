@@ -22,15 +22,26 @@ function numberChoices(answer, low, high) {
 export function questionsFor(doc, ev) {
   if (!doc || !ev || ev.kind !== "backward") return [];
   const out = [];
-  const names = Object.keys(doc.params || {}).filter((n) => doc.params[n].kind !== "leaf");
+  // torch.autograd.grad returns a gradient per input and fills no .grad: asked of its inputs
+  const returns = Array.isArray(ev.inputs);
+  const names = Object.keys(doc.params || {}).filter((n) => doc.params[n].kind !== "leaf" &&
+    (!returns || ev.inputs.includes(n)));
+  const dropped = new Set(ev.dropped || []); // requires_grad off after the forward: nothing added
+  const inner = new Set(ev.inner || []); // filled by a backward torch ran inside this one
   const label = `backward #${ev.index}`;
-  if (names.length) {
-    const busiest = names.reduce((a, b) => (usesOf(ev, b) > usesOf(ev, a) ? b : a));
+  const counted = names.filter((n) => !dropped.has(n));
+  if (counted.length) {
+    const busiest = counted.reduce((a, b) => (usesOf(ev, b) > usesOf(ev, a) ? b : a));
     const uses = usesOf(ev, busiest);
-    out.push({ key: "uses", prompt: `How many times is ${busiest} used in ${label}: how many contributions sum into its .grad?`,
+    const into = returns ? "the gradient autograd.grad returns for it" : "its .grad";
+    out.push({ key: "uses", prompt: `How many times is ${busiest} used in ${label}: how many contributions sum into ${into}?`,
       ...numberChoices(uses, 0, 4) });
-    const receiving = names.filter((n) => usesOf(ev, n) > 0).length;
-    out.push({ key: "grads", prompt: `How many of the model's ${names.length} parameters receive a gradient from ${label}?`,
+  }
+  if (names.length) {
+    const receiving = names.filter((n) => !dropped.has(n) && (usesOf(ev, n) > 0 || inner.has(n))).length;
+    const asked = returns ? `${names.length} inputs autograd.grad was asked for` :
+      `model's ${names.length} parameters`;
+    out.push({ key: "grads", prompt: `How many of the ${asked} receive a gradient from ${label}?`,
       ...numberChoices(receiving, 0, names.length) });
   }
   const order = ev.order || [];
