@@ -13,13 +13,15 @@ and evicted the scenarios'):
   evicted by them;
 - one person has at most one upload drawing being made at a time, and one network address at
   most its share of the lane's graphviz (`_address_share`: never every slot, since a fresh
-  cookie is one page load away); another of theirs meanwhile waits TURN_PATIENCE (the page's
-  next picture follows a run's first look), then is answered TooMany (429 with Retry-After).
+  cookie is one page load away, unless a class says its room shares that address); another
+  of theirs meanwhile waits TURN_PATIENCE (the page's next picture follows a run's first look),
+  then is answered TooMany (429 with Retry-After).
   Asking for the picture being made joins it. graph.json and graph.dot run no graphviz and
   take no turn;
 - a person has at most REQUESTS_AT_ONCE uncached upload drawing requests under way (an address
-  that many times its share), and past them is refused at once: a waiting request holds one of
-  the server's threads, so a person waiting in a hundred requests had held them all;
+  that many for each person it stands for, at most ADDRESS_REQUESTS_AT_MOST), and past them is
+  refused at once: a waiting request holds one of the server's threads, so a person waiting in
+  a hundred requests had held them all;
 - a layout graphviz gave up on (past `drawing_timeout`, or failed: LayoutFailed) is remembered
   per (Trace, event or view, grouping), whatever the format and type size, and refused at once;
   after GIVE_UPS_PER_TRACE of them, no new picture of that Trace is started (the groupings are
@@ -70,6 +72,9 @@ TRACES_COUNTED = 4096  # Traces whose drawings made are counted against drawing_
 # for the same picture): one being made and the few a run's page asks for side by side (its
 # views' pictures load together); an address, that many times its share
 REQUESTS_AT_ONCE = 5
+# an address's requests under way at most, whatever the people it stands for: under half of the
+# server's threads for sync routes (40, anyio's default), so scenarios' drawings find one
+ADDRESS_REQUESTS_AT_MOST = 16
 # layouts graphviz gave up on before no new picture of the Trace is started: the first look's,
 # and one more grouping the person tried (each cost a whole drawing_timeout)
 GIVE_UPS_PER_TRACE = 2
@@ -288,16 +293,20 @@ class Drawings:
                           "drawing already made (the page's grouped view by module), or export "
                           "the Trace JSON and the graph.json grouping and draw it elsewhere")
 
-    def _address_share(self, address: str) -> int:
-        """Upload drawings one address may have made at once: as many as the people it stands
-        for (per_address_people, or a class's members where its room shares the address), but
-        never every slot while there are several, so that another place is always drawn."""
+    def _address_share(self, address: str) -> tuple[int, int]:
+        """(upload drawings one address may have made at once, its requests under way). As
+        many drawings as the people it stands for, but never every slot while there are
+        several, so that another place is always drawn; where a class's teacher said the room
+        shares the address (people_at counts its members there), every slot: it is the room.
+        Its requests: REQUESTS_AT_ONCE for each person, at most ADDRESS_REQUESTS_AT_MOST."""
         try:
-            more = self.people_at(address) if self.people_at is not None else 0
+            room = self.people_at(address) if self.people_at is not None else 0
         except Exception:  # noqa: BLE001 - the classes' database away: the server's setting
-            more = 0
-        people = max(self.per_address_people, more)
-        return max(1, min(people, self.slots - 1))
+            room = 0
+        people = max(self.per_address_people, room)
+        slots = self.slots if room > self.per_address_people else self.slots - 1
+        return (max(1, min(people, slots)),
+                min(REQUESTS_AT_ONCE * people, ADDRESS_REQUESTS_AT_MOST))
 
     @contextmanager
     def _asking_slot(self, client: str | None, address: str):
@@ -307,15 +316,15 @@ class Drawings:
             yield
             return
         # asked before the lock is taken: the classroom's count is not the drawings' to hold up
-        share = self._address_share(address) if address else 0
+        most = self._address_share(address)[1] if address else 0
         keys = [("person", client)] + ([("address", address)] if address else [])
         with self._lock:
             if self._asking.get(keys[0], 0) >= REQUESTS_AT_ONCE:
                 raise TooMany(f"you have {REQUESTS_AT_ONCE} drawings being made or waiting, as "
                               "many as one person may at once: wait for them (the page shows "
                               "each when it is ready), then ask for this one again")
-            if address and self._asking.get(keys[1], 0) >= REQUESTS_AT_ONCE * share:
-                raise TooMany(f"{REQUESTS_AT_ONCE * share} drawings asked for from your network "
+            if address and self._asking.get(keys[1], 0) >= most:
+                raise TooMany(f"{most} drawings asked for from your network "
                               "address are being made or waiting, as many as one address may "
                               "at once here: try again in a few seconds")
             for k in keys:
@@ -336,7 +345,7 @@ class Drawings:
         if client is None:
             yield
             return
-        share = self._address_share(address) if address else 0
+        share = self._address_share(address)[0] if address else 0
 
         def free() -> bool:
             return client not in self._drawing_for and \
