@@ -24,8 +24,9 @@ and evicted the scenarios'):
   a hundred requests had held them all;
 - a layout graphviz gave up on (past `drawing_timeout`, or failed: LayoutFailed) is remembered
   per (Trace, event or view, grouping), whatever the format and type size, and refused at once;
-  after GIVE_UPS_PER_TRACE of them, no new picture of that Trace is started (the groupings are
-  the asker's to choose: each would have been another whole `drawing_timeout`);
+  after GIVE_UPS_PER_TRACE of them, only a picture of that Trace under half as large as the
+  smallest given up on is started (the groupings are the asker's to choose: each would have
+  been another whole `drawing_timeout`);
 - at most `drawing_variants` distinct drawings (grouping, type size, format) are made of one
   Trace; past it, TooMany saying to use one already made, so a flood of variants can neither
   keep graphviz busy nor evict the others' drawings.
@@ -133,7 +134,8 @@ class Drawings:
         self._drawing_at: dict[str, int] = {}  # addresses' upload drawings being made
         self._turns = threading.Condition()
         self._asking: dict[tuple, int] = {}  # uncached requests under way, per person/address
-        self._give_ups: LRU[int] = LRU(TRACES_COUNTED)  # layouts given up on, per Trace
+        # per Trace: layouts graphviz gave up on, and the smallest of them (nodes + edges drawn)
+        self._give_ups: LRU[tuple[int, int]] = LRU(TRACES_COUNTED)
         self.slots = settings.max_drawings
         self.per_address_people = settings.per_address_people
         # how many people an address stands for in a class whose room shares one (app.py sets
@@ -238,34 +240,37 @@ class Drawings:
             self.meter.drew("cached")
             return kept
         graphviz = fmt in ("svg", "png")
-        if graphviz:
-            self._check_give_ups(dkey[0])
         try:
             with self._turn(client if graphviz else None, address):
                 self._count(dkey[0], dkey)
                 with lane.gate.enter():
-                    data = self._draw(graph, grouping, analysis, fmt, layout)
+                    data = self._draw(dkey[0], graph, grouping, analysis, fmt, layout)
         except _PersonBusy as busy:
             return _NotYours(client, str(busy))
         if isinstance(data, LayoutFailed):
             self._failed.put(dkey[:4], data)  # any format, any type size: the same layout
-            with self._lock:
-                self._give_ups.put(dkey[0], (self._give_ups.get(dkey[0]) or 0) + 1)
         # counted per drawing made, not per request: those that waited for this one (the
         # single flight) cost no graphviz of their own
         self.meter.drew("failed" if isinstance(data, RenderError) else "drawn")
         lane.drawn.put(dkey, data)
         return data
 
-    def _draw(self, graph: dict, grouping, analysis: Analysis, fmt: str,
+    def _draw(self, key: Hashable, graph: dict, grouping, analysis: Analysis, fmt: str,
               layout: Layout) -> bytes | RenderError:
         if fmt == "json":
             return json.dumps(layout_document(graph, grouping, analysis)).encode("utf-8")
+        drawn = group_graph(graph, grouping, analysis)
+        size = len(drawn["nodes"]) + len(drawn["edges"])
+        self._check_give_ups(key, size)
         try:
-            return render_graph(group_graph(graph, grouping, analysis), fmt, font=layout.font,
-                                timeout=self.timeout)
-        except RenderError as exc:
+            return render_graph(drawn, fmt, font=layout.font, timeout=self.timeout)
+        except LayoutFailed as exc:
+            with self._lock:
+                count, smallest = self._give_ups.get(key) or (0, size)
+                self._give_ups.put(key, (count + 1, min(smallest, size)))
             return _fresh(exc)  # kept without its traceback (see _fresh)
+        except RenderError as exc:
+            return _fresh(exc)
 
     def _count(self, key: Hashable, dkey: tuple) -> None:
         """One more distinct drawing of `key`'s Trace, or TooMany past drawing_variants."""
@@ -282,16 +287,19 @@ class Drawings:
                               "those, for instance the page's own, or export the Trace JSON")
             made.drawings.add(dkey)
 
-    def _check_give_ups(self, key: Hashable) -> None:
-        """TooMany once graphviz gave up on GIVE_UPS_PER_TRACE layouts of this Trace: each new
-        grouping (depth, modules opened) would start another render as long as those."""
-        given_up = self._give_ups.get(key) or 0
-        if given_up >= GIVE_UPS_PER_TRACE:
-            raise TooMany(f"graphviz gave up on {given_up} drawings of this graph (each took "
-                          f"longer than {self.timeout:g} s, or failed), so no new drawing of it "
-                          "is started here: it is too big for graphviz on this server. Use a "
-                          "drawing already made (the page's grouped view by module), or export "
-                          "the Trace JSON and the graph.json grouping and draw it elsewhere")
+    def _check_give_ups(self, key: Hashable, size: int) -> None:
+        """TooMany once graphviz gave up on GIVE_UPS_PER_TRACE layouts of this Trace, for a
+        drawing more than half as large (nodes and edges) as the smallest of them: each new
+        grouping (depth, modules opened) would start another render as long as those. A much
+        smaller one (fewer modules open) is still drawn."""
+        count, smallest = self._give_ups.get(key) or (0, 0)
+        if count >= GIVE_UPS_PER_TRACE and 2 * size > smallest:
+            raise TooMany(f"graphviz gave up on {count} drawings of this graph (each took "
+                          f"longer than {self.timeout:g} s, or failed), so no drawing of it more "
+                          f"than half as large as the smallest of those ({smallest // 2} nodes "
+                          f"and edges; this one has {size}) is started here: it is too big for "
+                          "graphviz on this server. Open fewer modules (a smaller depth), use a "
+                          "drawing already made, or export the Trace JSON and draw it elsewhere")
 
     def _address_share(self, address: str) -> tuple[int, int]:
         """(upload drawings one address may have made at once, its requests under way). As

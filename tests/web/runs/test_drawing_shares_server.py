@@ -5,7 +5,7 @@
    and their first looks took both upload drawing slots; an address now holds at most its
    share (never every slot), so a person at another address is drawn meanwhile;
 2. a render past graphviz's time was remembered per grouping, and the grouping is the asker's
-   to choose: after GIVE_UPS_PER_TRACE give-ups no new drawing of the run is started;
+   to choose: after GIVE_UPS_PER_TRACE give-ups only a much smaller drawing of the run is started;
 3. a person's waiting requests held the server's threads: past REQUESTS_AT_ONCE under way,
    their drawings are refused at once, and a scenario's drawing is not slowed.
 
