@@ -71,13 +71,13 @@ TURN_PATIENCE = 3.0
 TRACES_COUNTED = 4096  # Traces whose drawings made are counted against drawing_variants
 # a person's uncached upload drawing requests at once (being drawn, waiting for their turn or
 # for the same picture): one being made and the few a run's page asks for side by side (its
-# views' pictures load together); an address, that many times its share
+# views' pictures load together); an address, that many for each person it stands for
 REQUESTS_AT_ONCE = 5
 # an address's requests under way at most, whatever the people it stands for: under half of the
 # server's threads for sync routes (40, anyio's default), so scenarios' drawings find one
 ADDRESS_REQUESTS_AT_MOST = 16
-# layouts graphviz gave up on before no new picture of the Trace is started: the first look's,
-# and one more grouping the person tried (each cost a whole drawing_timeout)
+# layouts graphviz gave up on before only a much smaller picture of the Trace is started: the
+# first look's, and one more grouping the person tried (each cost a whole drawing_timeout)
 GIVE_UPS_PER_TRACE = 2
 
 
