@@ -93,6 +93,8 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.state.selftest = SelfTest(fork_server=app.state.traces.fork_server)
     mode = _mode(settings, app.state.traces, app.state.drawings, app.state.metrics)
     app.state.store, app.state.classroom = mode.store, mode.classroom
+    # an address's share of the upload drawings counts a shared room's members, as the queue does
+    app.state.drawings.people_at = mode.classroom.people_at
     app.state.teachers = SharedTeacherTokens(mode.store.database) if mode.shared else \
         TeacherTokens(mode.store.path)
     classroom = mode.classroom

@@ -287,11 +287,12 @@ def run_gradient_flow(store: StoreDep, uploads: UploadsDep, run_id: str) -> dict
 
 @router.get("/api/runs/{run_id}/graph.{fmt}")
 def run_graph(store: StoreDep, uploads: UploadsDep, drawings: DrawingsDep, client: ClientDep,
-              run_id: str, fmt: str, layout: LayoutDep,
+              address: AddressDep, run_id: str, fmt: str, layout: LayoutDep,
               event: int | None = None, view: int | None = None) -> Response:
     """A backward event's graph; with `view`, a graph the script asked for (make_dot). A big
     graph is drawn by module unless `layout=flat`; graph.json says how it was drawn. Drawn in
-    the uploads' lane, the asker's one drawing at a time (runs/drawings.py)."""
+    the uploads' lane, the asker's one drawing at a time and their address's share
+    (runs/drawings.py)."""
     if fmt not in MEDIA:
         return drawing(fmt, bytes)  # the 404, before reading the store
     # a stored run never changes: its drawing, once made, is served without reading the
@@ -300,7 +301,7 @@ def run_graph(store: StoreDep, uploads: UploadsDep, drawings: DrawingsDep, clien
         stored_run(store, uploads, run_id)  # its 404, still waiting or never existed
     return drawing(fmt, lambda: drawings.drawing(
         ("run", run_id), lambda: stored_run(store, uploads, run_id), event, fmt, view, layout,
-        client=client))
+        client=client, address=address))
 
 
 

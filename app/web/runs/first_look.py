@@ -34,8 +34,9 @@ class FirstLook:
     def __init__(self, store: RunStore, drawings: Drawings) -> None:
         self.store, self.drawings = store, drawings
 
-    def __call__(self, run_id: str, doc: dict, client: str) -> None:
-        """Made for the run's person (`client`): their one drawing at a time (drawings.py)."""
+    def __call__(self, run_id: str, doc: dict, client: str, address: str = "") -> None:
+        """Made for the run's person (`client`, from `address`): their one drawing at a time,
+        within their address's share (drawings.py)."""
         backward = [e for e in doc.get("events") or () if e.get("kind") == "backward"]
         if not backward:
             return  # the page shows the error, or the views: nothing to draw first
@@ -45,10 +46,12 @@ class FirstLook:
             self.store.gradient_flow(run_id, doc)
             if len(first["graph"]["nodes"]) <= READABLE_NODES:  # drawn node by node, larger
                 self.drawings.drawing(key, lambda: doc, index, "svg",
-                                      layout=Layout(font=PAGE_FONT), client=client)
+                                      layout=Layout(font=PAGE_FONT), client=client,
+                                      address=address)
             else:  # the page asks how it is grouped, then for that picture (same grouping)
                 for fmt in ("json", "svg"):
-                    self.drawings.drawing(key, lambda: doc, index, fmt, client=client)
+                    self.drawings.drawing(key, lambda: doc, index, fmt, client=client,
+                                          address=address)
         except (Busy, TooMany, RenderError, EventNotFound) as exc:  # made when asked, as before
             log.debug("first look at run %s not made: %s", run_id, exc)
         except Exception:  # noqa: BLE001 - a bug of ours: said, and the run is still served

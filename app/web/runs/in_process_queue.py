@@ -33,11 +33,11 @@ class InProcessQueue:
     def __init__(self, lane: Lane, store: RunStore, running: int, queued: int,
                  people_per_address: int = default_of("per_address_people"),
                  people_at: PeopleAt | None = None,
-                 stored: Callable[[str, dict, str], None] | None = None,
+                 stored: Callable[[str, dict, str, str], None] | None = None,
                  meter: RunMeter | None = None) -> None:
         self.lane, self.store = lane, store
         self.meter = meter or RunMeter("upload")  # each run that ended, for the metrics
-        # called with (run id, Trace, its person's client key) once a run's Trace is stored
+        # called with (run id, Trace, its person's client key and address) once its Trace is stored
         # whole and its waiters have heard: app.py prepares the run page's first look
         # (first_look.py)
         self.stored = stored
@@ -118,7 +118,7 @@ class InProcessQueue:
     def _first_look(self, job: BookedRun) -> None:
         if self.stored is not None and job.kept_whole and job.result is not None:
             try:
-                self.stored(job.id, job.result, job.client)
+                self.stored(job.id, job.result, job.client, job.address)
             except Exception:  # noqa: BLE001 - the run is done and stored; this was extra
                 log.exception("after storing run %s", job.id)
 
