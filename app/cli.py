@@ -235,7 +235,7 @@ def cmd_teachers(args) -> int:
         from app.web.store.sqlite import RunStore
 
         database = None
-        teachers = TeacherTokens(RunStore(Path(settings.store_path).expanduser()).open().path)
+        teachers = TeacherTokens(RunStore(Path(settings.store_path).expanduser()))
     try:
         if args.action == "add":
             token = teachers.add(args.name or "")

@@ -96,7 +96,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     # an address's share of the upload drawings counts a shared room's members, as the queue does
     app.state.drawings.people_at = mode.classroom.people_at
     app.state.teachers = SharedTeacherTokens(mode.store.database) if mode.shared else \
-        TeacherTokens(mode.store.path)
+        TeacherTokens(mode.store)
     classroom = mode.classroom
     app.state.metrics.watch_streams(lambda: classroom.open_streams,
                                     lambda: classroom.following_streams)

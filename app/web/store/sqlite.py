@@ -69,6 +69,13 @@ CREATE TABLE IF NOT EXISTS run_figures (
     png BLOB NOT NULL,
     PRIMARY KEY (id, number)
 )
+""", """
+CREATE TABLE IF NOT EXISTS teacher_tokens (
+    name TEXT PRIMARY KEY,
+    digest TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    revoked REAL
+)
 """)
 _SIDE_TABLES = ("run_heads", "run_figures", "run_owners")
 

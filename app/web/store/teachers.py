@@ -21,7 +21,6 @@ import sqlite3
 import threading
 import time
 from contextlib import closing
-from pathlib import Path
 
 from app.lru import LRU
 
@@ -30,14 +29,6 @@ __all__ = ["NAME", "REMEMBER_S", "SharedTeacherTokens", "TeacherTokens", "Teache
 
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 REMEMBER_S = 5.0
-_TABLE = """
-CREATE TABLE IF NOT EXISTS teacher_tokens (
-    name TEXT PRIMARY KEY,
-    digest TEXT NOT NULL UNIQUE,
-    created REAL NOT NULL,
-    revoked REAL
-)
-"""
 
 
 class TeacherError(ValueError):
@@ -77,16 +68,16 @@ class _Remembered:
 
 
 class TeacherTokens:
-    """Named teachers' tokens in the SQLite file of one machine (the run store's file)."""
+    """Named teachers' tokens in the SQLite file of one machine: the run store's file, whose
+    tables its store makes (sqlite.py's `_SCHEMA`, `RunStore.open`)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, store) -> None:
+        self.store = store
         self._remembered = _Remembered()
 
     def _connect(self):
-        db = sqlite3.connect(self.path, timeout=30)
-        db.execute(_TABLE)
-        return closing(db)
+        self.store.open()  # the tables, made once
+        return closing(sqlite3.connect(self.store.path, timeout=30))
 
     def add(self, name: str) -> str:
         """Make `name`'s token and return it (the only time it is seen)."""
@@ -119,8 +110,6 @@ class TeacherTokens:
         return self._remembered.name_of(token, self._look_up)
 
     def _look_up(self, key: str) -> str | None:
-        if not self.path.exists():
-            return None
         with self._connect() as db:
             row = db.execute("SELECT name FROM teacher_tokens WHERE digest = ? AND revoked IS "
                              "NULL", (key,)).fetchone()
