@@ -4,8 +4,7 @@
 // tests/scenarios/test_checkpointing.py checks those against PyTorch; tests/browser/
 // test_checkpoint_page.py checks that these sentences say what the Trace holds.
 
-import { h } from "./dom.js";
-import { bytesText } from "./panel.js"; // a cycle, read at call time only
+import { bytesText, h } from "./dom.js";
 
 const plural = (n, word, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
 

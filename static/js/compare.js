@@ -5,9 +5,8 @@
 
 import { fetchTrace, graphUrl } from "./api.js";
 import { checkpointPassParts } from "./checkpoints.js";
-import { fill, fmt, h, richText } from "./dom.js";
+import { bytesText, fill, fmt, h, richText } from "./dom.js";
 import { moduleBars, shareScale } from "./memory_bars.js";
-import { bytesText } from "./panel.js";
 import { explain } from "./status.js";
 
 const page = JSON.parse(document.getElementById("page-data").textContent);

@@ -98,3 +98,17 @@ export function signed(x, digits = 4) {
 export function shapeText(shape) {
   return shape ? `(${shape.join(", ")})` : "";
 }
+
+/** A byte count for people: 812 B, 1.2 kB, 35 MB (powers of 1000). */
+export function bytesText(n) {
+  if (n < 1000) return `${n} B`;
+  const units = ["kB", "MB", "GB", "TB"];
+  let v = n;
+  let unit = "B";
+  for (const u of units) {
+    if (v < 1000) break;
+    v /= 1000;
+    unit = u;
+  }
+  return `${v < 10 ? v.toFixed(1) : Math.round(v)} ${unit}`;
+}

@@ -2,8 +2,7 @@
 // each allocation once per module whose nodes saved it, so a module's bar counts its own nodes,
 // not its submodules'). On the compare page every variant's bars share one scale.
 
-import { h, s } from "./dom.js";
-import { bytesText } from "./panel.js"; // a cycle, read at call time only
+import { bytesText, h, s } from "./dom.js";
 
 export const MAX_BARS = 12;
 

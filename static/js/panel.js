@@ -4,7 +4,7 @@
 import { checkpointNodeView, checkpointPassParts } from "./checkpoints.js";
 import { hooksOnNode } from "./hook_calls.js";
 import { nonLeafNote, opNote } from "./op_notes.js";
-import { h, fmt, shapeText, richText } from "./dom.js";
+import { bytesText, h, fmt, shapeText, richText } from "./dom.js";
 import { lineLabel } from "./lines.js";
 import { moduleBars } from "./memory_bars.js";
 
@@ -185,18 +185,6 @@ function kv(rows) {
 
 /** Bytes as people read them: 1,234 B, 12.3 kB, 4.5 MB (powers of 1000, as PyTorch's
  *  memory summaries and most tools print them). */
-export function bytesText(n) {
-  if (n < 1000) return `${n} B`;
-  const units = ["kB", "MB", "GB", "TB"];
-  let v = n;
-  let unit = "B";
-  for (const u of units) {
-    if (v < 1000) break;
-    v /= 1000;
-    unit = u;
-  }
-  return `${v < 10 ? v.toFixed(1) : Math.round(v)} ${unit}`;
-}
 
 /** What a pass's graph held for backward (the Trace's saved_memory): a line, and the modules
  *  that held the most, as bars. */
