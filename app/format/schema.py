@@ -83,9 +83,9 @@ def _why(exc: jsonschema_rs.ValidationError) -> str:
 
 # a failed validate() hands back the failing part of the document as Python objects, made
 # anew: for a forged 29.6 MB report failing at its top (a required key missing) that was 1.4 GB
-# and 7.6 s. Past this size a report is refused with the cheap checks' words, or the schema's
-# without the place (is_valid stops at the first problem and copies nothing)
-DETAIL_MAX_BYTES = 1 << 20
+# and 7.6 s, about 48 MB a MiB. Past this size a report is refused with the cheap checks'
+# words, or the schema's without the place (is_valid stops at the first problem, copies nothing)
+DETAIL_MAX_BYTES = 256 * 1024
 
 _JSON_TYPES = {"object": (dict,), "array": (list,), "string": (str,), "null": (type(None),),
                "boolean": (bool,), "integer": (int,), "number": (int, float)}
@@ -146,7 +146,7 @@ def validate(doc: object, size: int | None = None) -> None:
             return
         if size is not None and size > DETAIL_MAX_BYTES:
             raise InvalidTrace(f"data does not follow the schema (a report over "
-                               f"{DETAIL_MAX_BYTES >> 20} MiB is not searched for where)")
+                               f"{DETAIL_MAX_BYTES >> 10} KiB is not searched for where)")
         _compiled().validate(doc)
     except jsonschema_rs.ValidationError as exc:
         raise InvalidTrace(f"{_where(list(exc.instance_path))}: {_why(exc)}") from None

@@ -475,11 +475,14 @@ MAX_REPORT_CONTAINERS = 2_000_000
 # 4- or 2-byte items (`"a",`, `0,`)
 MAX_REPORT_STRINGS = 6_000_000
 MAX_REPORT_VALUES = 8_000_000
-# a report this big is parsed and checked against the schema by one thread at a time,
-# server-wide: six at once took 1.6 GB and held the event loop (the GIL) for 8.7 s, and forged
-# reports just under 4 MiB still cost 289 MB each, four at once 854 MB (issue 38). Below it a
-# report costs at most ~80 MB to parse, and no more run at once than the server has workers
-LARGE_REPORT = 1 * 2**20
+# a report whose parse would cost more than this is parsed and checked against the schema by
+# one thread at a time, server-wide: six big ones at once took 1.6 GB and held the event loop
+# (the GIL) for 8.7 s, and forged reports just under the old 4 MiB size threshold still cost
+# 289 MB each, four at once 854 MB (issue 38). The cost is guessed from what the bounds count:
+# measured, about 2 bytes a byte, 100 a list or object, 50 a string and 20 a value (a 6-layer
+# encoder's 3.8 MiB report: 13 MB, guessed 15; a forged 3.9 MiB one: 78 MB, guessed 82). So an
+# honest report is never held up, and a forged one costs at most this while others parse
+LARGE_PARSE_BYTES = 32 * 10**6
 _large_parses = threading.BoundedSemaphore(1)
 
 
@@ -500,12 +503,15 @@ def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, s
     containers = data.count(b"[") + data.count(b"{")  # brackets in strings count too: a bound
     if containers > MAX_REPORT_CONTAINERS:
         return None, False, f"it holds more than {MAX_REPORT_CONTAINERS:,} lists and objects"
-    if data.count(b'"') // 2 > MAX_REPORT_STRINGS:  # escaped quotes count too: a bound
+    strings = data.count(b'"') // 2
+    if strings > MAX_REPORT_STRINGS:  # escaped quotes count too: a bound
         return None, False, f"it holds more than {MAX_REPORT_STRINGS:,} strings"
-    if data.count(b",") + containers > MAX_REPORT_VALUES:
+    values = data.count(b",") + containers
+    if values > MAX_REPORT_VALUES:
         return None, False, f"it holds more than {MAX_REPORT_VALUES:,} values"
+    cost = 2 * len(data) + 100 * containers + 50 * strings + 20 * values
     # the schema check inside the same section: a failing check may copy the document
-    with _large_parses if len(data) > LARGE_REPORT else contextlib.nullcontext():
+    with _large_parses if cost > LARGE_PARSE_BYTES else contextlib.nullcontext():
         doc, problem = _parse(data)
         if doc is not None:
             try:

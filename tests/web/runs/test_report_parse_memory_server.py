@@ -1,8 +1,9 @@
 """A forged report inside every count (strings, values, lists and objects), built of what
 costs most per byte parsed, costs the server a bounded amount of memory: its schema check runs
 inside the same one-at-a-time section as its parse and never copies the document to say where
-it failed, and reports past 1 MiB are parsed one at a time (issue 38, point 4: 2,064 MB for one
-such 29.6 MB report, 854 MB for four of 3.9 MB at once). Sent to a real server, as a stranger."""
+it failed, and reports whose parse would cost more than 32 MB are parsed one at a time (issue
+38, point 4: 2,064 MB for one such 29.6 MB report, 854 MB for four of 3.9 MiB at once). Sent to
+a real server, as a stranger."""
 
 from __future__ import annotations
 
