@@ -164,6 +164,7 @@ def _mode(settings: Settings, traces: TraceService, drawings: Drawings,
                      people_per_address=settings.per_address_people)
     classroom = InProcessClassroom(settings.max_classes,
                                    people_per_address=settings.per_address_people)
+    store.teachers = classroom.open_teachers
     queue = InProcessQueue(traces.uploads, store, *share, settings.per_address_people,
                            classroom.people_at, stored=FirstLook(store, drawings),
                            meter=metrics.runs("upload"))

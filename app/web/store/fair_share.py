@@ -15,7 +15,9 @@ Four browsers pinning 20 runs had every other run dropped (issue 38); pins past 
 are ordinary runs, and pinned or not, a run counts in its owner's share. The run just stored
 always answers its own link once. `owner` is the client key that sent the run ("" for runs
 kept before owners were: they share one owner), `address` where it came from ("" unknown).
-Pure: both stores call it with their rows.
+The runs of a teacher whose class is open (`teachers`: their client keys) are kept as pins
+are, without a person's bound of 3, within the same quarter of the store. Pure: both stores
+call it with their rows.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ Row = tuple[str, int, str, float, str]  # id, size, owner, pinned until, address
 
 
 def victims(rows: Iterable[tuple], keep: str, now: float, max_runs: int, max_bytes: int,
-            people_per_address: int = 4) -> list[str]:
+            people_per_address: int = 4, teachers: Iterable[str] = ()) -> list[str]:
     """Ids to drop, in order, from `rows` (id, size, owner, pinned until[, address]), oldest
     first."""
     rows = [(*row, "")[:5] for row in rows]
@@ -45,7 +47,7 @@ def victims(rows: Iterable[tuple], keep: str, now: float, max_runs: int, max_byt
         for key in _holders(owner, address):
             held_bytes[key] = held_bytes.get(key, 0) + size
             held_runs[key] = held_runs.get(key, 0) + 1
-    kept = _kept_pins(rows, now, max_runs, max_bytes, people)
+    kept = _kept_pins(rows, now, max_runs, max_bytes, people, set(teachers))
     droppable: dict[tuple[str, str], deque] = {}  # (owner, address) -> (place, id, size)
     for place, (run_id, size, owner, _, address) in enumerate(rows):
         if run_id != keep and run_id not in kept:
@@ -79,26 +81,29 @@ def _holders(owner: str, address: str) -> tuple[str, ...]:
 
 
 def _kept_pins(rows: list[Row], now: float, max_runs: int, max_bytes: int,
-               people: int) -> set[str]:
-    """The pinned runs their pins keep: each person's newest first, the next one always to
-    whoever (person, then address) has fewest kept, within every bound."""
+               people: int, teachers: set[str]) -> set[str]:
+    """The pinned runs their pins keep (and open classes' teachers' runs): each person's newest
+    first, the next one always to whoever (person, then address) has fewest kept, within every
+    bound; a teacher's first."""
     waiting: dict[tuple[str, str], list[Row]] = {}  # newest last: popped first
     for row in rows:
-        if row[3] > now:
+        if row[3] > now or row[2] in teachers:
             waiting.setdefault((row[2], row[4]), []).append(row)
     room_runs, room_bytes = max(1, max_runs // PINNED_SHARE), max_bytes // PINNED_SHARE
     by_person: dict[str, int] = {}
     by_address: dict[str, int] = {}
     kept: set[str] = set()
     while waiting:
-        who = min(waiting, key=lambda w: (by_address.get(w[1], 0) / people if w[1] else 0,
+        who = min(waiting, key=lambda w: (w[0] not in teachers,
+                                          by_address.get(w[1], 0) / people if w[1] else 0,
                                           by_person.get(w[0], 0)))
         owner, address = who
         run_id, size, *_ = waiting[who].pop()
         if not waiting[who]:
             del waiting[who]
-        if (by_person.get(owner, 0) >= PINNED_PER_PERSON
-                or (address and by_address.get(address, 0) >= PINNED_PER_PERSON * people)
+        teacher = owner in teachers
+        if (not teacher and (by_person.get(owner, 0) >= PINNED_PER_PERSON or (
+                address and by_address.get(address, 0) >= PINNED_PER_PERSON * people))
                 or size > room_bytes):
             continue
         if room_runs < 1:
@@ -106,6 +111,6 @@ def _kept_pins(rows: list[Row], now: float, max_runs: int, max_bytes: int,
         kept.add(run_id)
         room_runs, room_bytes = room_runs - 1, room_bytes - size
         by_person[owner] = by_person.get(owner, 0) + 1
-        if address:
+        if address and not teacher:
             by_address[address] = by_address.get(address, 0) + 1
     return kept

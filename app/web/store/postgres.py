@@ -131,8 +131,10 @@ class PostgresRunStore(RunStore):
     def _prune(self, db, keep: str) -> None:
         # asked again, whole: another process may have swept (fair_share.py chooses)
         rows = db.execute("SELECT id, size, owner, pinned_until, address FROM runs ORDER BY seq")
+        # open classes' teachers: their runs are kept (every process sees the same classes)
+        teachers = [t for (t,) in db.execute("SELECT teacher FROM classes WHERE NOT ended")]
         gone = victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes,
-                       self.people_per_address)
+                       self.people_per_address, teachers)
         if not gone:
             return
         db.execute("DELETE FROM runs WHERE id = ANY(%s)", (gone,))  # heads, figures: cascade

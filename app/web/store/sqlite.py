@@ -28,7 +28,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,8 @@ class RunStore:
                  people_per_address: int = default_of("per_address_people")):
         self.path = Path(path)
         self.people_per_address = people_per_address  # fair_share.py: an address's share
+        # the client keys of open classes' teachers, whose runs are kept (app.py sets it)
+        self.teachers: Callable[[], Iterable[str]] = tuple
         self.max_runs = max_runs
         self.max_bytes = max_bytes
         self.max_run_bytes = max_run_bytes
@@ -336,7 +338,7 @@ class RunStore:
                           "COALESCE(o.pinned_until, 0), COALESCE(o.address, '') FROM runs r "
                           "LEFT JOIN run_owners o ON o.id = r.id ORDER BY r.rowid")
         for run_id in victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes,
-                              self.people_per_address):
+                              self.people_per_address, self.teachers()):
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         for table in _SIDE_TABLES:  # also what an older server left when it dropped a run
             db.execute(f"DELETE FROM {table} WHERE id NOT IN (SELECT id FROM runs)")

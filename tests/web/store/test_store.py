@@ -260,3 +260,33 @@ def test_an_older_sqlite_store_gets_the_address_column(tmp_path):
     store = RunStore(path).open()
     store.keep(doc("a.py"), "r1", owner="me", address="10.0.0.1")
     assert store.get("r1") is not None
+
+
+def test_an_open_class_teachers_runs_are_kept_within_the_pins_quarter():
+    """Issue 38: "a run sent to the teacher, and the teacher's own, kept while the class is
+    open". The teacher holds the most here, yet their runs stay, up to a quarter of the store
+    (4 of 16); past it their oldest go like anyone's."""
+    from app.web.store.fair_share import victims
+
+    teacher = [(f"t{i}", 1, "teacher", 0.0, "10.0.0.1") for i in range(6)]
+    others = [(f"o{i}", 1, f"o{i}", 0.0, f"10.0.1.{i}") for i in range(12)]
+    rows = teacher + others
+    assert victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9) == ["t0", "t1"]
+    kept_as_teacher = victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9,
+                              teachers=["teacher"])
+    assert kept_as_teacher == ["t0", "t1"]  # 6 > 4: the newest 4 are kept
+    rows = teacher[:4] + others + [(f"o{i}", 1, f"o{i}", 0.0, f"10.0.1.{i}") for i in (12, 13)]
+    assert victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9) == ["t0", "t1"]
+    assert victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9,
+                   teachers=["teacher"]) == ["o0", "o1"]
+
+
+def test_the_sqlite_store_keeps_the_runs_of_the_teachers_it_is_told_of(tmp_path):
+    store = RunStore(tmp_path / "r.sqlite3", max_runs=8).open()
+    store.teachers = lambda: ["teacher"]
+    for i in range(2):
+        store.keep(doc(f"t{i}.py"), f"t{i}", owner="teacher", address="10.0.0.1")
+    for i in range(7):
+        store.keep(doc(f"o{i}.py"), f"o{i}", owner=f"o{i}", address=f"10.0.1.{i}")
+    assert store.get("t0") is not None and store.get("t1") is not None
+    assert store.get("o0") is None  # of equals (one run each), the oldest went

@@ -112,3 +112,22 @@ def test_a_cookie_per_run_does_not_push_out_an_honest_students_runs(kind, tmp_pa
         assert answered == [404] * 4 + [200] * 8, answered
         honest.close()
         _then_all_is_well(base)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_teachers_own_runs_are_kept_while_the_class_is_open(kind, tmp_path, request):
+    """The teacher holds the most (two runs, everyone else one), yet while their class is open
+    their runs stay: the others' oldest goes (before: the teacher's first run, 404)."""
+    with _server(kind, tmp_path, request, STORE_MAX_RUNS="8") as base, \
+            httpx.Client(base_url=base, timeout=120) as teacher:
+        teacher.get("/")
+        assert teacher.post("/api/classes", json={}).status_code == 201
+        own = [_run(teacher), _run(teacher)]
+        others = []
+        for i in range(7):
+            with contextlib.closing(_person(base, f"127.0.0.{100 + i}")) as someone:
+                others.append(_run(someone))
+        assert [teacher.get(f"/api/runs/{r}").status_code for r in own] == [200, 200]
+        answered = [httpx.get(f"{base}/api/runs/{r}", timeout=60).status_code for r in others]
+        assert answered == [404] + [200] * 6, answered
+        _then_all_is_well(base)
