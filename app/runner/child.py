@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from app.format.schema import InvalidTrace, validate
+
 from . import sandbox
 from .fork_server import ForkServer, ForkServerUnavailable
 from .process_group import kill_group
@@ -62,6 +64,7 @@ class Outcome:
     # ... or at the bound of all runs together, the run itself within its own limit
     oom_all_runs: bool = False
     stopped: bool = False  # someone asked for the run to end (Child.stop)
+    checked: bool = False  # `document` already passed the schema (in the parsing section)
 
     @property
     def signal(self) -> str | None:
@@ -380,7 +383,7 @@ class Child:
                        log_bytes=self._drain.total, too_large=too_large, status=status,
                        unreadable=unreadable, oom_kills=oom_kills,
                        oom_all_runs=bool(oom_kills) and not self.cgroups.own_limit_hit(),
-                       stopped=self.stopped)
+                       stopped=self.stopped, checked=document is not None)
 
     def _terminate(self) -> None:
         with self._kill_lock:
@@ -472,9 +475,14 @@ MAX_REPORT_CONTAINERS = 2_000_000
 # 4- or 2-byte items (`"a",`, `0,`)
 MAX_REPORT_STRINGS = 6_000_000
 MAX_REPORT_VALUES = 8_000_000
-# a report this big is parsed by one thread at a time, server-wide: six at once took 1.6 GB
-# and held the event loop (the GIL) for 8.7 s
-LARGE_REPORT = 4 * 2**20
+# a report whose parse would cost more than this is parsed and checked against the schema by
+# one thread at a time, server-wide: six big ones at once took 1.6 GB and held the event loop
+# (the GIL) for 8.7 s, and forged reports just under the old 4 MiB size threshold still cost
+# 289 MB each, four at once 854 MB (issue 38). The cost is guessed from what the bounds count:
+# measured, about 2 bytes a byte, 100 a list or object, 50 a string and 20 a value (a 6-layer
+# encoder's 3.8 MiB report: 13 MB, guessed 15; a forged 3.9 MiB one: 78 MB, guessed 82). So an
+# honest report is never held up, and a forged one costs at most this while others parse
+LARGE_PARSE_BYTES = 32 * 10**6
 _large_parses = threading.BoundedSemaphore(1)
 
 
@@ -495,28 +503,42 @@ def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, s
     containers = data.count(b"[") + data.count(b"{")  # brackets in strings count too: a bound
     if containers > MAX_REPORT_CONTAINERS:
         return None, False, f"it holds more than {MAX_REPORT_CONTAINERS:,} lists and objects"
-    if data.count(b'"') // 2 > MAX_REPORT_STRINGS:  # escaped quotes count too: a bound
+    strings = data.count(b'"') // 2
+    if strings > MAX_REPORT_STRINGS:  # escaped quotes count too: a bound
         return None, False, f"it holds more than {MAX_REPORT_STRINGS:,} strings"
-    if data.count(b",") + containers > MAX_REPORT_VALUES:
+    values = data.count(b",") + containers
+    if values > MAX_REPORT_VALUES:
         return None, False, f"it holds more than {MAX_REPORT_VALUES:,} values"
+    cost = 2 * len(data) + 100 * containers + 50 * strings + 20 * values
+    # the schema check inside the same section: a failing check may copy the document
+    with _large_parses if cost > LARGE_PARSE_BYTES else contextlib.nullcontext():
+        doc, problem = _parse(data)
+        if doc is not None:
+            try:
+                validate(doc, size=len(data))
+            except InvalidTrace as exc:
+                return None, False, str(exc)
+    return doc, False, problem
+
+
+def _parse(data: bytes) -> tuple[dict | None, str | None]:
     try:
-        with _large_parses if len(data) > LARGE_REPORT else contextlib.nullcontext():
-            doc = json.loads(data, parse_constant=_refuse_constant)
+        doc = json.loads(data, parse_constant=_refuse_constant)
     except RecursionError:
-        return None, False, "it is nested too deeply"
+        return None, "it is nested too deeply"
     except ValueError:
-        return None, False, "it is not JSON"
+        return None, "it is not JSON"
     if not isinstance(doc, dict):
-        return None, False, "it is not a JSON object"
+        return None, "it is not a JSON object"
     if b"\x00" not in data[:4] and not _MAYBE_SURROGATE.search(data):
-        return doc, False, None  # UTF-8 text with no surrogate escape: nothing to replace
+        return doc, None  # UTF-8 text with no surrogate escape: nothing to replace
     try:
         json.dumps(doc, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         # "\ud800" escapes parse into text that cannot be written out again (a page, a
         # drawing): keep the document, with such characters replaced
         doc = json.loads(json.dumps(doc, ensure_ascii=False).encode("utf-8", "replace"))
-    return doc, False, None
+    return doc, None
 
 
 # a lone surrogate in the parsed text comes from a "\ud800"-style escape, or from its UTF-8

@@ -33,7 +33,7 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
     name, device, timeout, script_file = job.name, job.device, job.timeout, job.script
     doc = outcome.document
     problem = outcome.unreadable
-    if doc is not None:
+    if doc is not None and not outcome.checked:
         try:
             validate(doc)
         except InvalidTrace as exc:

@@ -156,16 +156,19 @@ def _mode(settings: Settings, traces: TraceService, drawings: Drawings,
     bounds = (settings.store_max_runs, settings.store_max_bytes, settings.store_max_run_bytes)
     share = (settings.per_client_running, settings.per_client_queued)
     if settings.database_url:
-        store = PostgresRunStore(settings.database_url, *bounds)
+        store = PostgresRunStore(settings.database_url, *bounds,
+                                 people_per_address=settings.per_address_people)
         classroom = SharedClassroom(store.database, settings.max_classes,
                                     people_per_address=settings.per_address_people)
         queue = SharedQueue(store, *share, settings.queue_size, settings.per_address_people,
                             classroom.people_at, settings.wait_for_upload_hosts)
         traces.shared_scenarios = store
         return Mode(True, store, classroom, queue)
-    store = RunStore(Path(settings.store_path).expanduser(), *bounds)
+    store = RunStore(Path(settings.store_path).expanduser(), *bounds,
+                     people_per_address=settings.per_address_people)
     classroom = InProcessClassroom(settings.max_classes,
                                    people_per_address=settings.per_address_people)
+    store.teachers = classroom.open_teachers
     queue = InProcessQueue(traces.uploads, store, *share, settings.per_address_people,
                            classroom.people_at, stored=FirstLook(store, drawings),
                            meter=metrics.runs("upload"))

@@ -112,8 +112,9 @@ class Settings:
         "key are kept there instead, shared by every web process, kept across restarts "
         "(docs/SCALING.md; the `shared` extra installs psycopg)", shown="(none: store_path)")
     store_max_runs: int = setting(500, "runs kept; past it, the runs of whoever holds the most "
-                                  "go first, oldest first (a run sent to a class's teacher "
-                                  "is kept 12 hours whatever the bound)")
+                                  "(a person, or their address over per_address_people) go "
+                                  "first, oldest first (a run sent to a class's teacher is "
+                                  "kept 12 hours, 3 a person, a quarter of the store in all)")
     store_max_bytes: int = setting(256 * 1024 * 1024, "bytes kept (gzip Traces and their "
                                    "figures); past it, the runs of whoever holds the most "
                                    "bytes go first, oldest first")

@@ -41,6 +41,10 @@ class InProcessClassroom(ProcessStreams):
     async def change(self, session: ClassSession, act: Callable[[ClassState], T]) -> T:
         return session.apply(act)
 
+    def open_teachers(self) -> list[str]:
+        """The client keys of open classes' teachers (the run store keeps their runs)."""
+        return [s.teacher for s in list(self.sessions.values()) if not s.ended]
+
     async def start(self, teacher: str) -> ClassSession:
         self._expire()
         mine = [s for s in self.sessions.values() if s.teacher == teacher and not s.ended]

@@ -83,7 +83,8 @@ class InProcessQueue:
                 if doc.get("error") and doc["error"]["type"] == "Stopped":
                     outcome = "stopped"
             annotate(doc, run.notebook)  # the server's word on the cells, not the worker's
-            job.kept_whole = self.store.keep(doc, job.id, owner=job.client)
+            job.kept_whole = self.store.keep(doc, job.id, owner=job.client,
+                                            address=job.address)
             job.result = doc
         except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the result
             outcome = "failed"

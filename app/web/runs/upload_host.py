@@ -78,7 +78,8 @@ class UploadHost:
         self.slots = self.traces.upload_workers()
         self.store = PostgresRunStore(settings.database_url, settings.store_max_runs,
                                       settings.store_max_bytes, settings.store_max_run_bytes,
-                                      pool_size=self.slots + 4)
+                                      pool_size=self.slots + 4,
+                                      people_per_address=settings.per_address_people)
         # the runs' threads: a run holds one for its whole life, so never the loop's default
         self._threads = concurrent.futures.ThreadPoolExecutor(
             self.slots + 2, thread_name_prefix="autograd-lab-upload")
@@ -136,13 +137,14 @@ class UploadHost:
         packed = self.store.pack(doc, run_id)  # gzip, before the row is locked
         error = doc.get("error")
         with self.store.database.transaction() as db:
-            row = db.execute("SELECT client FROM uploads WHERE id = %s AND state = 'running' "
-                             "AND host = %s FOR UPDATE", (run_id, self.name)).fetchone()
+            row = db.execute("SELECT client, address FROM uploads WHERE id = %s "
+                             "AND state = 'running' AND host = %s FOR UPDATE",
+                             (run_id, self.name)).fetchone()
             if row is None:
                 log.warning("run %s was given to another upload host meanwhile: its Trace is not "
                             "stored from here", run_id)
                 return
-            over = self.store.write(db, run_id, packed, owner=row[0])
+            over = self.store.write(db, run_id, packed, owner=row[0], address=row[1])
             db.execute("UPDATE uploads SET state = %s, ended = now(), kept_whole = %s, "
                        "events = %s, error_type = %s, detail = %s WHERE id = %s",
                        (state, packed[2], len(doc.get("events") or ()),

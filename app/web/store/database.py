@@ -179,9 +179,16 @@ CREATE TABLE IF NOT EXISTS teacher_tokens (
 );
 """
 
+# Step 5: where each run came from: the store's fair share counts an address's runs too, a
+# fresh cookie being one page load away (fair_share.py). Additive, with a default: a process of
+# the release before writes rows without it, read as from no known address.
+_RUN_ADDRESSES = """
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS address TEXT NOT NULL DEFAULT '';
+"""
+
 # The schema's steps, in order: step n is STEPS[n - 1]. Append; never edit a released one.
 STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES, _SCENARIO_TRACES, _RUN_OWNERS,
-                          _TEACHER_TOKENS)
+                          _TEACHER_TOKENS, _RUN_ADDRESSES)
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS autograd_lab_schema (

@@ -44,9 +44,10 @@ class PostgresRunStore(RunStore):
     def __init__(self, database: Database | str, max_runs: int = default_of("store_max_runs"),
                  max_bytes: int = default_of("store_max_bytes"),
                  max_run_bytes: int = default_of("store_max_run_bytes"),
-                 pool_size: int = 8):
+                 pool_size: int = 8,
+                 people_per_address: int = default_of("per_address_people")):
         super().__init__(path=".", max_runs=max_runs, max_bytes=max_bytes,
-                         max_run_bytes=max_run_bytes)
+                         max_run_bytes=max_run_bytes, people_per_address=people_per_address)
         self._owns_database = isinstance(database, str)
         self.database = Database(database, pool_size) if self._owns_database else database
         self.url = self.database.url
@@ -71,15 +72,15 @@ class PostgresRunStore(RunStore):
 
     # ---- writing ------------------------------------------------------------------------------
 
-    def keep(self, doc: dict, run_id: str, owner: str = "") -> bool:
+    def keep(self, doc: dict, run_id: str, owner: str = "", address: str = "") -> bool:
         packed = self.pack(doc, run_id)
         with self.database.transaction() as db:
-            over = self.write(db, run_id, packed, owner)
+            over = self.write(db, run_id, packed, owner, address)
         if over:
             self.prune(keep=run_id)
         return packed[2]
 
-    def write(self, db, run_id: str, packed: tuple, owner: str = "") -> bool:
+    def write(self, db, run_id: str, packed: tuple, owner: str = "", address: str = "") -> bool:
         """Write a Trace packed by `pack` (outside any transaction: gzip takes a while) in
         `db`'s transaction: the shared line closes the run's row in the same one
         (runs/upload_host.py). True if the store is now past its bounds (asked without a lock:
@@ -89,12 +90,14 @@ class PostgresRunStore(RunStore):
         # an upsert: a run stored twice (retried on another worker) is replaced whole, and
         # given a new seq, so a reader of the old bytes is told RunGone
         db.execute(
-            "INSERT INTO runs (id, created, name, size, doc, owner) "
-            "VALUES (%s, %s, %s, %s, %s, %s) "
+            "INSERT INTO runs (id, created, name, size, doc, owner, address) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (id) DO UPDATE SET created = EXCLUDED.created, "
             "name = EXCLUDED.name, size = EXCLUDED.size, doc = EXCLUDED.doc, "
-            "owner = EXCLUDED.owner, seq = nextval(pg_get_serial_sequence('runs', 'seq'))",
-            (run_id, time.time(), stored["script"]["name"], _size(blob, figures), blob, owner))
+            "owner = EXCLUDED.owner, address = EXCLUDED.address, "
+            "seq = nextval(pg_get_serial_sequence('runs', 'seq'))",
+            (run_id, time.time(), stored["script"]["name"], _size(blob, figures), blob, owner,
+             address))
         db.execute("INSERT INTO run_heads (id, head) VALUES (%s, %s) ON CONFLICT (id) "
                    "DO UPDATE SET head = EXCLUDED.head",
                    (run_id, json.dumps(_head(stored, figures))))
@@ -127,8 +130,11 @@ class PostgresRunStore(RunStore):
 
     def _prune(self, db, keep: str) -> None:
         # asked again, whole: another process may have swept (fair_share.py chooses)
-        rows = db.execute("SELECT id, size, owner, pinned_until FROM runs ORDER BY seq")
-        gone = victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes)
+        rows = db.execute("SELECT id, size, owner, pinned_until, address FROM runs ORDER BY seq")
+        # open classes' teachers: their runs are kept (every process sees the same classes)
+        teachers = [t for (t,) in db.execute("SELECT teacher FROM classes WHERE NOT ended")]
+        gone = victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes,
+                       self.people_per_address, teachers)
         if not gone:
             return
         db.execute("DELETE FROM runs WHERE id = ANY(%s)", (gone,))  # heads, figures: cascade

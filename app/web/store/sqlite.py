@@ -28,7 +28,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -103,8 +103,12 @@ class RunStore:
     # the defaults are the settings' own, declared once in settings.py
     def __init__(self, path: Path, max_runs: int = default_of("store_max_runs"),
                  max_bytes: int = default_of("store_max_bytes"),
-                 max_run_bytes: int = default_of("store_max_run_bytes")):
+                 max_run_bytes: int = default_of("store_max_run_bytes"),
+                 people_per_address: int = default_of("per_address_people")):
         self.path = Path(path)
+        self.people_per_address = people_per_address  # fair_share.py: an address's share
+        # the client keys of open classes' teachers, whose runs are kept (app.py sets it)
+        self.teachers: Callable[[], Iterable[str]] = tuple
         self.max_runs = max_runs
         self.max_bytes = max_bytes
         self.max_run_bytes = max_run_bytes
@@ -124,6 +128,7 @@ class RunStore:
                 with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
                     for table in _SCHEMA:
                         db.execute(table)
+                    _add_address(db)
                 self._opened = True
         return self
 
@@ -171,9 +176,10 @@ class RunStore:
             blob = _pack(stored)
         return stored, blob, whole, _figures(stored)
 
-    def keep(self, doc: dict, run_id: str, owner: str = "") -> bool:
-        """Keep `doc` under `run_id`, as `owner`'s (the client key that sent it): True if kept
-        as it is, False if it was too large and only its script was kept."""
+    def keep(self, doc: dict, run_id: str, owner: str = "", address: str = "") -> bool:
+        """Keep `doc` under `run_id`, as `owner`'s (the client key that sent it, from
+        `address`): True if kept as it is, False if it was too large and only its script was
+        kept."""
         stored, blob, whole, figures = self.pack(doc, run_id)
         with self._lock, self._connect() as db:
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
@@ -181,8 +187,8 @@ class RunStore:
                         blob))
             # beside the run, not a column of it: a server of an older release opening the
             # same file still writes its rows as it did (fair_share.py reads both)
-            db.execute("INSERT OR REPLACE INTO run_owners (id, owner) VALUES (?, ?)",
-                       (run_id, owner))
+            db.execute("INSERT OR REPLACE INTO run_owners (id, owner, address) "
+                       "VALUES (?, ?, ?)", (run_id, owner, address))
             _keep_beside(db, run_id, stored, figures)
             self._prune(db, keep=run_id)
         return whole
@@ -336,12 +342,21 @@ class RunStore:
     def _prune(self, db: sqlite3.Connection, keep: str) -> None:
         # rowid, not `created`: insertion order does not go back when the clock does
         rows = db.execute("SELECT r.id, r.size, COALESCE(o.owner, ''), "
-                          "COALESCE(o.pinned_until, 0) FROM runs r LEFT JOIN run_owners o "
-                          "ON o.id = r.id ORDER BY r.rowid")
-        for run_id in victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes):
+                          "COALESCE(o.pinned_until, 0), COALESCE(o.address, '') FROM runs r "
+                          "LEFT JOIN run_owners o ON o.id = r.id ORDER BY r.rowid")
+        for run_id in victims(rows.fetchall(), keep, time.time(), self.max_runs, self.max_bytes,
+                              self.people_per_address, self.teachers()):
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         for table in _SIDE_TABLES:  # also what an older server left when it dropped a run
             db.execute(f"DELETE FROM {table} WHERE id NOT IN (SELECT id FROM runs)")
+
+
+def _add_address(db: sqlite3.Connection) -> None:
+    """run_owners' `address` (fair_share.py counts an address's runs too), added to a file an
+    older release made; its rows read as from no known address."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(run_owners)")}
+    if "address" not in columns:
+        db.execute("ALTER TABLE run_owners ADD COLUMN address TEXT NOT NULL DEFAULT ''")
 
 
 def _linked(doc: dict, run_id: str) -> dict:

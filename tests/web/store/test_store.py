@@ -166,13 +166,127 @@ def test_one_persons_many_big_runs_push_out_their_own_not_others(make_store):
 def test_the_fair_share_picks_the_biggest_holder_then_the_oldest():
     from app.web.store.fair_share import victims
 
-    rows = [("a1", 10, "a", 0.0), ("b1", 30, "b", 0.0), ("a2", 10, "a", 0.0),
-            ("b2", 30, "b", 100.0), ("c1", 5, "c", 0.0)]  # b2 pinned until t=100
-    # bytes over by 40: b holds most (60), but b2 is pinned: b1 goes, then b (30) vs a (20)
-    assert victims(rows, keep="c1", now=50.0, max_runs=10, max_bytes=45) == ["b1", "a1"]
-    # the pin has ended: b2 is b's, and b still holds the most
-    assert victims(rows, keep="c1", now=200.0, max_runs=10, max_bytes=45) == ["b1", "b2"]
+    rows = [("a1", 10, "a", 0.0), ("b1", 30, "b", 0.0), ("b2", 10, "b", 100.0),
+            ("a2", 10, "a", 0.0), ("c1", 25, "c", 0.0)]  # b2 pinned until t=100
+    # bytes over by 45: b holds most (40): b1 goes, then a (20) vs b (10): a1; then a and b
+    # hold 10 each, but b2 is pinned (10 bytes: within a quarter of the store): a2
+    assert victims(rows, keep="c1", now=50.0, max_runs=10, max_bytes=40) == ["b1", "a1", "a2"]
+    # the pin has ended: b2 is b's, and of equals the older first run goes
+    assert victims(rows, keep="c1", now=200.0, max_runs=10, max_bytes=40) == ["b1", "a1", "b2"]
     # the count bound: runs held, not bytes; a tie (a and b hold 2) goes to the older first run
     assert victims(rows, keep="c1", now=200.0, max_runs=4, max_bytes=10**9) == ["a1"]
     # nothing may go (pinned, or the run just kept): the bound stays past, nothing is lost
-    assert victims([("x", 99, "x", 10.0)], keep="y", now=0.0, max_runs=0, max_bytes=0) == []
+    assert victims([("x", 99, "x", 10.0)], keep="y", now=0.0, max_runs=0, max_bytes=400) == []
+
+
+def test_pins_are_kept_within_a_share_of_their_own():
+    """Issue 38: four browsers on one address pinned 20 runs (sent to the teacher) and then
+    every other run was dropped. A person's pins keep at most PINNED_PER_PERSON runs, an
+    address's that times its people, all pins a quarter of the store; the rest are ordinary
+    runs of their owner's share."""
+    from app.web.store.fair_share import PINNED_PER_PERSON, victims
+
+    flood = [(f"m{m}-{k}", 1, f"m{m}", 1e9, "10.0.0.66") for m in range(4) for k in range(5)]
+    honest = [("h1", 1, "h", 0.0, "10.0.0.77"), ("h2", 1, "h", 0.0, "10.0.0.77")]
+    teacher = [("t1", 1, "t", 0.0, "10.0.0.1")]
+    rows = honest + flood + teacher
+    gone = victims(rows, keep="t1", now=0.0, max_runs=12, max_bytes=10**9, people_per_address=4)
+    assert len(rows) - len(gone) == 12
+    assert not {"h1", "h2", "t1"} & set(gone)  # the honest student's and the teacher's stay
+    kept_flood = [r[0] for r in flood if r[0] not in gone]
+    # what stays of the flood: pinned runs kept by their pins (3 = 12 // 4 in all) and the
+    # address's share of the rest
+    assert len(kept_flood) == 12 - 3
+    per_person = {m: sum(r.startswith(f"m{m}-") for r in kept_flood) for m in range(4)}
+    assert max(per_person.values()) - min(per_person.values()) <= 1, per_person
+    # one person's many pins: no more than PINNED_PER_PERSON are kept by them
+    mine = [(f"p{k}", 1, "p", 1e9, "10.0.0.5") for k in range(10)]
+    gone = victims(mine + [("x", 1, "x", 0.0, "10.0.0.6")], keep="", now=0.0, max_runs=8,
+                   max_bytes=10**9)
+    assert "x" not in gone and len(gone) == 3  # p's own unprotected pins went, oldest first
+    assert gone == ["p0", "p1", "p2"] and PINNED_PER_PERSON <= 8 // 4 + 1
+
+
+def test_a_stranger_with_a_cookie_per_run_holds_what_their_address_holds():
+    """Issue 38: a stranger with a fresh cookie per run pushed out an honest student's runs
+    (each cookie held one run, the student two). An address's runs count too, shared by the
+    people it may stand for."""
+    from app.web.store.fair_share import victims
+
+    honest = [("h1", 1, "h", 0.0, "10.0.0.77"), ("h2", 1, "h", 0.0, "10.0.0.77")]
+    stranger = [(f"s{i}", 1, f"cookie{i}", 0.0, "10.0.0.66") for i in range(12)]
+    gone = victims(honest + stranger, keep="s11", now=0.0, max_runs=10, max_bytes=10**9,
+                   people_per_address=4)
+    assert gone == ["s0", "s1", "s2", "s3"]  # the stranger's oldest, not h1, h2: 8 left are 2 each
+    # one address with a cookie each is no worse off than people apart, up to its people
+    apart = [(f"p{i}", 1, f"person{i}", 0.0, f"10.0.1.{i}") for i in range(4)]
+    gone = victims(honest + apart, keep="", now=0.0, max_runs=5, max_bytes=10**9)
+    assert gone == ["h1"]  # h holds the most
+
+
+def test_both_stores_count_an_address_and_bound_pins(make_store):
+    """The same rules in SQLite and PostgreSQL: cookies from one address share its share, and
+    pins past a person's bound keep nothing."""
+    store = make_store(max_runs=10)
+    store.keep(doc("h1.py"), "h1", owner="honest", address="10.0.0.77")
+    store.keep(doc("h2.py"), "h2", owner="honest", address="10.0.0.77")
+    for i in range(12):
+        store.keep(doc(f"s{i}.py"), f"s{i}", owner=f"cookie{i}", address="10.0.0.66")
+    assert store.get("h1") is not None and store.get("h2") is not None
+    assert [store.get(f"s{i}") is None for i in range(12)] == [True] * 4 + [False] * 8
+
+
+def test_both_stores_keep_pins_only_within_their_bounds(make_store):
+    """One person pinning six runs (sent to the teacher): three are kept by their pins (and
+    3 = a quarter of 12 in all), the rest are that person's ordinary runs and go first."""
+    store = make_store(max_runs=12)
+    for i in range(6):
+        store.keep(doc(f"p{i}.py"), f"p{i}", owner="pinner", address="10.0.0.5")
+        store.pin(f"p{i}")
+    for i in range(8):
+        store.keep(doc(f"o{i}.py"), f"o{i}", owner=f"other{i}", address=f"10.0.1.{i}")
+    assert all(store.get(f"o{i}") is not None for i in range(8))
+    assert [store.get(f"p{i}") is None for i in range(6)] == [True, True] + [False] * 4
+
+
+def test_an_older_sqlite_store_gets_the_address_column(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE run_owners (id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+                   "pinned_until REAL NOT NULL DEFAULT 0)")
+        db.execute("INSERT INTO run_owners (id, owner) VALUES ('r0', 'someone')")
+    store = RunStore(path).open()
+    store.keep(doc("a.py"), "r1", owner="me", address="10.0.0.1")
+    assert store.get("r1") is not None
+
+
+def test_an_open_class_teachers_runs_are_kept_within_the_pins_quarter():
+    """Issue 38: "a run sent to the teacher, and the teacher's own, kept while the class is
+    open". The teacher holds the most here, yet their runs stay, up to a quarter of the store
+    (4 of 16); past it their oldest go like anyone's."""
+    from app.web.store.fair_share import victims
+
+    teacher = [(f"t{i}", 1, "teacher", 0.0, "10.0.0.1") for i in range(6)]
+    others = [(f"o{i}", 1, f"o{i}", 0.0, f"10.0.1.{i}") for i in range(12)]
+    rows = teacher + others
+    assert victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9) == ["t0", "t1"]
+    kept_as_teacher = victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9,
+                              teachers=["teacher"])
+    assert kept_as_teacher == ["t0", "t1"]  # 6 > 4: the newest 4 are kept
+    rows = teacher[:4] + others + [(f"o{i}", 1, f"o{i}", 0.0, f"10.0.1.{i}") for i in (12, 13)]
+    assert victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9) == ["t0", "t1"]
+    assert victims(rows, keep="", now=0.0, max_runs=16, max_bytes=10**9,
+                   teachers=["teacher"]) == ["o0", "o1"]
+
+
+def test_the_sqlite_store_keeps_the_runs_of_the_teachers_it_is_told_of(tmp_path):
+    store = RunStore(tmp_path / "r.sqlite3", max_runs=8).open()
+    store.teachers = lambda: ["teacher"]
+    for i in range(2):
+        store.keep(doc(f"t{i}.py"), f"t{i}", owner="teacher", address="10.0.0.1")
+    for i in range(7):
+        store.keep(doc(f"o{i}.py"), f"o{i}", owner=f"o{i}", address=f"10.0.1.{i}")
+    assert store.get("t0") is not None and store.get("t1") is not None
+    assert store.get("o0") is None  # of equals (one run each), the oldest went
