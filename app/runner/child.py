@@ -349,9 +349,12 @@ class Child:
             except OSError:
                 pass  # it died meanwhile: the outcome says how
             timed_out = self._wait(timeout)
+            # only the trace worker's report is a Trace; the self-test's probe reports checks
+            trace = self._program == WORKER
             document, too_large, unreadable = _read_report(self._dir_fd, RESULT_FILE,
-                                                           max_result)
-            return self._outcome(document, timed_out, started, too_large, unreadable)
+                                                           max_result, schema=trace)
+            return self._outcome(document, timed_out, started, too_large, unreadable,
+                                 checked=trace)
         finally:
             self.discard()
 
@@ -369,7 +372,7 @@ class Child:
         return True
 
     def _outcome(self, document, timed_out, started, too_large=False,
-                 unreadable=None) -> Outcome:
+                 unreadable=None, checked: bool = True) -> Outcome:
         self._terminate()
         self._drain.ended.wait(2.0)
         status = self.status
@@ -383,7 +386,7 @@ class Child:
                        log_bytes=self._drain.total, too_large=too_large, status=status,
                        unreadable=unreadable, oom_kills=oom_kills,
                        oom_all_runs=bool(oom_kills) and not self.cgroups.own_limit_hit(),
-                       stopped=self.stopped, checked=document is not None)
+                       stopped=self.stopped, checked=checked and document is not None)
 
     def _terminate(self) -> None:
         with self._kill_lock:
@@ -486,7 +489,8 @@ LARGE_PARSE_BYTES = 32 * 10**6
 _large_parses = threading.BoundedSemaphore(1)
 
 
-def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, str | None]:
+def _read_report(dir_fd: int, name: str, cap: int,
+                 schema: bool = True) -> tuple[dict | None, bool, str | None]:
     """The result file, read no further than `cap` bytes and parsed only when its size and
     the count of lists and objects in it are bounded: (document or None, too large?, why a
     report that is there was not parsed)."""
@@ -513,7 +517,7 @@ def _read_report(dir_fd: int, name: str, cap: int) -> tuple[dict | None, bool, s
     # the schema check inside the same section: a failing check may copy the document
     with _large_parses if cost > LARGE_PARSE_BYTES else contextlib.nullcontext():
         doc, problem = _parse(data)
-        if doc is not None:
+        if doc is not None and schema:
             try:
                 validate(doc, size=len(data))
             except InvalidTrace as exc:

@@ -37,12 +37,13 @@ def test_result_is_never_read_through_a_symlink_or_a_fifo(tmp_path):
     os.mkfifo(tmp_path / "run" / "fifo.json")
     fd = os.open(tmp_path / "run", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert _read_report(fd, "trace.json", 1024) == (None, False, None)
-        assert _read_report(fd, "fifo.json", 1024) == (None, False, None)  # and it did not block
+        assert _read_report(fd, "trace.json", 1024, schema=False) == (None, False, None)
+        # and it did not block
+        assert _read_report(fd, "fifo.json", 1024, schema=False) == (None, False, None)
         (tmp_path / "run" / "big.json").write_text('{"a": "' + "x" * 2000 + '"}')
-        assert _read_report(fd, "big.json", 1024) == (None, True, None)
+        assert _read_report(fd, "big.json", 1024, schema=False) == (None, True, None)
         (tmp_path / "run" / "ok.json").write_text('{"a": 1}')
-        assert _read_report(fd, "ok.json", 1024) == ({"a": 1}, False, None)
+        assert _read_report(fd, "ok.json", 1024, schema=False) == ({"a": 1}, False, None)
     finally:
         os.close(fd)
 
@@ -58,10 +59,11 @@ def test_a_report_is_not_parsed_when_it_would_cost_the_server_too_much(tmp_path)
     fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
     try:
         cap = 64 << 20
-        doc, too_large, why = _read_report(fd, "lists.json", cap)
+        doc, too_large, why = _read_report(fd, "lists.json", cap, schema=False)
         assert (doc, too_large) == (None, False) and "lists and objects" in why
-        assert _read_report(fd, "deep.json", cap) == (None, False, "it is nested too deeply")
-        assert _read_report(fd, "text.json", cap) == (None, False, "it is not JSON")
+        assert _read_report(fd, "deep.json", cap, schema=False) == \
+            (None, False, "it is nested too deeply")
+        assert _read_report(fd, "text.json", cap, schema=False) == (None, False, "it is not JSON")
     finally:
         os.close(fd)
 
@@ -173,11 +175,12 @@ def test_a_report_with_text_that_cannot_be_written_out_again_is_mended(tmp_path)
     (run / "nan.json").write_text('{"norm": NaN}')
     fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        doc, too_large, why = _read_report(fd, "surrogate.json", 1 << 20)
+        doc, too_large, why = _read_report(fd, "surrogate.json", 1 << 20, schema=False)
         assert why is None and not too_large
         json.dumps(doc, ensure_ascii=False).encode("utf-8")  # writable now
         assert doc["name"].startswith("w") and len(doc["name"]) == 2
-        assert _read_report(fd, "nan.json", 1 << 20) == (None, False, "it is not JSON")
+        assert _read_report(fd, "nan.json", 1 << 20, schema=False) == \
+            (None, False, "it is not JSON")
     finally:
         os.close(fd)
 
