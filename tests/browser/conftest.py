@@ -43,6 +43,15 @@ def browser():
         b.close()
 
 
+def _said(message) -> str:
+    """A console error as text; a failed load names its address, so that a test can tell a
+    404 it expects (a class asked for after it ended) from one it does not."""
+    url = (message.location or {}).get("url", "")
+    if message.text.startswith("Failed to load resource") and url:
+        return f"{message.text} ({url})"
+    return message.text
+
+
 class Watched:
     """A page plus what it logged and requested, and a screenshot helper."""
 
@@ -54,7 +63,7 @@ class Watched:
         self.foreign: list[str] = []
         self.allowed_errors: list[str] = []
         host = urlparse(base).hostname
-        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("console", lambda m: m.type == "error" and self.errors.append(_said(m)))
         page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
         page.on("request", lambda r: urlparse(r.url).scheme in ("http", "https", "ws", "wss")
                 and urlparse(r.url).hostname != host and self.foreign.append(r.url))
