@@ -13,12 +13,12 @@ export const OP_NOTES = {
   AminBackward0: "amin: the gradient goes to the smallest entries, shared equally among entries that tie.",
   MaxBackward0: "max along a dimension: each output's gradient goes to the one entry whose index max returned; an entry that tied but was not returned gets 0.",
   MinBackward0: "min along a dimension: each output's gradient goes to the one entry whose index min returned; an entry that tied but was not returned gets 0.",
-  WhereBackward0: "Each position's gradient goes to the input where took there; the other input gets 0 at that position, and the condition gets no gradient.",
+  WhereBackward0: "Each position's gradient goes to the input where took there; the other input gets 0 at that position, and the condition gets no gradient. That 0 can still turn into NaN further back: where(x > 0, sqrt(x), 0) gives x a NaN gradient at x = 0 (0 × ∞ in sqrt's backward).",
   IndexBackward0: "Puts each gradient back at the position the index read; a position read more than once gets the sum.",
   GatherBackward0: "Sends each gradient back to the position it was gathered from; a position gathered more than once gets the sum.",
   SortBackward0: "Sends each sorted value's gradient back to the position that value came from.",
   TopkBackward0: "Sends each of the top values' gradient back to the position it came from; the entries not among the top get 0.",
-  ToCopyBackward0: "A cast (.to(), .float(), or autocast's cast into bfloat16 or float16): the gradient is cast back to the dtype the input had, its values otherwise unchanged.",
+  ToCopyBackward0: "A copy to another dtype or device (.to(), .float(), or autocast's cast into bfloat16 or float16): the gradient goes back in the input's dtype and device, rounded where that dtype is narrower, otherwise unchanged.",
   AccumulateGrad: "Adds the gradient that arrives to this leaf's .grad (or sets .grad, if it was None).",
 };
 

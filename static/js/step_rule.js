@@ -114,7 +114,7 @@ export function checkSentence(event, change) {
   }
   return ["✗", `The change PyTorch made is not ${check.rule}'s rule applied to the recorded gradient: ` +
     `they differ by up to ${fmt(check.largest_difference, 3)}. Something besides the rule changed ` +
-    "the weights during the step (a step hook or a closure, for example); autograd-lab does not know what."];
+    "the weights during the step (a step hook, for example); autograd-lab does not know what."];
 }
 
 /** ‖change‖ / ‖.grad‖ where it means something: plain SGD, and a gradient that is not 0. */

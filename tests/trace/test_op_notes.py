@@ -94,8 +94,13 @@ def where():
     condition = torch.tensor([True, False])
     y = torch.where(condition, a, b)
     y.sum().backward()
-    return node(y), a.grad.tolist() == [1.0, 0.0] and b.grad.tolist() == [0.0, 1.0] \
+    taken = a.grad.tolist() == [1.0, 0.0] and b.grad.tolist() == [0.0, 1.0] \
         and not condition.requires_grad
+    # the note's warning, as it says: the 0 sent into sqrt's backward at x = 0 becomes NaN
+    x = leaf(0.0, 4.0)
+    torch.where(x > 0, torch.sqrt(x), torch.zeros(2)).sum().backward()
+    nan_at_zero = torch.isnan(x.grad[0]).item() and x.grad[1].item() == 0.25
+    return node(y), taken and nan_at_zero
 
 
 def index():
@@ -141,8 +146,14 @@ def to_copy():
     seen = {}
     cast.register_hook(lambda g: seen.setdefault("bf16", g))
     (cast * torch.tensor([3.0, 5.0], dtype=torch.bfloat16)).sum().backward()
-    return node(cast), (seen["bf16"].dtype == torch.bfloat16 and w.grad.dtype == torch.float32
-                        and w.grad.tolist() == seen["bf16"].float().tolist() == [3.0, 5.0])
+    widened_exactly = (seen["bf16"].dtype == torch.bfloat16 and w.grad.dtype == torch.float32
+                       and w.grad.tolist() == seen["bf16"].float().tolist() == [3.0, 5.0])
+    # "rounded where that dtype is narrower": a float16 input cast up to float32 gets its
+    # float32 gradient rounded to float16 (1.0001 is not a float16 number; 1.0 is the nearest)
+    h = torch.ones(1, dtype=torch.float16, requires_grad=True)
+    h.float().backward(torch.tensor([1.0001]))
+    rounded = h.grad.dtype == torch.float16 and h.grad.item() == 1.0 != 1.0001
+    return node(cast), widened_exactly and rounded
 
 
 CHECKS = {"ToCopyBackward0": to_copy,
