@@ -406,11 +406,13 @@ def _watch_stopped(watched: dict) -> list[dict]:
         f"{watched['passes']} ({at}it records the first {watched['records']}), then let the "
         "script run at plain speed: in-place changes, no_grad, detach(), values taken out of "
         "a graph and `.grad` reads of computed tensors after that pass are not noted here. To "
-        "watch the whole run (slower), trace with `--watch-all`.")]
+        "watch the whole run (slower), trace it on the command line with "
+        "`autograd-lab trace --watch-all`.")]
     if watched.get("unwatched_views"):  # drawn after it stopped, before the script ended
         out.append(_diag(
             "views_unwatched", "info",
             f"{watched['unwatched_views']} graph(s) the script drew after backward pass "
             f"{watched['passes']} show no script line or module for their nodes: autograd-lab "
-            "had stopped watching operations. Trace with `--watch-all` to have them."))
+            "had stopped watching operations. `autograd-lab trace --watch-all` (the command line) "
+            "has them."))
     return out

@@ -473,7 +473,7 @@ def _unwatched(found: dict, err: dict, script: _Script, watched_until: dict) -> 
             f"first {watched_until['records']} passes, the ones this run records, autograd-lab "
             "stops watching each operation so that the rest of the script runs at plain speed, "
             f"and it did not see which line did this.{earlier} To have every operation watched, "
-            "trace again with `--watch-all`.")
+            "trace it again on the command line with `autograd-lab trace --watch-all`.")
     return _explanation("unwatched_failure", what, err["line"], "", [], found["scenario"],
                         [], found["event"])
 
