@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 
 
@@ -37,3 +39,29 @@ def contribution_sum(event: dict, name: str) -> torch.Tensor:
 
 def diagnostics(doc: dict, code: str) -> list[dict]:
     return [d for d in doc["diagnostics"] if d["code"] == code]
+
+
+def gradients_by_node(root: torch.Tensor) -> Counter:
+    """(node name, input slot, dtype) of every gradient PyTorch's backward passed a node's
+    inputs, from hooks on the plain graph's own nodes; runs `root.backward()`."""
+    seen: Counter = Counter()
+    stack, visited = [root.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in visited:
+            continue
+        visited.add(fn)
+        name = type(fn).__name__
+        fn.register_hook(lambda gi, go, name=name: seen.update(
+            (name, slot, str(g.dtype).removeprefix("torch."))
+            for slot, g in enumerate(gi) if g is not None))
+        stack.extend(f for f, _ in fn.next_functions)
+    root.backward()
+    return seen
+
+
+def drawn_dtypes(event: dict) -> Counter:
+    """(node name, input slot, dtype) of every edge the Trace drew with a dtype."""
+    names = {n["id"]: n["name"] for n in event["graph"]["nodes"]}
+    return Counter((names[e["target"]], e["slot"], e["dtype"])
+                   for e in event["graph"]["edges"] if "dtype" in e)

@@ -16,7 +16,14 @@ from torch import nn
 from app.catalog import load_catalog
 from tests.conftest import SCENARIOS
 from tests.scenarios.helpers import line_of, nodes_named
-from tests.trace_facts import backward_events, diagnostics, step_events, values
+from tests.trace_facts import (
+    backward_events,
+    diagnostics,
+    drawn_dtypes,
+    gradients_by_node,
+    step_events,
+    values,
+)
 
 PARAMS = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
 
@@ -37,31 +44,6 @@ def step(plain, variant: str):
     return model, nn.functional.mse_loss(out.float(), y), ns
 
 
-def gradients_by_node(root: torch.Tensor) -> Counter:
-    """(node name, input slot, dtype) of every gradient PyTorch's backward passed a node's
-    inputs, from hooks on the plain graph's own nodes."""
-    seen: Counter = Counter()
-    stack, visited = [root.grad_fn], set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in visited:
-            continue
-        visited.add(fn)
-        name = type(fn).__name__
-        fn.register_hook(lambda gi, go, name=name: seen.update(
-            (name, slot, str(g.dtype).removeprefix("torch."))
-            for slot, g in enumerate(gi) if g is not None))
-        stack.extend(f for f, _ in fn.next_functions)
-    root.backward()
-    return seen
-
-
-def drawn(event: dict) -> Counter:
-    names = {n["id"]: n["name"] for n in event["graph"]["nodes"]}
-    return Counter((names[e["target"]], e["slot"], e["dtype"])
-                   for e in event["graph"]["edges"] if "dtype" in e)
-
-
 @pytest.mark.parametrize("variant", ["autocast", "float32", "scaled"])
 def test_edge_dtypes_are_the_gradients_pytorch_passed(traced, plain, variant):
     model, loss, _ = step(plain, variant)
@@ -69,7 +51,7 @@ def test_edge_dtypes_are_the_gradients_pytorch_passed(traced, plain, variant):
     seen = gradients_by_node(root)
     doc = traced("mixed_precision", "--variant", variant)
     (event,) = backward_events(doc)
-    assert drawn(event) == seen
+    assert drawn_dtypes(event) == seen
     dtypes = {dtype for (_, _, dtype) in seen}
     if variant == "float32":
         assert dtypes == {"float32"} and not nodes_named(event, "ToCopyBackward0")

@@ -5,9 +5,10 @@ run of the same script (hooks on its own nodes, the scaler's get_scale(), the we
 from __future__ import annotations
 
 import textwrap
-from collections import Counter
 
 import torch
+
+from tests.trace_facts import drawn_dtypes, gradients_by_node
 
 AUTOCAST = """
     import torch
@@ -54,26 +55,10 @@ def test_each_edge_carries_the_dtype_of_the_gradient_pytorch_passed(trace_source
     body, _ = code.split("scaler.scale(loss).backward()")
     ns: dict = {}
     exec(compile(body, "<plain>", "exec", dont_inherit=True), ns)
-    seen: Counter = Counter()
-    scaled = ns["scaler"].scale(ns["loss"])
-    stack, visited = [scaled.grad_fn], set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in visited:
-            continue
-        visited.add(fn)
-        name = type(fn).__name__
-        fn.register_hook(lambda gi, go, name=name: seen.update(
-            (name, slot, str(g.dtype).removeprefix("torch."))
-            for slot, g in enumerate(gi) if g is not None))
-        stack.extend(f for f, _ in fn.next_functions)
-    scaled.backward()
+    seen = gradients_by_node(ns["scaler"].scale(ns["loss"]))
 
     doc = trace_source(AUTOCAST)
-    event = doc["events"][0]
-    names = {n["id"]: n["name"] for n in event["graph"]["nodes"]}
-    drawn = Counter((names[e["target"]], e["slot"], e["dtype"])
-                    for e in event["graph"]["edges"] if "dtype" in e)
+    drawn = drawn_dtypes(doc["events"][0])
     assert drawn == seen
     assert ("ToCopyBackward0", 0, "bfloat16") in drawn  # autocast's casts are there
 
