@@ -335,7 +335,36 @@ def main(argv: list[str] | None = None) -> int:
     ours = argv[:argv.index("--")] if "--" in argv else argv
     args = build_parser().parse_args(ours)
     args.script_args = script_args
-    return args.func(args)
+    if args.func not in (cmd_trace, cmd_render):
+        return args.func(args)
+    return _run_stoppably(args)
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the CLI waits: the same unwinding as Ctrl-C, so the
+    worker is stopped and its run folder removed (the default action killed the CLI alone and
+    left the folder behind)."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+
+
+def _run_stoppably(args) -> int:
+    import signal
+
+    def stop(number, _frame):
+        raise _Stopped(number)
+
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, stop)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt as exc:
+        number = exc.number if isinstance(exc, _Stopped) else signal.SIGINT
+        print(f"autograd-lab: stopped by {signal.Signals(number).name}; the script's worker "
+              "was stopped with it, and nothing was traced", file=sys.stderr)
+        return 128 + number
 
 
 if __name__ == "__main__":

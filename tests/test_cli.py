@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import jsonschema
+import pytest
 
 from app.format import load_schema
 
@@ -170,3 +175,65 @@ def test_a_file_that_is_not_a_notebook_says_what_to_do(tmp_path):
     path.write_text('{"cells": [', encoding="utf-8")
     done = cli("trace", str(path))
     assert done.returncode != 0 and "not valid JSON" in done.stderr and "Save" in done.stderr
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc: no psutil here)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_worker_and_removes_its_folder(tmp_path):
+    """A service manager's or a shell's SIGTERM ends the CLI the way Ctrl-C does: the sandboxed
+    worker is stopped with it and its run folder removed, and the CLI says so (the default
+    action killed the CLI alone and left the folder behind)."""
+    script = tmp_path / "sleepy.py"
+    script.write_text("import time, torch\nx = torch.ones(2, requires_grad=True)\n"
+                      "(x * 2).sum().backward()\ntime.sleep(60)\n")
+    cli_process = subprocess.Popen([sys.executable, "-m", "app.cli", "trace", str(script),
+                                    "--timeout", "90"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        launched: list[int] = []
+        while not launched and time.monotonic() < deadline and cli_process.poll() is None:
+            launched = _children(cli_process.pid)
+            time.sleep(0.2)
+        assert launched, "the CLI started no worker"
+        folders = set()
+        workers = set(launched)
+        for pid in launched:
+            workers.update(_children(pid))
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            folders.update(re.findall(r"/tmp/autograd-lab-run-[A-Za-z0-9_]+", cmdline))
+        time.sleep(1.0)  # past the launch: the script is running
+        cli_process.send_signal(signal.SIGTERM)
+        out, err = cli_process.communicate(timeout=60)
+    finally:
+        if cli_process.poll() is None:
+            cli_process.kill()
+    assert cli_process.returncode == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in err and "worker was stopped" in err
+    assert out == ""  # nothing traced, and no Trace pretending otherwise
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in workers if _alive(pid)]
+    assert folders and not [f for f in folders if Path(f).exists()]
