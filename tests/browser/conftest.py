@@ -7,6 +7,7 @@ server for anything (the app must work offline). Screenshots go to test-artifact
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from tests.server import ARTIFACTS as _ALL_ARTIFACTS
-from tests.server import serve
+from tests.server import ROOT, serve, serve_folder
 
 ARTIFACTS = _ALL_ARTIFACTS / "browser"
 CHROMIUM = "/usr/bin/chromium"
@@ -137,3 +138,17 @@ def screen(page) -> dict:
     size = page.viewport_size
     return {"x": 0, "y": 0, "width": size["width"], "height": size["height"],
             "right": size["width"], "bottom": size["height"]}
+
+
+@contextlib.contextmanager
+def module_page(browser, module: str, name: str):
+    """A bare page of static/'s origin with the ES module `module` (e.g. "replay.js") imported
+    as `window[name]`: a test calls the page's own sentence-making code on Traces it made."""
+    page = browser.new_page()
+    try:
+        with serve_folder(ROOT / "static") as base:
+            page.goto(f"{base}/css/app.css")  # a page of the folder's origin
+            page.evaluate(f"async () => {{ window.{name} = await import('/js/{module}'); }}")
+            yield page
+    finally:
+        page.close()

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.server import ROOT, serve_folder
+from .conftest import module_page
 
 pytestmark = pytest.mark.browser
 torch = pytest.importorskip("torch")
@@ -26,14 +26,8 @@ LEAD = """([doc, index, name]) => {
 
 @pytest.fixture(scope="module")
 def accumulation(browser):
-    page = browser.new_page()
-    try:
-        with serve_folder(ROOT / "static") as base:
-            page.goto(f"{base}/css/app.css")  # a page of the folder's origin
-            page.evaluate("async () => { window.acc = await import('/js/accumulation.js'); }")
-            yield page
-    finally:
-        page.close()
+    with module_page(browser, "accumulation.js", "acc") as page:
+        yield page
 
 
 TWICE = """

@@ -6,16 +6,12 @@ backward)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
-import runpy
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import SCENARIOS
+from tests.scenarios.helpers import run_plainly
 from tests.scenarios.test_checkpointing import pytorch_account
 
 from .conftest import api_trace, open_scenario
@@ -23,21 +19,9 @@ from .conftest import api_trace, open_scenario
 pytestmark = pytest.mark.browser
 
 
-def plain(name: str, *argv: str) -> dict:
-    """The scenario run as `python scenarios/NAME.py ARGV` would run it, its globals back."""
-    path = SCENARIOS / f"{name}.py"
-    saved = list(sys.argv)
-    sys.argv[:] = [str(path), *argv]
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            return runpy.run_path(str(path), run_name="__main__")
-    finally:
-        sys.argv[:] = saved
-
-
 def region_inputs(variant: str) -> dict[str, torch.Tensor]:
     """The tensor each checkpointed block was called with, in a plain run."""
-    ns = plain("checkpointing", "--variant", variant)
+    ns = run_plainly("checkpointing", "--variant", variant)
     seen: dict[str, torch.Tensor] = {}
     handles = [ns["model"].blocks[i].register_forward_pre_hook(
         lambda m, args, i=i: seen.setdefault(f"blocks.{i}", args[0])) for i in ns["CHECKPOINTED"]]
@@ -49,7 +33,7 @@ def region_inputs(variant: str) -> dict[str, torch.Tensor]:
 
 def test_a_checkpointed_region_says_what_it_keeps_and_what_ran_again(watched):
     page = watched.page
-    account = pytorch_account(plain, "with")
+    account = pytorch_account(run_plainly, "with")
     inputs = region_inputs("with")
     open_scenario(watched, "checkpointing", "variant=with")
     doc = api_trace(watched, "checkpointing", "variant=with")
@@ -89,7 +73,7 @@ def test_a_checkpointed_region_says_what_it_keeps_and_what_ran_again(watched):
 
 def test_without_checkpointing_nothing_is_said_of_one(watched):
     page = watched.page
-    account = pytorch_account(plain, "without")
+    account = pytorch_account(run_plainly, "without")
     open_scenario(watched, "checkpointing", "variant=without")
     page.wait_for_selector("#details .saved-memory")
     held = page.locator("#details .saved-memory p").first
@@ -100,7 +84,7 @@ def test_without_checkpointing_nothing_is_said_of_one(watched):
 
 def test_a_reentrant_checkpoint_s_node_says_it_ran_its_forward_again(watched):
     page = watched.page
-    account = pytorch_account(plain, "reentrant")
+    account = pytorch_account(run_plainly, "reentrant")
     open_scenario(watched, "checkpointing", "variant=reentrant")
     doc = api_trace(watched, "checkpointing", "variant=reentrant")
     [event] = [e for e in doc["events"] if e["kind"] == "backward"]

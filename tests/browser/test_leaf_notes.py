@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.server import ROOT, serve_folder
+from .conftest import module_page
 
 pytestmark = pytest.mark.browser
 torch = pytest.importorskip("torch")
@@ -42,14 +42,8 @@ def test_a_leaf_is_said_to_add_to_grad_only_in_the_passes_that_did(browser, trac
     events = trace_source(PASSES)["events"]
     assert [e.get("call") for e in events] == ["Tensor.backward", "torch.autograd.grad",
                                                "Tensor.backward"]
-    page = browser.new_page()
-    try:
-        with serve_folder(ROOT / "static") as base:
-            page.goto(f"{base}/css/app.css")  # a page of the folder's origin
-            page.evaluate("async () => { window.notes = await import('/js/op_notes.js'); }")
-            added, returned, dropped = page.evaluate(NOTES, [events])
-    finally:
-        page.close()
+    with module_page(browser, "op_notes.js", "notes") as page:
+        added, returned, dropped = page.evaluate(NOTES, [events])
     assert added.startswith("Adds the gradient that arrives to this leaf's .grad"), added
     assert returned.startswith("torch.autograd.grad does not run this leaf's AccumulateGrad"), \
         returned

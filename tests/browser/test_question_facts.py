@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.server import ROOT, serve_folder
+from .conftest import module_page
 
 pytestmark = pytest.mark.browser
 torch = pytest.importorskip("torch")
@@ -21,14 +21,8 @@ ASK = """([doc, index]) => Object.fromEntries(window.q.questionsFor(doc, doc.eve
 
 @pytest.fixture(scope="module")
 def questions(browser):
-    page = browser.new_page()
-    try:
-        with serve_folder(ROOT / "static") as base:
-            page.goto(f"{base}/css/app.css")  # a page of the folder's origin
-            page.evaluate("async () => { window.q = await import('/js/questions.js'); }")
-            yield page
-    finally:
-        page.close()
+    with module_page(browser, "questions.js", "q") as page:
+        yield page
 
 
 def plain(code: str) -> dict:

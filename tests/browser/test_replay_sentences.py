@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.server import ROOT, serve_folder
+from .conftest import module_page
 
 pytestmark = pytest.mark.browser
 torch = pytest.importorskip("torch")
@@ -24,14 +24,8 @@ SAY = """([ev, step]) => {
 
 @pytest.fixture(scope="module")
 def replay(browser):
-    page = browser.new_page()
-    try:
-        with serve_folder(ROOT / "static") as base:
-            page.goto(f"{base}/css/app.css")  # a page of the folder's origin
-            page.evaluate("async () => { window.replay = await import('/js/replay.js'); }")
-            yield page
-    finally:
-        page.close()
+    with module_page(browser, "replay.js", "replay") as page:
+        yield page
 
 
 def said(page, event: dict, step: int) -> str:

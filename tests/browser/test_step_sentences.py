@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from tests.server import ROOT, serve_folder
+from .conftest import module_page
 
 pytestmark = pytest.mark.browser
 torch = pytest.importorskip("torch")
@@ -18,14 +18,8 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def rules(browser):
-    page = browser.new_page()
-    try:
-        with serve_folder(ROOT / "static") as base:
-            page.goto(f"{base}/css/app.css")  # a page of the folder's origin
-            page.evaluate("async () => { window.rule = await import('/js/step_rule.js'); }")
-            yield page
-    finally:
-        page.close()
+    with module_page(browser, "step_rule.js", "rule") as page:
+        yield page
 
 
 def said(page, doc: dict, name: str = "w") -> list[str]:

@@ -8,14 +8,10 @@ redo the scenario's computation with plain torch and compare it with what the Tr
 
 from __future__ import annotations
 
-import contextlib
-import io
-import runpy
-import sys
-
 import pytest
 
 from tests.conftest import SCENARIOS
+from tests.scenarios.helpers import run_plainly
 
 _traces: dict[tuple[str, ...], dict] = {}
 
@@ -35,14 +31,4 @@ def traced():
 
 @pytest.fixture(scope="session")
 def plain():
-    def run(name: str, *argv: str) -> dict:
-        path = SCENARIOS / f"{name}.py"
-        saved = list(sys.argv)
-        sys.argv[:] = [str(path), *argv]
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                return runpy.run_path(str(path), run_name="__main__")
-        finally:
-            sys.argv[:] = saved
-
-    return run
+    return run_plainly

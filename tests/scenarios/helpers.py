@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
+import runpy
+import sys
 
 from tests.conftest import SCENARIOS
 
@@ -51,3 +55,16 @@ def edges(event: dict, source: str | None = None, target: str | None = None) -> 
 def flagged(doc: dict, code: str) -> dict[str, str]:
     """param name -> message, for every diagnostic with this code."""
     return {p: d["message"] for d in doc["diagnostics"] if d["code"] == code for p in d["params"]}
+
+
+def run_plainly(name: str, *argv: str) -> dict:
+    """The scenario run as `python scenarios/NAME.py ARGV` would run it (in this process,
+    without the tracer, its prints swallowed): its module globals."""
+    path = SCENARIOS / f"{name}.py"
+    saved = list(sys.argv)
+    sys.argv[:] = [str(path), *argv]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv[:] = saved
