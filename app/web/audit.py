@@ -1,5 +1,5 @@
 """Audit lines: one log line for each action that changes who may do what here (a class started
-or ended, a member removed) and each token refused, on the logger `autograd_lab.audit`, with
+or ended, a member removed, a run stopped from the admin page) and each token refused, on the logger `autograd_lab.audit`, with
 the request's id (http/request_ids.py).
 
 A line is `EVENT key=value ... request=ID`. Values come from requests (a path, an alias), so
