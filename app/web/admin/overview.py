@@ -64,6 +64,7 @@ def _class(state, followers: int) -> dict:
     return {"code": state.code, "teacher": teacher_label(state.teacher_name),
             "started": state.created, "started_s_ago": round(max(0.0, now - state.created)),
             "members_count": len(members), "followers": followers,
+            "removed": len(state.removed),
             "members": [{"alias": m.alias, "name": short(m.name) if m.name else None,
                          "joined_s_ago": round(max(0.0, now - m.joined))}
                         for m in members[:MEMBERS_SHOWN]]}

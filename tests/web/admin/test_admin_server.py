@@ -141,7 +141,7 @@ def test_the_page_lists_a_class_and_its_actions_reach_the_members(base, browsers
     assert f"alias={ana_alias} by=token via=admin " \
            f"request={removed.headers['x-request-id']}" in line
     after = _class(httpx.get(base + "/api/admin", headers=BEARER, timeout=30).json(), code)
-    assert after["members_count"] == 1
+    assert after["members_count"] == 1 and after["removed"] == 1
 
     # end the class: Ben's requests find no class, and his right to run code ends with it
     ended = httpx.post(f"{base}/api/admin/classes/{code}/end", json={}, headers=BEARER,
