@@ -7,7 +7,10 @@ says who did it. Members' names and scripts' names reach the page escaped and cu
 from __future__ import annotations
 
 import html
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -27,8 +30,13 @@ SLOW = "import time\nimport torch\ntime.sleep(60)\n"
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    with serve(tmp_path_factory.mktemp("store"), name=NAME, TOKEN=TOKEN, MAX_DRAWINGS="1",
+def store_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("store")
+
+
+@pytest.fixture(scope="module")
+def base(store_dir):
+    with serve(store_dir, name=NAME, TOKEN=TOKEN, MAX_DRAWINGS="1",
                UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false", SELFTEST="false",
                LOOPBACK_MEMBERS_UNSANDBOXED="true", TRACE_TIMEOUT="120") as url:
         yield url
@@ -186,3 +194,32 @@ def test_a_running_run_is_stopped_from_the_page(base, browsers):
     again = httpx.post(f"{base}/api/admin/runs/{run_id}/stop", json={}, headers=BEARER,
                        timeout=30)
     assert again.status_code == 409 and again.json()["detail"]
+
+
+def test_a_named_teacher_sees_the_page_without_anyones_address(base, browsers, store_dir):
+    """A named teacher (store/teachers.py, added with the CLI beside the running server) opens
+    the page too; the class they start is listed as theirs; addresses are the operator's."""
+    env = {**os.environ, "AUTOGRAD_LAB_STORE_PATH": str(store_dir / "runs.sqlite3")}
+    made = subprocess.run([sys.executable, "-m", "app.cli", "teachers", "add", "carla"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    carla = {"Authorization": f"Bearer {made.stdout.strip()}"}
+    teacher, student = browsers(), browsers()
+    code = teacher.post("/api/classes", json={}, headers=carla).json()["code"]
+    assert student.get(f"/c/{code}").status_code == 200
+    assert student.post("/api/runs", json={"source": SMALL}).status_code == 200  # a member
+
+    seen = httpx.get(base + "/api/admin", headers=carla, timeout=30)
+    assert seen.status_code == 200, seen.text
+    listed = _class(seen.json(), code)
+    assert listed["teacher"] == "carla" and listed["members_count"] == 1
+    assert seen.json()["people"] and all(p["address"] is None for p in seen.json()["people"])
+    operator = httpx.get(base + "/api/admin", headers=BEARER, timeout=30).json()
+    assert any(p["address"] == "127.0.0.1" for p in operator["people"])
+    page = httpx.get(base + "/admin", headers=carla, timeout=30)
+    assert page.status_code == 200 and "carla (a named teacher)" in page.text
+    ended = httpx.post(f"{base}/api/admin/classes/{code}/end", json={}, headers=carla,
+                       timeout=30)
+    assert ended.status_code == 200
+    (line,) = [x for x in _audit("class_ended") if f"code={code}" in x]
+    assert "by=teacher:carla via=admin" in line
