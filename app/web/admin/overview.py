@@ -54,7 +54,7 @@ async def overview(classroom: Classroom, uploads: UploadService, traces: TraceSe
     runs = await read("runs", lambda: asyncio.to_thread(uploads.latest, RUNS_READ), [])
     states = [state for state, _ in classes]
     return {"classes": [_class(state, followers) for state, followers in classes],
-            "workers": traces.workers(), "queue": queue,
+            "workers": await asyncio.to_thread(traces.workers), "queue": queue,
             "people": by_person(runs, states, addresses), "problems": problems}
 
 

@@ -83,6 +83,11 @@ def test_without_the_token_the_page_says_how_in_and_nothing_is_done(base, browse
     for action in (f"/api/admin/classes/{code}/end", "/api/admin/runs/xyz/stop"):
         refused = teacher.post(action, json={})
         assert refused.status_code == 401, refused.text
+    # another site's page in a browser that has the token cannot act either: the cross-site
+    # guard refuses it before the route (http/guards.py), as for every other POST here
+    forged = teacher.post(f"/api/admin/classes/{code}/end", json={}, headers={
+        **BEARER, "Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"})
+    assert forged.status_code == 403, forged.text
     assert teacher.get(f"/api/classes/{code}").json()["ended"] is False  # still open
     assert teacher.delete(f"/api/classes/{code}").status_code == 200
 
