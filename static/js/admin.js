@@ -50,7 +50,18 @@ async function act(form, token) {
   if (button) button.disabled = true;
   say("Working…");
   const answer = await callJson("POST", form.getAttribute("action"), {}, { token });
-  if (answer.ok) {
+  const state = answer.data?.state;
+  if (answer.ok && (state === "queued" || state === "running")) {
+    // a stop waits 10 s on the server; a run whose worker was still starting ends once it
+    // has one: read the page again until it has ended (or a minute has passed)
+    await reload(token, "Stop asked: the run is still ending.");
+    for (let tries = 0; tries < 30; tries += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const now = await callJson("GET", `/api/runs/${encodeURIComponent(answer.data.id)}/status`);
+      if (!now.ok || !["queued", "running"].includes(now.data?.state)) break;
+    }
+    await reload(token, form.dataset.said || "Done.");
+  } else if (answer.ok) {
     await reload(token, form.dataset.said || "Done.");
   } else {
     if (button) button.disabled = false;

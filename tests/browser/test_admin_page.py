@@ -6,6 +6,8 @@ violation on either face of the page; screenshots of both are kept."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -19,6 +21,7 @@ pytestmark = pytest.mark.browser
 
 TOKEN = "admin-browser-s3cret"
 HOSTILE = "<b>bold</b> & \u202eevil"
+SLOW = "import time\nimport torch\ntime.sleep(60)\n"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +55,15 @@ def test_the_admin_page_opens_with_the_token_and_removes_a_member(admin_page, to
         named = student.put(f"/api/classes/{code}/name", json={"name": HOSTILE})
         assert named.status_code == 200, named.text
         name = named.json()["name"]
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        sent = teacher.post("/api/runs?wait=false", json={"source": SLOW, "name": "slow.py"},
+                            headers=bearer)
+        assert sent.status_code == 202, sent.text
+        run_id = sent.json()["id"]
+        deadline = time.monotonic() + 60
+        while teacher.get(f"/api/runs/{run_id}/status").json()["state"] != "running":
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.2)
 
         page = admin_page.page
         page.goto(admin_page.base + "/admin")
@@ -77,6 +89,14 @@ def test_the_admin_page_opens_with_the_token_and_removes_a_member(admin_page, to
         admin_page.shot("removed")
         barred = student.get(f"/api/classes/{code}")
         assert barred.status_code == 403 and barred.json()["code"] == "removed_from_class"
+        stop = page.wait_for_selector(f'tr[data-run="{run_id}"] button')
+        assert stop.get_attribute("aria-label") == "Stop the run slow.py"
+        stop.click()
+        page.wait_for_function(
+            f"""() => document.querySelector('tr[data-run="{run_id}"] .admin-state')
+                ?.textContent === 'stopped'""")
+        admin_page.shot("stopped")
+        assert teacher.get(f"/api/runs/{run_id}/status").json()["state"] == "stopped"
         # the token was kept: the page opens at once the next time
         page.goto(admin_page.base + "/admin")
         page.wait_for_selector(f'.admin-class[data-code="{code}"]')

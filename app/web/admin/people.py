@@ -30,9 +30,10 @@ def short(text: object, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
 
-def alias_of(client: str) -> str:
-    """The alias a class gives this browser (classes/state.py), shown wherever it is listed."""
-    return "student-" + hashlib.sha256(client.encode()).hexdigest()[:6]
+def alias_of(client: str, kind: str = "student") -> str:
+    """The alias a class gives this browser (classes/state.py), shown wherever it is listed;
+    a class's teacher's with `kind` "teacher" (the same digits)."""
+    return f"{kind}-" + hashlib.sha256(client.encode()).hexdigest()[:6]
 
 
 def by_person(runs: list[dict], classes: list[ClassState], addresses: bool) -> list[dict]:
@@ -68,7 +69,7 @@ def _person(client: str, address: str, members: dict, teachers: dict,
     if member is not None:
         alias, name = member.alias, member.name
     elif client in teachers:
-        code, alias, name = teachers[client], alias_of(client), "the teacher"
+        code, alias, name = teachers[client], alias_of(client, "teacher"), "the teacher"
     elif is_browser(client):
         alias, name = alias_of(client), None
     else:  # an address standing in for a program (no cookie)

@@ -38,3 +38,4 @@ def test_a_member_is_named_as_in_the_class_and_a_program_by_its_kind():
     assert ann["runs"][0]["live"] is True and ann["address"] == "192.0.2.9"
     assert program["alias"] == "a program" and program["runs"][0]["live"] is False
     assert teacher["name"] == "the teacher" and teacher["class"] == "ABCDEF"
+    assert teacher["alias"].startswith("teacher-")
