@@ -42,7 +42,7 @@ from app.web.store.postgres import SIGNING_KEY, PostgresRunStore
 from app.web.store.sqlite import RunStore
 from app.web.store.teachers import SharedTeacherTokens, TeacherTokens
 
-from .routers import api, classes, docs, metrics, pages, runs
+from .routers import admin, api, classes, docs, metrics, pages, runs
 from .settings import Settings
 from .trusted_proxies import warn_if_local_users_trusted
 
@@ -133,6 +133,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     app.include_router(pages.router)
     app.include_router(docs.router)
     app.include_router(metrics.router)
+    app.include_router(admin.router)
     return app
 
 

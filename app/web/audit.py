@@ -1,6 +1,6 @@
 """Audit lines: one log line for each action that changes who may do what here (a class started
-or ended, a member removed) and each token refused, on the logger `autograd_lab.audit`, with
-the request's id (http/request_ids.py).
+or ended, a member removed, a run stopped from the admin page) and each token refused, on the
+logger `autograd_lab.audit`, with the request's id (http/request_ids.py).
 
 A line is `EVENT key=value ... request=ID`. Values come from requests (a path, an alias), so
 each is cut to 200 characters and written as a JSON string where it holds anything but plain

@@ -38,7 +38,7 @@ from app.web.runs.sandbox_status import sandbox_status
 
 from .errors import AppError
 
-__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_metrics_reader", "check_teacher",
+__all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_admin", "check_metrics_reader", "check_teacher",
            "check_uploader", "class_grant", "has_token", "token_holder", "upload_policy"]
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -177,3 +177,20 @@ def check_metrics_reader(request: Request) -> None:
     say how busy the server is and who is refused); without one, anyone who can reach it, as
     for /healthz (the setting is off by default)."""
     _require_token(request, "reading the metrics")
+
+
+def check_admin(request: Request) -> str:
+    """Who may see and act on the whole server (the admin page, routers/admin.py): the
+    server's token's holder or a named teacher; without a token, as for starting a class, only
+    a person on the machine of a server bound to loopback. Their name, as `token_holder` says
+    it ("this_machine" for that person)."""
+    settings = request.app.state.settings
+    if settings.token:
+        _require_token(request, "the admin page")
+        return token_holder(request) or ""
+    if not (is_loopback(settings.host) and is_loopback(_client(request))):
+        raise AppError(403, "this server is reachable from other hosts and has no token, so "
+                            "nobody here may use its admin page; start it with "
+                            f"`autograd-lab serve --host {settings.host} --token SECRET` and "
+                            "give that token here", "no_token_configured")
+    return "this_machine"

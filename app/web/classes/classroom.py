@@ -72,6 +72,10 @@ class Classroom(Protocol):
                      address: str = "") -> None:
         """Count it out again (the stream ended)."""
 
+    async def open_classes(self) -> list[tuple[ClassState, int]]:
+        """Every open class, oldest first, with how many people follow it (over every web
+        process that serves it): the admin page's list (admin/overview.py)."""
+
     async def listen(self) -> None:
         """Until cancelled, hear what other processes changed (returns at once where no other
         process shares the classes)."""

@@ -90,6 +90,12 @@ class InProcessClassroom(ProcessStreams):
         self.sessions.pop(session.code, None)
 
 
+    async def open_classes(self) -> list[tuple[ClassState, int]]:
+        self._expire()
+        held = sorted((s for s in self.sessions.values() if not s.ended),
+                      key=lambda s: s.state.created)
+        return [(s.state, len(s.followers)) for s in held]
+
     async def listen(self) -> None:
         """No other process shares these classes: nothing to hear."""
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -58,6 +59,12 @@ DOWN = ("the class's database cannot be reached just now, so this was not done: 
 # routes' calls waiting for the database at once, past which a class request is refused (503)
 # rather than queued: each holds a browser's request open, and the pool serves 8 at a time
 WAITING_MAX = 64
+# each process's count of followers per class, written to `class_followers` this often when it
+# moved (and at least every FOLLOWERS_KEEP_S): the admin page sums the rows seen within
+# FOLLOWERS_SEEN_S, so a process that died stops counting
+FOLLOWERS_EVERY_S = 2.0
+FOLLOWERS_KEEP_S = 10.0
+FOLLOWERS_SEEN_S = 30
 
 
 class SharedClassroom(ProcessStreams):
@@ -75,6 +82,7 @@ class SharedClassroom(ProcessStreams):
         self._threads = concurrent.futures.ThreadPoolExecutor(
             database.pool_size, thread_name_prefix="autograd-lab-classes")
         self._waiting = 0  # routes' calls in those threads or waiting for one
+        self.process = secrets.token_hex(8)  # this process's rows in `class_followers`
 
     @contextmanager
     def _transaction(self) -> Iterator:
@@ -250,6 +258,50 @@ class SharedClassroom(ProcessStreams):
         shared = sum(int(r[0] or 0) for r in rows)
         return max(self.people_per_address, shared)
 
+    async def open_classes(self) -> list[tuple[ClassState, int]]:
+        """Every open class, from the table, with its followers: this process's own as they
+        are now, every other live process's as it last reported them (`_report_followers`)."""
+        rows = await self._off_loop(self._open_rows)
+        out = []
+        for data, elsewhere in rows:
+            state = ClassState.from_dict(data)
+            held = self.sessions.get(state.code)
+            out.append((state, int(elsewhere) + (len(held.followers) if held else 0)))
+        return out
+
+    def _open_rows(self) -> list[tuple[dict, int]]:
+        with self._transaction() as db:
+            return db.execute(
+                "SELECT c.state, COALESCE((SELECT SUM(f.followers) FROM class_followers f "
+                "WHERE f.code = c.code AND f.process <> %s AND f.seen > now() - "
+                "make_interval(secs => %s)), 0) FROM classes c WHERE NOT c.ended "
+                "ORDER BY (c.state->>'created')::float",
+                (self.process, FOLLOWERS_SEEN_S)).fetchall()
+
+    async def _report_followers(self) -> None:
+        """Until cancelled: this process's followers per class, written to `class_followers`
+        when they moved, and again now and then so the rows stay seen."""
+        loop = asyncio.get_running_loop()
+        told, at = None, 0.0
+        while True:
+            counts = {code: len(s.followers) for code, s in self.sessions.items()
+                      if s.followers and not s.ended}
+            if counts != told or loop.time() - at >= FOLLOWERS_KEEP_S:
+                try:
+                    await self._off_loop(self._write_followers, counts)
+                    told, at = counts, loop.time()
+                except Exception:  # noqa: BLE001 - the database away: tried again next time
+                    log.debug("could not report the followers", exc_info=True)
+            await asyncio.sleep(FOLLOWERS_EVERY_S)
+
+    def _write_followers(self, counts: dict[str, int]) -> None:
+        with self._transaction() as db:
+            db.execute("DELETE FROM class_followers WHERE process = %s OR seen < now() - "
+                       "make_interval(secs => %s)", (self.process, 3600))
+            for code, followers in counts.items():
+                db.execute("INSERT INTO class_followers (process, code, followers) "
+                           "VALUES (%s, %s, %s)", (self.process, code, followers))
+
     # ---- hearing of other processes' changes -----------------------------------------------------
 
     async def listen(self) -> None:
@@ -259,6 +311,13 @@ class SharedClassroom(ProcessStreams):
         missed meanwhile)."""
         import psycopg
 
+        reporting = asyncio.create_task(self._report_followers())
+        try:
+            await self._listen(psycopg)
+        finally:
+            reporting.cancel()
+
+    async def _listen(self, psycopg) -> None:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(

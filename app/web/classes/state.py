@@ -160,6 +160,9 @@ class ClassState:
     """Everything about one class that every web process must agree on."""
     code: str
     teacher: str  # the client key (client_keys.py) of the browser that started it
+    # who started it, as the admin page names them (admin/overview.py): "token" for the
+    # server's token, "teacher:NAME" for a named teacher's, "this_machine" without a token
+    teacher_name: str = ""
     created: float = field(default_factory=time.time)  # wall clock: every process's
     version: int = 0  # changes every reader sees
     audience: int = 0  # changes only the teacher sees: the tally, who joined, names
@@ -285,6 +288,11 @@ class ClassState:
         member.renames += 1
         self.audience += 1  # the teacher's lists show it
         return unique
+
+    def name_teacher(self, holder: str) -> None:
+        """Who started the class (auth.token_holder's word), for the admin page; no reader's
+        mark moves: nobody's page shows it."""
+        self.teacher_name = holder[:200]
 
     def knows(self, client: str) -> bool:
         return client == self.teacher or client in self.members

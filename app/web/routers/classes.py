@@ -85,8 +85,10 @@ async def start_class(request: Request, _: TeacherOnly, classroom: ClassroomDep,
                             "browser's session cookie", "no_cookie")
     session = await classroom.start(client)
     # who may start one: the token's holder, or the person of a tokenless loopback server
-    audit("class_started", code=session.code, by=token_holder(request) or "this_machine",
-          address=address)
+    by = token_holder(request) or "this_machine"
+    if session.state.teacher_name != by:  # the admin page names who teaches it
+        await classroom.change(session, lambda s: s.name_teacher(by))
+    audit("class_started", code=session.code, by=by, address=address)
     return session.snapshot(client)
 
 

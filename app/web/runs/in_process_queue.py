@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from app.format import Trace, error_record, new_document
@@ -167,6 +168,18 @@ class InProcessQueue:
 
     def line(self) -> dict:
         return {"takers": "this process's upload lane", **self.book.line()}
+
+    def latest(self, limit: int) -> list[dict]:
+        now, wall = time.monotonic(), time.time()
+        runs = {j.id: {"id": j.id, "client": j.client, "address": j.address, "name": j.name,
+                       "state": j.state, "age_s": round(now - j.created, 1)}
+                for j in self.book.jobs()}
+        for row in self.store.owned(limit):  # older ones: only the store knows them now
+            runs.setdefault(row["id"], {"id": row["id"], "client": row["owner"],
+                                        "address": row["address"], "name": row["name"],
+                                        "state": "stored",
+                                        "age_s": round(max(0.0, wall - row["created"]), 1)})
+        return sorted(runs.values(), key=lambda r: r["age_s"])[:limit]
 
     def recent(self, run_id: str) -> Trace | None:
         job = self.book.get(run_id)

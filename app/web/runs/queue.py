@@ -90,6 +90,12 @@ class RunQueue(Protocol):
         longest a waiting run has waited, or None), and "upload_hosts" in the shared mode}.
         Raises StoreUnavailable where the line is in a database that does not answer."""
 
+    def latest(self, limit: int) -> list[dict]:
+        """The admin page's runs (admin/people.py): the `limit` sent last, newest first, each
+        {id, client (whose: its client key), address, name, state (queued, running, done,
+        stopped, failed; "stored" for one only the run store still knows), age_s (seconds
+        since it was sent)}."""
+
     def recent(self, run_id: str) -> Trace | None:
         """Its Trace as the store kept it, while this process still holds it parsed (a run
         that just ended); None otherwise: the store is asked. The page asks for its drawings

@@ -124,6 +124,11 @@ class RunBook:
         with self._lock:
             return self._jobs.get(run_id)
 
+    def jobs(self) -> list[BookedRun]:
+        """Every run in the book now: waiting, running, and those ended in the last minutes."""
+        with self._lock:
+            return list(self._jobs.values())
+
     def close(self, job: BookedRun, state: str) -> None:
         job.state, job.finished = state, time.monotonic()
         job.done.set()

@@ -275,6 +275,14 @@ class SharedQueue:
                                                     "refused (503) until one starts"))
         return report
 
+    def latest(self, limit: int) -> list[dict]:
+        with self.store.database.transaction() as db:
+            rows = db.execute("SELECT id, client, address, name, state, "
+                              "EXTRACT(EPOCH FROM now() - created)::float FROM uploads "
+                              "ORDER BY seq DESC LIMIT %s", (limit,)).fetchall()
+        return [{"id": i, "client": c, "address": a, "name": n, "state": s,
+                 "age_s": round(age, 1)} for i, c, a, n, s, age in rows]
+
     def owner(self, run_id: str) -> str | None:
         with self.store.database.transaction() as db:
             row = db.execute("SELECT client FROM uploads WHERE id = %s", (run_id,)).fetchone()

@@ -61,6 +61,10 @@ class UploadService:
         """For /healthz: who takes uploads and how their line stands (RunQueue.line)."""
         return self.queue.line()
 
+    def latest(self, limit: int) -> list[dict]:
+        """The runs sent last, newest first (RunQueue.latest): the admin page's."""
+        return self.queue.latest(limit)
+
     def recent(self, run_id: str) -> Trace | None:
         """The run's Trace while the queue still holds it parsed (see RunQueue.recent)."""
         return self.queue.recent(run_id)

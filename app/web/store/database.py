@@ -186,9 +186,22 @@ _RUN_ADDRESSES = """
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS address TEXT NOT NULL DEFAULT '';
 """
 
+# Step 6: how many people follow each class on each web process (classes/shared.py reports its
+# own every few seconds), so the admin page counts a class's followers over all of them. A new
+# table: a process of the release before never reads it.
+_CLASS_FOLLOWERS = """
+CREATE TABLE IF NOT EXISTS class_followers (
+    process TEXT NOT NULL,
+    code TEXT NOT NULL,
+    followers INTEGER NOT NULL,
+    seen TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (process, code)
+);
+"""
+
 # The schema's steps, in order: step n is STEPS[n - 1]. Append; never edit a released one.
 STEPS: tuple[str, ...] = (_TABLES_OF_THE_FIRST_RELEASES, _SCENARIO_TRACES, _RUN_OWNERS,
-                          _TEACHER_TOKENS, _RUN_ADDRESSES)
+                          _TEACHER_TOKENS, _RUN_ADDRESSES, _CLASS_FOLLOWERS)
 
 _VERSIONS = """
 CREATE TABLE IF NOT EXISTS autograd_lab_schema (

@@ -332,6 +332,17 @@ class RunStore:
         with self._connect() as db:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
+    def owned(self, limit: int) -> list[dict]:
+        """The `limit` runs stored last that someone sent (not the scenarios'), newest first:
+        {id, name, created (wall clock), owner (its client key), address}. The admin page's
+        runs per person (admin/people.py)."""
+        with self._connect() as db:
+            rows = db.execute("SELECT r.id, r.name, r.created, o.owner, o.address FROM runs r "
+                              "JOIN run_owners o ON o.id = r.id WHERE o.owner <> '' "
+                              "ORDER BY r.rowid DESC LIMIT ?", (limit,)).fetchall()
+        return [{"id": i, "name": n, "created": c, "owner": o, "address": a}
+                for i, n, c, o, a in rows]
+
     def pin(self, run_id: str, seconds: float = PIN_S) -> None:
         """Keep the run for `seconds` whatever the bounds (a run sent to a class's teacher)."""
         with self._lock, self._connect() as db:

@@ -228,3 +228,21 @@ def test_a_change_wakes_a_waiting_stream_and_a_teacher_only_change_does_not(room
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         slept, woken = pool.submit(asyncio.run, scenario()).result(timeout=60)
     assert slept and woken
+
+
+def test_open_classes_lists_each_open_class_with_its_members_and_followers(room):
+    """The admin page's list (admin/overview.py): open classes only, oldest first, each with
+    its members, who started it, and the people following it now."""
+    first = room.start(TEACHER)
+    room.change(first, lambda s: s.name_teacher("teacher:ana"))
+    second = room.start("cookie:other-teacher")
+    room.get(first.code, "10.0.0.2", "cookie:ann")
+    room.open_stream(first, "cookie:ann", True, "10.0.0.2")
+    listed = room.open_classes()
+    assert [state.code for state, _ in listed] == [first.code, second.code]
+    (state, followers), (_, none) = listed
+    assert list(state.members) == ["cookie:ann"] and state.teacher_name == "teacher:ana"
+    assert (followers, none) == (1, 0)
+    room.close_stream(first, "cookie:ann", True, "10.0.0.2")
+    room.end(second)
+    assert [(s.code, n) for s, n in room.open_classes()] == [(first.code, 0)]

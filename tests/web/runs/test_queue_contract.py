@@ -240,3 +240,18 @@ def test_whose_run_it_is_is_remembered_after_it_ended(queue, under_test):
     result(queue, run_id)
     assert queue.started_by(run_id) == "ann"
     assert queue.started_by("never-sent") is None
+
+
+def test_the_latest_runs_say_whose_each_is_newest_first(queue, under_test):
+    """The admin page's runs per person (RunQueue.latest): each run's person, name and state,
+    the newest first, at most as many as asked for."""
+    first = submit(queue, "ann", SMALL)
+    result(queue, first)
+    second = submit(queue, "bob", LOOP)
+    wait_for(lambda: state(queue, second) == "running")
+    latest = queue.latest(500)
+    mine = [r for r in latest if r["id"] in (first, second)]
+    assert [(r["id"], r["client"]) for r in mine] == [(second, "bob"), (first, "ann")]
+    assert mine[0]["state"] == "running" and mine[1]["state"] in ("done", "stored")
+    assert all(r["age_s"] >= 0 for r in mine)
+    assert len(queue.latest(1)) == 1 and queue.latest(1)[0]["id"] == second
