@@ -252,7 +252,9 @@ async function render({ model, el }) {
   }
 
   /** Draw the model's drawing of its event (first, and each time the kernel sends another). */
+  let draws = 0;
   async function draw() {
+    const generation = ++draws; // a later drawing wins over one still being laid out
     const index = model.get("event");
     const pass = shownView ? { index: null, kind: "view", graph: shownView.graph } :
       doc.events.find((e) => e.index === index);
@@ -260,6 +262,7 @@ async function render({ model, el }) {
     if (pass) {
       try {
         svg = await drawing(model, (text) => fill(details, h("p.hint", {}, text)));
+        if (generation !== draws) return;
       } catch (err) {
         fill(details, h("p.hint", {}, `The graph could not be laid out in the browser: ${err.message}`));
         graphBox.hidden = true;
