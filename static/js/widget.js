@@ -218,7 +218,8 @@ async function render({ model, el }) {
   pick = (d) => {
     const param = (d.params || []).find((p) => !shownView && doc.params[p]);
     const node = (d.nodes || []).find((id) => byId.has(id));
-    if (param) update({ param, node: null });
+    const drawnParam = param && event.graph.nodes.find((n) => n.param === param && graph.nodes.has(n.id));
+    if (param) { update({ param, node: null }); if (drawnParam) graph.revealNow(drawnParam.id); }
     else if (node) { update({ node, param: null }); graph.revealNow(node); }
   };
   buttons.first.onclick = () => update({ step: 0, node: null });
@@ -226,9 +227,23 @@ async function render({ model, el }) {
   buttons.next.onclick = () => update({ step: Math.min(event.order.length, (view.step ?? 0) + 1), node: null });
   buttons.last.onclick = () => update({ step: event.order.length, node: null });
   buttons.stop.onclick = () => update({ step: null });
-  zoom.in.onclick = () => graph.zoomIn();
-  zoom.out.onclick = () => graph.zoomOut();
-  zoom.fit.onclick = () => graph.fit();
+  // the opening view is given again each time the graph comes into view (below) until the
+  // person moves it: JupyterLab lays out a cell's output only once it is scrolled to, and a
+  // widget drawn before that measured a box of no size
+  let touched = false;
+  const touch = () => { touched = true; };
+  graphBox.addEventListener("pointerdown", touch, true);
+  graphBox.addEventListener("keydown", touch, true);
+  zoom.in.onclick = () => { touch(); graph.zoomIn(); };
+  zoom.out.onclick = () => { touch(); graph.zoomOut(); };
+  zoom.fit.onclick = () => { touch(); graph.fit(); };
+  let shownSvg = "";
+  const seen = new IntersectionObserver((entries) => {
+    if (touched || !shownSvg || !entries.some((e) => e.isIntersecting && e.boundingClientRect.width > 0)) return;
+    boxHeight = sizeBox(shownSvg);
+    graph.resized();
+    opening();
+  });
 
   /** The graph's box: as tall as the drawing at readable labels, within bounds. */
   function sizeBox(svg) {
@@ -241,13 +256,33 @@ async function render({ model, el }) {
     return Math.max(BOX_MIN, Math.min(most, Math.ceil(size.h * zoomed + 16)));
   }
 
-  /** The view the graph opens on: the loss and the parameters whole, at readable labels where
-   *  they fit at that, else the loss (graph.js open). */
+  /** The view the graph opens on (graph.js open): the whole graph where its labels are then
+   *  OPEN_FLOOR px or more; else the loss (the output) and the parameters nearest it, as many
+   *  as fit whole in the box at labels of OPEN_FLOOR px. */
   function opening() {
-    const ids = event.graph.nodes.filter((n) => n.kind === "output" || n.kind === "param").map((n) => n.id)
-      .filter((id) => graph.nodes.has(id));
-    const output = ids.filter((id) => byId.get(id).kind === "output");
-    const focus = [...output, ...ids.filter((id) => !output.includes(id))];
+    const drawn = (kind) => event.graph.nodes.filter((n) => n.kind === kind && graph.nodes.has(n.id)).map((n) => n.id);
+    const output = drawn("output");
+    const boxes = new Map([...output, ...drawn("param")].map((id) => [id, graph.contentBox(id)]).filter(([, b]) => b));
+    const middle = (b) => ({ x: (b.x0 + b.x1) / 2, y: (b.y0 + b.y1) / 2 });
+    const from = output.length && boxes.has(output[0]) ? middle(boxes.get(output[0])) : null;
+    const params = drawn("param").filter((id) => boxes.has(id));
+    if (from) {
+      const away = (id) => { const m = middle(boxes.get(id)); return Math.hypot(m.x - from.x, m.y - from.y); };
+      params.sort((a, b) => away(a) - away(b));
+    }
+    // in drawing units, the room the box has at labels of OPEN_FLOOR px (graph.js PAD aside)
+    const scale = OPEN_FLOOR / graph.unit;
+    const room = { w: (graphBox.clientWidth - 16) / scale, h: (graphBox.clientHeight - 16) / scale };
+    const focus = output.filter((id) => boxes.has(id));
+    let box = focus.length ? { ...boxes.get(focus[0]) } : null;
+    for (const id of params) {
+      const b = boxes.get(id);
+      const grown = box ? { x0: Math.min(box.x0, b.x0), y0: Math.min(box.y0, b.y0),
+        x1: Math.max(box.x1, b.x1), y1: Math.max(box.y1, b.y1) } : { ...b };
+      if (grown.x1 - grown.x0 > room.w || grown.y1 - grown.y0 > room.h) continue;
+      box = grown;
+      focus.push(id);
+    }
     graph.open({ focus, floor: OPEN_FLOOR, comfy: OPEN_COMFY, most: OPEN_COMFY * 1.3 });
   }
 
@@ -284,6 +319,8 @@ async function render({ model, el }) {
     boxHeight = sizeBox(svg);
     graph.fitHeight();
     graph.show(svg, event, doc.diagnostics);
+    shownSvg = svg;
+    touched = false;
     opening();
     renderEvents();
     renderLayoutBar();
@@ -294,7 +331,8 @@ async function render({ model, el }) {
     if (model.get("problem")) fill(details, h("p.hint", {}, model.get("problem")));
   });
   await draw();
-  return () => graph.destroy();
+  seen.observe(graphBox);
+  return () => { seen.disconnect(); graph.destroy(); };
 }
 
 export default { render };

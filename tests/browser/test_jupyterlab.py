@@ -84,7 +84,10 @@ model = Net()
 x, y = torch.randn(5, 4), torch.randn(5, 1)"""
 TRAIN_CELL = ("%%autograd_lab\nloss = nn.functional.mse_loss(model(x), y)\nloss.backward()\n"
               "model.head(x).pow(2).sum().backward()")
-CONTROL_CELLS = [MODEL_CELL, TRAIN_CELL]
+# a deep chain drawn node by node: far taller than any box, its parameters all down its length
+DEEP_CELL = ("%%autograd_lab\nchain = nn.Sequential(*[nn.Linear(4, 4) for _ in range(40)])\n"
+             "chain(x).sum().backward()")
+CONTROL_CELLS = [MODEL_CELL, TRAIN_CELL, DEEP_CELL]
 NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS, "failing.ipynb": FAILING_CELLS,
              "saved.ipynb": CELLS, "controls.ipynb": CONTROL_CELLS}
 
@@ -436,7 +439,7 @@ def controls(browser, lab):
     try:
         _run_all(page, base, token, "controls.ipynb")
         page.wait_for_function(DONE, arg=len(CONTROL_CELLS))
-        widget = page.locator(f"{_shown(page)} .autograd-lab-widget")
+        widget = page.locator(f"{_shown(page)} .autograd-lab-widget").first
         widget.locator(".widget-graph svg g.node").first.wait_for()
         widget.evaluate("el => el.scrollIntoView({block: 'start'})")
     except Exception:
@@ -560,7 +563,7 @@ def test_a_node_of_a_model_from_another_cell_says_that_cell_s_line(controls):
         ns = _plain_model()
         counts = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets"
                                ".map((c) => c.model.executionCount)")
-        model_cell, traced_cell = counts
+        model_cell, traced_cell = counts[:2]
         # where Python compiled the head's call in Net.forward: the line its `self.head` is on
         head_line = next(i.positions.lineno for i in dis.get_instructions(ns["Net"].forward)
                          if i.argval == "head")
@@ -649,4 +652,36 @@ def test_opening_a_fold_shows_its_blocks(controls):
         graph.locator("g.node.kind-fold").wait_for()
     except Exception:
         _shot(page, "jupyterlab-widget-fold-failed.png")
+        raise
+
+
+def test_a_tall_graph_opens_on_its_loss_and_the_parameters_nearest_it_whole(controls):
+    page, _ = controls
+    try:
+        deep = page.locator(f"{_shown(page)} .autograd-lab-widget").nth(1)
+        page.evaluate(SCROLL_TO_LAST)
+        graph = deep.locator(".widget-graph")
+        graph.locator("svg g.node").first.wait_for()
+        graph.evaluate("el => el.scrollIntoView({block: 'center'})")
+        area = _box_of(graph)
+        # as tall as the window allows (80% of its 1000 px), not the 300 px that cropped
+        assert 700 <= area["height"] <= 800 + 1
+        # the loss, whole, and the last layer's weight and bias (the parameters nearest it:
+        # PyTorch's module names for them)
+        import torch
+
+        chain = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(40)])
+        last = [n for n, _ in chain.named_parameters() if n.startswith(f"{len(chain) - 1}.")]
+        assert len(last) == 2
+        assert _inside(_box_of(graph.locator("svg g.node.kind-output")), area)
+        for name in last:
+            node = graph.locator(f"svg g.node.kind-param[aria-label^='chain.{name} (']")
+            assert _inside(_box_of(node), area), name
+        # at labels of 7 px or more on screen
+        sizes = graph.evaluate("""el => [...el.querySelectorAll('svg g.node text[font-size]')]
+            .map((t) => parseFloat(t.getAttribute('font-size')) * t.getScreenCTM().a)""")
+        assert min(sizes) >= 7 - 0.01
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-widget-tall.png"))
+    except Exception:
+        _shot(page, "jupyterlab-widget-tall-failed.png")
         raise
