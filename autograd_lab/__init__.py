@@ -25,7 +25,7 @@ def load_ipython_extension(ip) -> None:
         # IPython's own syntax in the cell (`!ls`, `%time`) becomes Python, as in any cell
         above, number = _this_cell(ip, line, cell)
         display(run_cell(line, ip.transform_cell(cell), ip.user_ns, above=above, number=number,
-                         notebook=_notebook_name(ip)))
+                         notebook=_notebook_name(ip), cells=_cell_files(ip)))
 
     autograd_lab.__doc__ = (
         "%%autograd_lab [--event N] [--layout flat|modules] [--draw kernel|browser] "
@@ -54,6 +54,14 @@ def _this_cell(ip, line: str, cell: str) -> tuple[str, int | None]:
             "\n".join(lines[at + 1:]).rstrip() != cell.rstrip():
         return magic, None
     return "\n".join(lines[:at + 1]), len(history) - 1
+
+
+def _cell_files(ip) -> dict[str, int]:
+    """The file name IPython compiled each earlier cell under -> its execution count, as its
+    tracebacks say "Cell In[3]" (IPython's CachingCompiler keeps the map); empty where the
+    shell has none."""
+    found = getattr(getattr(ip, "compile", None), "_filename_map", None)
+    return dict(found) if isinstance(found, dict) else {}
 
 
 def _notebook_name(ip) -> str | None:

@@ -66,6 +66,10 @@ class Drawing:
     problem: str | None = None  # why there is no drawing at all, or no static one
     said: str | None = None     # what was drawn: "backward pass of 12 node(s)"
     view: int | None = None     # the Trace's view drawn (show(tensor)), not a backward pass
+    # the drawn modules and folds (app/render/group.py's unit nodes: id, kind, name, path,
+    # counts), which the live view opens on a click, and the paths opened to draw it
+    units: list = field(default_factory=list)
+    opened: list = field(default_factory=list)
 
 
 @dataclass
@@ -135,6 +139,14 @@ class TraceDisplay:
             static["text/plain"] += f"\n(the live view could not be made: {exc})"
         return static, live
 
+    def redraw(self, event: int | None, opened: list[str]) -> Drawing:
+        """The live view's drawing of backward pass `event` with the module and fold paths
+        `opened` open (the page's "click a module to open it", its event buttons)."""
+        if event is not None and not any(e.get("index") == event and e.get("kind") == "backward"
+                                         for e in self.trace.get("events") or ()):
+            return Drawing(problem=f"No drawing: this run has no backward pass {event}.")
+        return self._drawing(event, frozenset(opened))
+
     def _widget(self, drawing: Drawing, summary: str):
         """The anywidget of the drawn backward pass or view (widget.py), or None: no anywidget
         here (the `notebook` extra), or nothing drawn."""
@@ -149,7 +161,9 @@ class TraceDisplay:
             return None
         self.live = TraceWidget(self.trace, event=index, view=drawing.view, svg=drawing.svg,
                                 dot=drawing.dot, summary=summary, link=self.link,
-                                static_id=self.static_id)
+                                static_id=self.static_id, units=drawing.units,
+                                opened=drawing.opened,
+                                redraw=self.redraw if drawing.view is None else None)
         return self.live
 
     def summary(self, drawn: str | None = None) -> str:
@@ -193,41 +207,51 @@ class TraceDisplay:
         failed = [e["index"] for e in backward if e.get("error")]
         return failed[-1] if failed else (backward[0]["index"] if backward else None)
 
-    def _graph(self) -> tuple[dict, str, int | None]:
-        """The graph to draw, what it is, and which view it is: the chosen backward event (view
-        None), else the first view."""
+    def _graph(self, event: int | None = None) -> tuple[dict, str, int | None]:
+        """The graph to draw, what it is, and which view it is: backward pass `event`, else
+        the chosen backward event (view None), else the first view."""
         doc = self.trace
         has_backward = any(e.get("kind") == "backward" for e in doc.get("events") or [])
+        if event is not None:
+            return event_graph(doc, event), "backward pass", None
         if self.event is not None or has_backward or not doc.get("views"):
             graph = event_graph(doc, self._event())
             return graph, "backward pass", None
         return event_graph(doc, view=0), "graph", 0
 
-    def _drawing(self) -> Drawing:
+    def _drawing(self, event: int | None = None,
+                 opened: frozenset[str] = frozenset()) -> Drawing:
         try:
-            graph, what, view = self._graph()
+            graph, what, view = self._graph(event)
         except EventNotFound as exc:
             return Drawing(problem=None if self.event is None else f"No drawing: {exc}.")
         nodes = sum(1 for n in graph["nodes"] if n.get("kind") != "output")
-        grouping = self._grouping(graph)
+        grouping = self._grouping(graph, opened)
         drawn = graph if grouping.flat else group_graph(graph, grouping)
         said = f"{what} of {nodes} node(s)" + ("" if grouping.flat else ", drawn by module")
+        units = [n for n in drawn["nodes"] if n.get("kind") in ("module", "fold")]
+        kept = {"said": said, "view": view, "units": units, "opened": sorted(grouping.opened)}
         in_browser = self.draw == "browser" or (self.draw is None and not has_dot())
         try:
             if in_browser:
-                return Drawing(dot=drawable_dot(drawn), said=said, view=view,
+                return Drawing(dot=drawable_dot(drawn), **kept,
                                problem=None if self.draw == "browser" else NO_DOT)
-            return Drawing(svg=render_graph(drawn).decode("utf-8"), said=said, view=view)
+            return Drawing(svg=render_graph(drawn).decode("utf-8"), **kept)
         except RenderError as exc:
             return Drawing(problem=f"No drawing: {exc}", said=said)
 
-    def _grouping(self, graph: dict) -> Grouping:
+    def _grouping(self, graph: dict, opened: frozenset[str] = frozenset()) -> Grouping:
+        """As the page chooses (app/render/group.py): flat when small, by module when big or
+        asked, with `opened` paths open (those the graph has) at the depth it opened with, as
+        the page keeps it (trace_page.js openUnit)."""
         if self.layout == "flat":
             return FLAT
         grouping = choose_grouping(graph)
         if self.layout == "modules" and grouping.flat:
-            return Grouping(depth=1)
-        return grouping
+            return choose_grouping(graph, depth=1, opened=opened)
+        if grouping.flat or not opened:
+            return grouping
+        return choose_grouping(graph, depth=grouping.depth or 0, opened=opened)
 
     def _html(self, svg: str | None, lines: list[str]) -> str:
         # every string here may be the person's own (a node label, a script name, an error)

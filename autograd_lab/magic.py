@@ -41,10 +41,13 @@ def parse_line(line: str) -> argparse.Namespace:
 
 
 def run_cell(line: str, cell: str, namespace: dict, *, above: str = "%%autograd_lab",
-             number: int | None = None, notebook: str | None = None) -> TraceDisplay:
+             number: int | None = None, notebook: str | None = None,
+             cells: dict[str, int] | None = None) -> TraceDisplay:
     """Trace the cell in `namespace`. `above`: the cell's lines above `cell` (its magic line),
     so that its lines are counted as the person sees them; `number`: the cell's execution count,
-    its lines then said "cell N, line M". A failure is said first (failure.py), then what the
+    its lines then said "cell N, line M"; `cells`: the kernel's other cells by the file each was
+    compiled under -> execution count, so that code written there says its own "cell N, line M"
+    (trace_source). A failure is said first (failure.py), then what the
     cell printed when it ends, less anomaly mode's forward traceback (kept in the Trace)."""
     from IPython.display import display
 
@@ -52,7 +55,8 @@ def run_cell(line: str, cell: str, namespace: dict, *, above: str = "%%autograd_
 
     options = parse_line(line)
     reports: list[str] = []
-    doc = trace_source(cell, namespace, name=options.name, above=above, anomaly_reports=reports)
+    doc = trace_source(cell, namespace, name=options.name, above=above, anomaly_reports=reports,
+                       cells=cells)
     if number is not None and number >= 1:
         doc["script"]["notebook"] = cell_map(doc["script"]["source"], number, notebook)
     if doc["error"]:

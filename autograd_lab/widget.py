@@ -18,6 +18,7 @@ import base64
 import gzip
 import json
 import re
+from collections.abc import Callable
 from functools import cache
 
 import anywidget
@@ -101,18 +102,60 @@ class TraceWidget(anywidget.AnyWidget):
     kinds = traitlets.Dict().tag(sync=True)
     # the static output's id (display.py): hidden while this live view runs, not to be seen twice
     static_id = traitlets.Unicode("").tag(sync=True)
+    # the drawn modules and folds (app/render/group.py's unit nodes), opened by a click, and
+    # the paths open in this drawing
+    units = traitlets.List().tag(sync=True)
+    opened = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    # what the view asks the kernel to draw: {"event": N, "opened": [paths]} (an event button,
+    # a click on a module); `drawn` counts the drawings sent, `problem` says why one was not
+    asked = traitlets.Dict().tag(sync=True)
+    drawn = traitlets.Int(0).tag(sync=True)
+    problem = traitlets.Unicode("").tag(sync=True)
+    # whether the kernel can draw another pass or opening (a view of show(tensor) cannot)
+    redraws = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, trace: dict, *, event: int | None, svg: str | None, summary: str,
                  link: str | None = None, dot: str | None = None,
-                 view: int | None = None, static_id: str = "") -> None:
+                 view: int | None = None, static_id: str = "", units: list | None = None,
+                 opened: list | None = None,
+                 redraw: Callable[[int | None, list[str]], object] | None = None) -> None:
         in_browser = not svg and bool(dot)
+        self._redraw = redraw
         super().__init__(_esm=page_module("widget.js"), css=_css(), pan_zoom_js=_pan_zoom(),
                          kinds=dict(KINDS),
                          # json_text: NaN as null (a browser's JSON.parse takes no NaN)
                          trace_gz=gzip.compress(json_text.dumps(trace), 6),
                          event=event, view=view, svg=svg or "", summary=summary, link=link or "",
                          dot=dot if in_browser else "", static_id=static_id,
-                         graphviz_gz=graphviz_gz() if in_browser else b"")
+                         graphviz_gz=graphviz_gz() if in_browser else b"",
+                         units=list(units or []), opened=list(opened or []),
+                         redraws=redraw is not None)
+
+    @traitlets.observe("asked")
+    def _draw_asked(self, change) -> None:
+        """Draw what the view asked for and send it as one change (`drawn` last: the view
+        redraws once, with every part of the new drawing in place)."""
+        asked = change["new"] or {}
+        event, opened = asked.get("event", self.event), asked.get("opened") or []
+        if self._redraw is None:
+            return
+        if not (event is None or (isinstance(event, int) and not isinstance(event, bool))) or \
+                not isinstance(opened, list) or not all(isinstance(p, str) for p in opened):
+            self.problem = "The view asked for a drawing the kernel cannot read: draw it again."
+            return
+        drawing = self._redraw(event, opened[:200])
+        svg, dot = getattr(drawing, "svg", None), getattr(drawing, "dot", None)
+        if not svg and not dot:
+            self.problem = getattr(drawing, "problem", None) or "No drawing."
+            return
+        in_browser = not svg
+        with self.hold_sync():
+            self.svg, self.dot = svg or "", dot if in_browser else ""
+            if in_browser and not self.graphviz_gz:
+                self.graphviz_gz = graphviz_gz()
+            self.event, self.units, self.opened = event, drawing.units, drawing.opened
+            self.problem = ""
+            self.drawn += 1
 
     @property
     def trace(self) -> dict:

@@ -89,6 +89,11 @@ class Gradcheck(TypedDict):
     double: NotRequired[DoubleCheck]  # gradgradcheck, when backward cut a create_graph graph
 
 
+class CellLine(TypedDict):
+    cell: int  # a notebook kernel's execution count: JupyterLab's [N]
+    line: int
+
+
 class Node(TypedDict):
     id: str
     name: str
@@ -96,6 +101,8 @@ class Node(TypedDict):
     label: NotRequired[str]
     module: NotRequired[str | None]
     line: NotRequired[int | None]
+    # written in another notebook cell than the one traced (a model defined earlier)
+    cell_line: NotRequired[CellLine]
     param: NotRequired[str]
     shape: NotRequired[list[int]]
     dtype: NotRequired[str]

@@ -39,10 +39,18 @@ def _said_by_cell(doc: dict, graph: dict) -> dict:
     of the nodes (the Trace itself may be held, parsed, for other requests)."""
     script = doc.get("script")
     notebook = script.get("notebook") if isinstance(script, dict) else None
-    if not notebook:
+    if not notebook and not any(n.get("cell_line") for n in graph["nodes"]):
         return graph
-    cells = notebook["cells"]
-    return {**graph, "nodes": [{**n, "where": where(cells, n["line"])} if n.get("line") else n
+    cells = notebook["cells"] if notebook else []
+
+    def said(node: dict) -> str | None:
+        # written in another cell of the kernel (a model defined earlier): that cell's line
+        elsewhere = node.get("cell_line")
+        if elsewhere:
+            return f"cell {elsewhere['cell']}, line {elsewhere['line']}"
+        return where(cells, node["line"]) if node.get("line") and cells else None
+
+    return {**graph, "nodes": [{**n, "where": said(n)} if said(n) else n
                                for n in graph["nodes"]]}
 
 

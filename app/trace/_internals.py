@@ -27,6 +27,7 @@ __all__ = [
     "compiled_region_of",
     "creation_line",
     "LINE_TAG",
+    "CELL_TAG",
     "forward_class",
     "function_apply",
     "is_custom_function_node",
@@ -59,6 +60,9 @@ def node_metadata(fn: Any) -> dict:
 # the script line the recorder tagged a node with when the op that made it returned: cheap,
 # unlike anomaly mode's formatted stack, which is only kept on for small scripts
 LINE_TAG = "autograd_lab.line"
+# (execution count, line) of the notebook cell a node's op is written in, when that is not
+# the traced cell (recorder.py Recorder.cell_files)
+CELL_TAG = "autograd_lab.cell_line"
 
 
 def creation_line(fn: Any, path: str) -> int | None:

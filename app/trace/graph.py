@@ -53,6 +53,9 @@ class Walk:
     checkpoint_frames: dict[int, tuple[int, Any]] = field(default_factory=dict)
     checkpoints: list[dict] = field(default_factory=list)
     truncated: bool = False
+    # op nodes no op of the code returned (the recorder never tagged them: a transpose inside
+    # F.linear): they take another cell's line from their consumer (cell_line)
+    untagged: set[str] = field(default_factory=set)
 
     def document(self) -> dict:
         doc = {
@@ -175,6 +178,10 @@ def _inherit_from_consumers(w: Walk) -> None:
         if node["kind"] in ("op", "custom") and node.get("line") is None \
                 and consumer["kind"] in ("op", "custom") and consumer.get("line") is not None:
             node["line"] = consumer["line"]
+        # made by their consumer's statement, in another cell: that cell's line too
+        if node["id"] in w.untagged and not node.get("cell_line") and consumer.get("cell_line") \
+                and node.get("line") == consumer.get("line"):
+            node["cell_line"] = consumer["cell_line"]
         if (node["kind"] in ("op", "custom") and node.get("module") is None
                 and consumer.get("module") and node.get("line") == consumer.get("line")):
             node["module"] = consumer["module"]
@@ -214,6 +221,11 @@ def _describe_node(fn, node_id, w: Walk, script_path, name_leaf, storage_names) 
     module = meta.get(MODULE_TAG)
     node["module"] = clip(module, MAX_NAME) if isinstance(module, str) else None
     node["line"] = _script_line(fn, script_path)
+    elsewhere = meta.get(internals.CELL_TAG)
+    if isinstance(elsewhere, tuple) and len(elsewhere) == 2:
+        node["cell_line"] = {"cell": elsewhere[0], "line": elsewhere[1]}
+    elif internals.LINE_TAG not in meta:
+        w.untagged.add(node_id)
     node["saved"] = _saved(fn, storage_names, w.storages,
                            packed=bool(meta.get(internals.PACKED_TAG)))
     ref = meta.get(internals.CHECKPOINT_TAG)

@@ -102,6 +102,10 @@ class HookRegistration:
 class Recorder:
     script_path: str
     limits: RecordingLimits = field(default_factory=RecordingLimits)
+    # a notebook's other cells, by the file name IPython compiled each under -> its execution
+    # count: an op written in one of them (a model's forward defined in an earlier cell) is
+    # tagged with that cell's line too (CELL_TAG), not only with the traced cell's calling line
+    cell_files: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.namer = Namer(self.script_path)
@@ -691,6 +695,7 @@ class Recorder:
         is switched off, and the tags alone give each node its line."""
         line = None
         hooked = None
+        elsewhere = None
         path = self._module_path()
         for t in tensors:
             fn = t.grad_fn
@@ -702,7 +707,10 @@ class Recorder:
             if line is None:
                 line = self.current_line() or 0
                 hooked = internals.saving_is_hooked()
+                elsewhere = self._other_cell_line() if self.cell_files else None
             meta[internals.LINE_TAG] = line or None
+            if elsewhere is not None:
+                meta[internals.CELL_TAG] = elsewhere
             if hooked:
                 meta[internals.PACKED_TAG] = True
                 frame = internals.checkpoint_saving()
@@ -714,6 +722,22 @@ class Recorder:
         if self._nodes_made >= ANOMALY_NODES and self.anomaly_off is not None:
             self.anomaly_off()
             self.anomaly_off = None
+
+    def _other_cell_line(self) -> tuple[int, int] | None:
+        """(execution count, line) of the innermost frame in another notebook cell, when it
+        runs inside the traced code (a forward defined in an earlier cell); None when the
+        traced code's own frame is innermost, or is not on the stack (the cell that holds the
+        magic is further out: its frame is no place of an op)."""
+        frame = sys._getframe(2)
+        found = None
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name == self.script_path:
+                return found
+            if found is None and name in self.cell_files:
+                found = self.cell_files[name], frame.f_lineno
+            frame = frame.f_back
+        return None
 
     def _note_inplace(self, name: str, args: tuple, out: Any) -> None:
         target = args[0] if args and isinstance(args[0], torch.Tensor) else None

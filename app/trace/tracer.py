@@ -78,8 +78,8 @@ def run_traced(doc: Trace, source: str, script_path: str,
                start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str = "cpu",
                limits: RecordingLimits | None = None, chosen_root: bool = True,
                after_script: Callable[[], None] | None = None,
-               deadline: float | None = None, anomaly_reports: list[str] | None = None
-               ) -> Trace:
+               deadline: float | None = None, anomaly_reports: list[str] | None = None,
+               cell_files: dict[str, int] | None = None) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
@@ -92,7 +92,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
         doc["error"] = error_record("DeviceUnavailable", problem)
         return doc
 
-    recorder = Recorder(script_path, limits or RecordingLimits())
+    recorder = Recorder(script_path, limits or RecordingLimits(), cell_files=dict(cell_files or {}))
     out, err = CappedText(), CappedText()
     error = None
     saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")

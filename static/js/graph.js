@@ -6,7 +6,7 @@
 import { s } from "./dom.js";
 import { GraphWalk } from "./graph_keys.js";
 import { hookCounts } from "./hook_calls.js";
-import { lineLabel } from "./lines.js";
+import { nodeLineLabel } from "./lines.js";
 import { touchGestures } from "./touch.js";
 
 // Labels are drawn 14 units high at the server's 1x type (app/render/dot.py; the page may ask
@@ -27,9 +27,14 @@ const STATE_CLASSES = ["is-selected", "is-line", "is-current", "is-done", "is-pe
 
 export class GraphView {
   /** `coveredFrom()`: the screen y below which something lies over the graph (a phone's
-   * details sheet), or Infinity. */
-  constructor(container, { onNode, onBackground, coveredFrom = () => Infinity }) {
+   * details sheet), or Infinity. `wheelOnFocus`: the wheel zooms only while the graph has
+   * focus, and else scrolls what holds it (a notebook, widget.js). `boxHeight()`: the graph
+   * area's height in px, where it is not the rest of the first screen (fitHeight). */
+  constructor(container, { onNode, onBackground, coveredFrom = () => Infinity, wheelOnFocus = false,
+    boxHeight = null }) {
     this.container = container;
+    this.wheelOnFocus = wheelOnFocus;
+    this.boxHeight = boxHeight;
     this.onNode = onNode;
     this.onBackground = onBackground;
     this.coveredFrom = coveredFrom;
@@ -44,11 +49,33 @@ export class GraphView {
     container.addEventListener("click", (e) => this.click(e));
     container.addEventListener("keydown", (e) => this.key(e));
     this.walk = new GraphWalk(this); // arrow keys along the edges, one Tab stop (graph_keys.js)
+    if (wheelOnFocus) {
+      container.addEventListener("focusin", () => this.wheel());
+      container.addEventListener("focusout", (e) => { if (!container.contains(e.relatedTarget)) this.wheel(false); });
+    }
+  }
+
+  /** Whether the wheel zooms the graph: always on the page; with `wheelOnFocus`, while the
+   * graph (or one of its nodes) has focus. */
+  wheel(on = this.hasFocus()) {
+    if (!this.panZoom || !this.wheelOnFocus) return;
+    if (on) this.panZoom.enableMouseWheelZoom();
+    else this.panZoom.disableMouseWheelZoom();
+    this.container.classList.toggle("wheel-zooms", on);
+  }
+
+  hasFocus() {
+    const active = this.container.getRootNode().activeElement; // a shadow root's own, in a widget
+    return Boolean(active && this.container.contains(active));
   }
 
   /** Size the drawing area to the rest of the first screen, so the page opens with the whole
    * graph area in view (a projector has no room to spare); never below MIN_HEIGHT. */
   fitHeight() {
+    if (this.boxHeight) {
+      this.container.style.height = `${this.boxHeight()}px`;
+      return;
+    }
     const top = this.container.getBoundingClientRect().top + window.scrollY;
     if (!this.container.offsetParent) return; // not shown: nothing to size
     // on a phone the graph keeps its fingers (touch pans it): leave a strip to scroll the page by
@@ -105,6 +132,7 @@ export class GraphView {
       if (fitted * 25 < most) this.panZoom.setMaxZoom(most / fitted);
       this.notHuge();
       this.readable();
+      this.wheel();
     }
     this.walk.drawn(svg);
   }
@@ -424,6 +452,7 @@ function describe(node) {
   const parts = [node.label && node.label !== node.name ? `${node.label} (${node.name})` : node.name,
     node.kind];
   if (node.module) parts.push(`module ${node.module}`);
-  if (node.line) parts.push(lineLabel(node.line));
+  const at = nodeLineLabel(node);
+  if (at) parts.push(at);
   return parts.join(", ");
 }

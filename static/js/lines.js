@@ -29,6 +29,15 @@ export function lineLabel(line) {
   return at ? `cell ${at[0]}, line ${at[1]}` : `line ${line}`;
 }
 
+/** Where a node was made: "cell 1, line 5" when its op is written in another notebook cell
+ * than the one traced (a model's forward defined earlier: its `cell_line`), else its line's
+ * label; null when it has neither. */
+export function nodeLineLabel(node) {
+  const at = node && node.cell_line;
+  if (at && Number.isInteger(at.cell) && Number.isInteger(at.line)) return `cell ${at.cell}, line ${at.line}`;
+  return node && node.line ? lineLabel(node.line) : null;
+}
+
 /** The script line that "cell C, line M" names; null if the notebook has no such line. */
 export function scriptLine(cell, at) {
   const c = cells.find((x) => x.cell === cell);

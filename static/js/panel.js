@@ -5,7 +5,7 @@ import { checkpointNodeView, checkpointPassParts } from "./checkpoints.js";
 import { hooksOnNode } from "./hook_calls.js";
 import { nonLeafNote, opNote } from "./op_notes.js";
 import { bytesText, h, fmt, shapeText, richText } from "./dom.js";
-import { lineLabel } from "./lines.js";
+import { lineLabel, nodeLineLabel } from "./lines.js";
 import { moduleBars } from "./memory_bars.js";
 
 /**
@@ -30,9 +30,13 @@ export function nodeView(event, node, hooks) {
   if (node.param) facts.push(["parameter", h("code", {}, node.param)]);
   if (node.shape) facts.push(["shape", `${shapeText(node.shape)} ${node.dtype || ""}`]);
   if (node.module) facts.push(["module", h("code", {}, node.module)]);
-  facts.push(["created at", node.line ? [h("button.link", { type: "button", onclick: () => hooks.onLine(node.line) },
+  const calling = node.line ? [h("button.link", { type: "button", onclick: () => hooks.onLine(node.line) },
     lineLabel(node.line)), hooks.lineText && hooks.lineText(node.line) ?
-    h("code.line-text", {}, hooks.lineText(node.line).trim()) : ""] : "— (not a line of the script)"]);
+    h("code.line-text", {}, hooks.lineText(node.line).trim()) : ""] : null;
+  // an op written in another notebook cell (a model defined earlier): that cell's line, and
+  // the traced cell's line that called it
+  facts.push(["created at", node.cell_line ? h("span.cell-line", {}, nodeLineLabel(node),
+    calling ? [" (called from ", ...calling, ")"] : "") : calling || "— (not a line of the script)"]);
   if (event.order) { // a graph drawn with no pass run through it (a notebook's view) has none
     const step = event.order.indexOf(node.id);
     facts.push(["backward runs it", step >= 0 ? h("button.link", { type: "button", onclick: () => hooks.onReplay(step + 1) },

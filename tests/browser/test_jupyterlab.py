@@ -51,8 +51,45 @@ FAILING_CELLS = [
     "%%autograd_lab\nprint('before the failure')\nh = torch.sigmoid(layer(x))\nh.add_(1)\n"
     "h.sum().backward()",
 ]
+# issue 37, point 4: the page's controls in the widget. A model defined in cell [1] (its
+# encoder's six blocks of twelve layers: 300+ nodes, drawn with the repeated blocks folded, as
+# the page draws them) and used in cell [2], with two backward passes
+MODEL_CELL = """%load_ext autograd_lab
+import torch
+from torch import nn
+torch.manual_seed(0)
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(4, 4) for _ in range(12)])
+    def forward(self, x):
+        for lin in self.lins:
+            x = torch.relu(lin(x))
+        return x
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Block() for _ in range(6)])
+    def forward(self, x):
+        for block in self.layers:
+            x = block(x)
+        return x
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder, self.head = Encoder(), nn.Linear(4, 1)
+    def forward(self, x):
+        return self.head(self.encoder(x))
+model = Net()
+x, y = torch.randn(5, 4), torch.randn(5, 1)"""
+TRAIN_CELL = ("%%autograd_lab\nloss = nn.functional.mse_loss(model(x), y)\nloss.backward()\n"
+              "model.head(x).pow(2).sum().backward()")
+# a deep chain drawn node by node: far taller than any box, its parameters all down its length
+DEEP_CELL = ("%%autograd_lab\nchain = nn.Sequential(*[nn.Linear(4, 4) for _ in range(40)])\n"
+             "chain(x).sum().backward()")
+CONTROL_CELLS = [MODEL_CELL, TRAIN_CELL, DEEP_CELL]
 NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS, "failing.ipynb": FAILING_CELLS,
-             "saved.ipynb": CELLS}
+             "saved.ipynb": CELLS, "controls.ipynb": CONTROL_CELLS}
 
 
 # the notebook open with all its cells and its kernel started and idle (the one asked for:
@@ -355,3 +392,296 @@ def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture(browser, 
         raise
     finally:
         context.close()
+
+
+# ---- issue 37, point 4: the page's controls in the widget ---------------------------------
+
+def _plain_model() -> dict:
+    """The model cell run plainly here (its `%load_ext` line blank, so lines stay the cell's):
+    the namespace, with the first pass's loss as PyTorch computes it."""
+    ns: dict = {}
+    code = "\n" + MODEL_CELL.split("\n", 1)[1]
+    exec(compile(code, "model_cell", "exec"), ns)  # noqa: S102 - the test's own cell
+    ns["loss"] = ns["nn"].functional.mse_loss(ns["model"](ns["x"]), ns["y"])
+    return ns
+
+
+def _box_of(locator) -> dict:
+    b = locator.bounding_box()
+    assert b is not None, "not shown"
+    return {**b, "right": b["x"] + b["width"], "bottom": b["y"] + b["height"]}
+
+
+def _inside(inner: dict, outer: dict, slack: float = 1.0) -> bool:
+    return (inner["x"] >= outer["x"] - slack and inner["y"] >= outer["y"] - slack
+            and inner["right"] <= outer["right"] + slack
+            and inner["bottom"] <= outer["bottom"] + slack)
+
+
+# the focused element inside the widget's shadow root: its id and read name
+FOCUSED = """el => { const a = el.getRootNode().activeElement;
+  return a ? {id: a.id, label: a.getAttribute('aria-label') || '', tag: a.tagName} : null; }"""
+# the graph's zoom (svg-pan-zoom's viewport scale) and the scroll of what holds the notebook
+ZOOM = "el => el.querySelector('svg .svg-pan-zoom_viewport').getCTM().a"
+SCROLLED = """el => { let n = el.getRootNode().host;
+  while (n && !(n.scrollHeight > n.clientHeight + 1 &&
+                /(auto|scroll)/.test(getComputedStyle(n).overflowY))) n = n.parentElement;
+  return n ? n.scrollTop : null; }"""
+
+
+@pytest.fixture(scope="module")
+def controls(browser, lab):
+    """The controls notebook run in JupyterLab: (page, its widget)."""
+    base, token = lab
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    try:
+        _run_all(page, base, token, "controls.ipynb")
+        page.wait_for_function(DONE, arg=len(CONTROL_CELLS))
+        widget = page.locator(f"{_shown(page)} .autograd-lab-widget").first
+        widget.locator(".widget-graph svg g.node").first.wait_for()
+        widget.evaluate("el => el.scrollIntoView({block: 'start'})")
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-controls-failed.png"))
+        context.close()
+        raise
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield page, widget
+    context.close()
+
+
+def _named(label: str) -> str:
+    """The node's name in its read name (graph.js describe): "loss (MseLossBackward0), op, …"
+    or "AddmmBackward0, op, …"."""
+    first = label.split(", ")[0]
+    return first[first.rindex(" (") + 2:-1] if first.endswith(")") and " (" in first else first
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / name))
+
+
+def test_the_widget_opens_on_the_loss_and_parameters_and_fit_shows_every_node(controls):
+    page, widget = controls
+    try:
+        graph = widget.locator(".widget-graph")
+        area = _box_of(graph)
+        # a box sized to the drawing, bounded by the window (80% of its 1000 px)
+        assert 200 <= area["height"] <= 800 + 1
+        # opened on what matters: the loss (the graph's output) and the parameters drawn, whole
+        matters = graph.locator("svg g.node.kind-output, svg g.node.kind-param")
+        assert matters.count() >= 3  # the output, head.weight, head.bias
+        for i in range(matters.count()):
+            node = matters.nth(i)
+            assert _inside(_box_of(node), area), node.get_attribute("aria-label")
+        _shot(page, "jupyterlab-widget-opened.png")
+        # zoomed in past the box, then Fit: every node inside the box again
+        zoom = widget.locator("button#zoom-in")
+        for _ in range(6):
+            zoom.click()
+        nodes = graph.locator("svg g.node")
+        assert any(not _inside(_box_of(nodes.nth(i)), area) for i in range(nodes.count()))
+        widget.locator("button#zoom-fit").click()
+        page.wait_for_timeout(100)
+        for i in range(nodes.count()):
+            assert _inside(_box_of(nodes.nth(i)), area), nodes.nth(i).get_attribute("aria-label")
+        _shot(page, "jupyterlab-widget-fit.png")
+    except Exception:
+        _shot(page, "jupyterlab-widget-fit-failed.png")
+        raise
+
+
+def test_arrow_keys_walk_the_widget_s_graph_along_pytorch_s_edges(controls):
+    page, widget = controls
+    try:
+        loss = _plain_model()["loss"]
+        active = "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex"
+        cell_before = page.evaluate(active)
+        # Tab from the Fit button: the graph is one Tab stop, its output node (the loss)
+        widget.locator("button#zoom-fit").click()
+        page.keyboard.press("Tab")
+        focused = widget.evaluate(FOCUSED)
+        output = widget.locator(".widget-graph svg g.node.kind-output")
+        assert focused["id"] == output.get_attribute("id"), focused
+        # ↑ walks towards the inputs: the loss's own grad_fn, as PyTorch made it
+        page.keyboard.press("ArrowUp")
+        focused = widget.evaluate(FOCUSED)
+        assert _named(focused["label"]) == type(loss.grad_fn).__name__, focused
+        # and on, along an edge PyTorch's graph has: one of its grad_fn's next functions
+        page.keyboard.press("ArrowUp")
+        focused = widget.evaluate(FOCUSED)
+        linked = {type(fn).__name__ for fn, _ in loss.grad_fn.next_functions if fn is not None}
+        assert _named(focused["label"]) in linked, (focused, linked)
+        assert widget.locator(".widget-graph svg .focus-ring").count() == 1
+        # JupyterLab's own arrows (the cell above) left alone while the graph has the keys
+        assert page.evaluate(active) == cell_before
+        _shot(page, "jupyterlab-widget-keys.png")
+        # ↓ goes back the way it came
+        page.keyboard.press("ArrowDown")
+        assert _named(widget.evaluate(FOCUSED)["label"]) == type(loss.grad_fn).__name__
+    except Exception:
+        _shot(page, "jupyterlab-widget-keys-failed.png")
+        raise
+
+
+def test_the_wheel_scrolls_the_notebook_unless_the_graph_has_focus(controls):
+    page, widget = controls
+    try:
+        graph = widget.locator(".widget-graph")
+        # focus elsewhere: the first cell's prompt, as a reader scrolling past would have it
+        page.locator(f"{_shown(page)} .jp-Cell").first.locator(".jp-InputPrompt").click()
+        graph.evaluate("el => el.scrollIntoView({block: 'center'})")
+        page.wait_for_timeout(200)
+        zoom, scrolled = graph.evaluate(ZOOM), widget.evaluate(SCROLLED)
+        assert scrolled and scrolled > 0  # the model cell is above: room to scroll up
+        graph.hover()
+        page.mouse.wheel(0, -120)
+        page.wait_for_timeout(300)
+        assert widget.evaluate(SCROLLED) < scrolled  # the notebook scrolled
+        assert graph.evaluate(ZOOM) == pytest.approx(zoom)  # and the graph did not zoom
+        # with focus (a click on the graph, Tab to its nodes), the wheel zooms the graph
+        widget.locator("button#zoom-fit").click()
+        page.keyboard.press("Tab")
+        graph.hover()
+        zoom, scrolled = graph.evaluate(ZOOM), widget.evaluate(SCROLLED)
+        page.mouse.wheel(0, -120)
+        page.wait_for_timeout(300)
+        assert graph.evaluate(ZOOM) > zoom * 1.05
+        assert widget.evaluate(SCROLLED) == pytest.approx(scrolled, abs=1)
+    except Exception:
+        _shot(page, "jupyterlab-widget-wheel-failed.png")
+        raise
+
+
+def test_a_node_of_a_model_from_another_cell_says_that_cell_s_line(controls):
+    page, widget = controls
+    try:
+        import dis
+
+        ns = _plain_model()
+        counts = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets"
+                               ".map((c) => c.model.executionCount)")
+        model_cell, traced_cell = counts[:2]
+        # where Python compiled the head's call in Net.forward: the line its `self.head` is on
+        head_line = next(i.positions.lineno for i in dis.get_instructions(ns["Net"].forward)
+                         if i.argval == "head")
+        assert MODEL_CELL.split("\n")[head_line - 1].strip().startswith("return self.head(")
+        loss_line = TRAIN_CELL.split("\n").index(
+            "loss = nn.functional.mse_loss(model(x), y)") + 1
+        graph = widget.locator(".widget-graph svg")
+        head = graph.locator("g.node.kind-op[aria-label*='module head']").filter(
+            has_text="AddmmBackward0")
+        assert head.count() == 1
+        assert f"cell {model_cell}, line {head_line}" in head.get_attribute("aria-label")
+        # the loss is made in the traced cell itself: its line there
+        mse = graph.locator("g.node", has_text=type(ns["loss"].grad_fn).__name__)
+        assert f"cell {traced_cell}, line {loss_line}" in mse.first.get_attribute("aria-label")
+        head.dispatch_event("click")
+        details = widget.locator(".widget-details")
+        said = details.inner_text()
+        assert f"cell {model_cell}, line {head_line} (called from cell {traced_cell}, " \
+               f"line {loss_line}" in said, said
+        _shot(page, "jupyterlab-widget-other-cell.png")
+    except Exception:
+        _shot(page, "jupyterlab-widget-other-cell-failed.png")
+        raise
+
+
+def test_one_button_per_backward_pass_draws_that_pass(controls):
+    page, widget = controls
+    try:
+        ns = _plain_model()
+        passes = widget.locator("button.widget-event")
+        assert passes.count() == TRAIN_CELL.count(".backward()")
+        passes.nth(1).click()
+        page.wait_for_function("""el => el.querySelector('button.widget-event:nth-child(2)')
+            .getAttribute('aria-pressed') === 'true'""",
+                               arg=widget.element_handle())
+        # the second pass as PyTorch builds it: its grad_fns, AccumulateGrad aside
+        out = ns["model"].head(ns["x"]).pow(2).sum()
+        seen, todo = set(), [out.grad_fn]
+        while todo:
+            fn = todo.pop()
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            todo += [f for f, _ in fn.next_functions]
+        ops = sorted(type(f).__name__ for f in seen if type(f).__name__ != "AccumulateGrad")
+        graph = widget.locator(".widget-graph svg")
+        graph.locator("g.node", has_text="PowBackward0").wait_for()
+        drawn = graph.locator("g.node.kind-op")
+        assert sorted(_named(drawn.nth(i).get_attribute("aria-label"))
+                      for i in range(drawn.count())) == ops
+        assert graph.locator("g.node.kind-fold").count() == 0
+        _shot(page, "jupyterlab-widget-second-pass.png")
+        passes.nth(0).click()
+        graph.locator("g.node.kind-fold").wait_for()
+    except Exception:
+        _shot(page, "jupyterlab-widget-events-failed.png")
+        raise
+
+
+def test_opening_a_fold_shows_its_blocks(controls):
+    page, widget = controls
+    try:
+        layers = _plain_model()["model"].encoder.layers
+        graph = widget.locator(".widget-graph svg")
+        fold = graph.locator("g.node.kind-fold")
+        assert fold.count() == 1
+        assert f"encoder.layers.0-{len(layers) - 1} × {len(layers)}" in fold.text_content()
+        fold.click()
+        blocks = graph.locator("g.node.kind-module")
+        blocks.first.wait_for()
+        names = sorted(_named(blocks.nth(i).get_attribute("aria-label"))
+                       for i in range(blocks.count()))
+        assert names == sorted(f"encoder.layers.{i}" for i in range(len(layers)))
+        assert graph.locator("g.node.kind-fold").count() == 0
+        _shot(page, "jupyterlab-widget-fold-open.png")
+        # and a block opens into its own layers, themselves repeated: a fold of them
+        block = graph.locator("g.node.kind-module[aria-label^='encoder.layers.0,']")
+        block.click()
+        block.wait_for(state="detached")
+        lins = layers[0].lins
+        inner = graph.locator("g.node.kind-fold")
+        inner.wait_for()
+        assert f"encoder.layers.0.lins.0-{len(lins) - 1} × {len(lins)}" in inner.text_content()
+        assert graph.locator("g.node.kind-module").count() == len(layers) - 1
+        widget.locator("button#layout-close").click()
+        graph.locator("g.node.kind-fold").wait_for()
+    except Exception:
+        _shot(page, "jupyterlab-widget-fold-failed.png")
+        raise
+
+
+def test_a_tall_graph_opens_on_its_loss_and_the_parameters_nearest_it_whole(controls):
+    page, _ = controls
+    try:
+        deep = page.locator(f"{_shown(page)} .autograd-lab-widget").nth(1)
+        page.evaluate(SCROLL_TO_LAST)
+        graph = deep.locator(".widget-graph")
+        graph.locator("svg g.node").first.wait_for()
+        graph.evaluate("el => el.scrollIntoView({block: 'center'})")
+        area = _box_of(graph)
+        # as tall as the window allows (80% of its 1000 px), not the 300 px that cropped
+        assert 700 <= area["height"] <= 800 + 1
+        # the loss, whole, and the last layer's weight and bias (the parameters nearest it:
+        # PyTorch's module names for them)
+        import torch
+
+        chain = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(40)])
+        last = [n for n, _ in chain.named_parameters() if n.startswith(f"{len(chain) - 1}.")]
+        assert len(last) == 2
+        assert _inside(_box_of(graph.locator("svg g.node.kind-output")), area)
+        for name in last:
+            node = graph.locator(f"svg g.node.kind-param[aria-label^='chain.{name} (']")
+            assert _inside(_box_of(node), area), name
+        # at labels of 7 px or more on screen
+        sizes = graph.evaluate("""el => [...el.querySelectorAll('svg g.node text[font-size]')]
+            .map((t) => parseFloat(t.getAttribute('font-size')) * t.getScreenCTM().a)""")
+        assert min(sizes) >= 7 - 0.01
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-widget-tall.png"))
+    except Exception:
+        _shot(page, "jupyterlab-widget-tall-failed.png")
+        raise

@@ -127,3 +127,163 @@ def test_a_tensors_graph_is_a_view_with_no_pass_to_replay(monkeypatch, tmp_path)
     shown._repr_mimebundle_()
     assert shown.live.event is None and shown.live.view == 0
     assert shown.live.dot.startswith("digraph")
+
+
+# ---- issue 37, point 4: what the widget's controls ask of the kernel -------------------------
+
+# a model of 300+ nodes (six blocks of twelve layers): drawn as the page draws it, its
+# repeated blocks folded
+MODEL = """import torch
+from torch import nn
+torch.manual_seed(0)
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(4, 4) for _ in range(12)])
+    def forward(self, x):
+        for lin in self.lins:
+            x = torch.relu(lin(x))
+        return x
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers, self.head = nn.ModuleList([Block() for _ in range(6)]), nn.Linear(4, 1)
+    def forward(self, x):
+        for block in self.layers:
+            x = block(x)
+        return self.head(x)
+model = Net()
+x, y = torch.randn(5, 4), torch.randn(5, 1)
+"""
+TRAINED = ("loss = nn.functional.mse_loss(model(x), y)\nloss.backward()\n"
+           "model.head(x).pow(2).sum().backward()\n")
+
+
+def _model_cell(number: int = 1) -> tuple[dict, str]:
+    """MODEL run as a kernel runs a cell: compiled under a file name of its own, its lines in
+    linecache (IPython's CachingCompiler does both). The namespace, and that file name."""
+    import linecache
+
+    filename = f"/tmp/ipykernel_0/model_cell_{number}.py"
+    linecache.cache[filename] = (len(MODEL), None, MODEL.splitlines(True), filename)
+    ns: dict = {}
+    exec(compile(MODEL, filename, "exec"), ns)  # noqa: S102 - the test's own cell
+    return ns, filename
+
+
+def _trained(ns: dict, cells: dict | None = None) -> dict:
+    from app.trace.in_namespace import trace_source
+
+    return trace_source(TRAINED, ns, above="%%autograd_lab", cells=cells)
+
+
+def _drawn_ids(svg: str, kind: str) -> list[str]:
+    return re.findall(rf'<g id="([^"]+)" class="node kind(?:-|&#45;){kind}"', svg)
+
+
+def test_a_click_on_a_fold_is_drawn_by_the_kernel_with_its_blocks():
+    from autograd_lab.display import TraceDisplay
+
+    ns, _ = _model_cell()
+    shown = TraceDisplay(_trained(ns))
+    shown._repr_mimebundle_()
+    live = shown.live
+    layers = ns["model"].layers
+    folds = [u for u in live.units if u["kind"] == "fold"]
+    assert len(folds) == 1 and folds[0]["repeat"] == len(layers)
+    assert _drawn_ids(live.svg, "fold") == [folds[0]["id"]]
+    assert live.redraws and live.opened == [] and live.drawn == 0
+    # the view asks for the fold open (widget.js openUnit): its blocks, closed, one per layer
+    live.asked = {"event": live.event, "opened": [folds[0]["path"]]}
+    assert live.problem == "" and live.drawn == 1 and live.opened == [folds[0]["path"]]
+    blocks = sorted(u["path"] for u in live.units if u["kind"] == "module")
+    assert blocks == sorted(f"layers.{i}" for i in range(len(layers)))
+    assert not _drawn_ids(live.svg, "fold")
+    assert sorted(_drawn_ids(live.svg, "module")) == sorted(u["id"] for u in live.units)
+    # closed again ("Close what I opened")
+    live.asked = {"event": live.event, "opened": []}
+    assert live.drawn == 2 and [u["kind"] for u in live.units] == ["fold"]
+
+
+def test_an_event_button_draws_that_backward_pass():
+    from autograd_lab.display import TraceDisplay
+
+    ns, _ = _model_cell()
+    doc = _trained(ns)
+    passes = [e["index"] for e in doc["events"] if e["kind"] == "backward"]
+    assert len(passes) == TRAINED.count(".backward()")
+    shown = TraceDisplay(doc)
+    shown._repr_mimebundle_()
+    live = shown.live
+    assert live.event == passes[0]
+    live.asked = {"event": passes[1], "opened": []}
+    assert live.event == passes[1] and live.drawn == 1 and live.units == []
+    # the second pass as PyTorch builds it: one drawn op per grad_fn, AccumulateGrad aside
+    out = ns["model"].head(ns["x"]).pow(2).sum()
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is not None and fn not in seen:
+            seen.add(fn)
+            todo += [f for f, _ in fn.next_functions]
+    ops = [f for f in seen if type(f).__name__ != "AccumulateGrad"]
+    assert len(_drawn_ids(live.svg, "op")) == len(ops)
+    for fn in ops:
+        assert f">{type(fn).__name__}</text>" in live.svg
+
+
+def test_what_the_kernel_cannot_draw_is_said_and_nothing_is_redrawn():
+    from autograd_lab.display import TraceDisplay
+
+    ns, _ = _model_cell()
+    doc = _trained(ns)
+    shown = TraceDisplay(doc)
+    shown._repr_mimebundle_()
+    live, svg = shown.live, shown.live.svg
+    live.asked = {"event": 99, "opened": []}
+    assert live.problem == "No drawing: this run has no backward pass 99." and live.drawn == 0
+    live.asked = {"event": live.event, "opened": "layers"}
+    assert "cannot read" in live.problem and live.drawn == 0 and live.svg == svg
+
+
+def test_an_op_written_in_another_cell_says_that_cell_and_line():
+    """A model defined in cell [1] and used in a traced cell: its ops say cell 1's lines, where
+    Python compiled them, and the traced cell's calling line stays the node's `line`."""
+    import dis
+
+    from app.format import validate
+    from app.render import event_graph, render_graph
+
+    ns, filename = _model_cell(number=1)
+    doc = _trained(ns, cells={filename: 1})
+    validate(doc)
+    graph = event_graph(doc, doc["events"][0]["index"])
+    # the line Python compiled `self.head(x)` on, in Net.forward
+    head_line = next(i.positions.lineno for i in dis.get_instructions(ns["Net"].forward)
+                     if i.argval == "head")
+    relu_line = next(i.positions.lineno for i in dis.get_instructions(ns["Block"].forward)
+                     if i.argval == "relu")
+    calling = TRAINED.split("\n").index("loss = nn.functional.mse_loss(model(x), y)") + 2
+    ops = [n for n in graph["nodes"] if n["kind"] == "op"]
+    head = [n for n in ops if n.get("module") == "head"]
+    assert head and all(n["cell_line"] == {"cell": 1, "line": head_line} for n in head)
+    relus = [n for n in ops if n["name"] == "ReluBackward0"]
+    assert len(relus) == 6 * 12
+    assert all(n["cell_line"] == {"cell": 1, "line": relu_line} for n in relus)
+    assert all(n["line"] == calling for n in head + relus)
+    # the loss is made in the traced cell itself: no other cell's line
+    mse = next(n for n in ops if n["name"] == type(ns["loss"].grad_fn).__name__)
+    assert "cell_line" not in mse and mse["line"] == calling
+    # the drawing's tooltips say it too
+    svg = render_graph(graph).decode()
+    assert f"AddmmBackward0 — cell 1, line {head_line}" in svg
+    # the second pass calls the head from the traced cell itself: its line there alone
+    second = event_graph(doc, doc["events"][1]["index"])
+    assert not any("cell_line" in n for n in second["nodes"])
+
+
+def test_without_the_kernel_s_cell_map_no_other_cell_is_named():
+    ns, _ = _model_cell()
+    doc = _trained(ns)
+    assert not any("cell_line" in n for e in doc["events"] if e["kind"] == "backward"
+                   for n in e["graph"]["nodes"])
