@@ -163,11 +163,12 @@ async function render({ model, el }) {
 
   function renderEvents() {
     const shown = model.get("event");
-    fill(events, !passes.length || !model.get("redraws") ? null : passes.map((e, i) =>
+    fill(events, !passes.length || !model.get("redraws") ? null : passes.map((e) =>
       h("button.widget-event", { type: "button", "data-event": String(e.index),
-        "aria-pressed": String(e.index === shown), title: `Draw backward pass ${i + 1} (event ${e.index})`,
+        "aria-pressed": String(e.index === shown), title: `Draw backward #${e.index}`,
         onclick: () => ask({ event: e.index, opened: [] }) },
-      `backward ${i + 1}${e.line ? ` · ${lineLabel(e.line)}` : ""}`)));
+      // numbered as the findings and the page number events ("Backward #1 adds ..."), not 1, 2
+      `backward #${e.index}${e.line ? ` · ${lineLabel(e.line)}` : ""}`)));
     events.hidden = !events.childElementCount;
   }
 
