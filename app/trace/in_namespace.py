@@ -60,7 +60,8 @@ def trace_source(source: str, namespace: dict, *, name: str = "cell", device: st
         exec(code, namespace)  # noqa: S102 - the person's own code
 
     return run_traced(doc, compiled, filename, lambda: (namespace, run), device=device,
-                      limits=limits, chosen_root=False, anomaly_reports=anomaly_reports)
+                      limits=limits, chosen_root=False, anomaly_reports=anomaly_reports,
+                      load_matplotlib=False)
 
 
 def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str = "cpu",
@@ -79,4 +80,4 @@ def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str
     label = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     doc = new_document(label, source, device, torch.__version__)
     return run_traced(doc, source, filename, lambda: (namespace, fn), device=device,
-                      limits=limits, chosen_root=False)
+                      limits=limits, chosen_root=False, load_matplotlib=False)

@@ -18,6 +18,7 @@ import torch
 from app.format import Trace, diagnostic, error_record, new_document
 
 from .after_work import AfterWork
+from .anomaly_stack import stack_from
 from .as_main import (
     CappedText,
     TimeLimitExceeded,
@@ -78,15 +79,16 @@ def run_traced(doc: Trace, source: str, script_path: str,
                start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str = "cpu",
                limits: RecordingLimits | None = None, chosen_root: bool = True,
                after_script: Callable[[], None] | None = None,
-               deadline: float | None = None, anomaly_reports: list[str] | None = None
-               ) -> Trace:
+               deadline: float | None = None, anomaly_reports: list[str] | None = None,
+               load_matplotlib: bool = True) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
     backward gets none from autograd-lab (its tensors are not ours to add gradients to).
     `anomaly_reports` gets each forward traceback anomaly mode wrote when a backward failed,
     as it stands in the Trace's stderr: a kernel keeps them in the Trace and leaves them out
-    of the stderr it echoes (55 lines of its own frames above the explanation)."""
+    of the stderr it echoes (55 lines of its own frames above the explanation).
+    `load_matplotlib`: see FigureCapture (off in a kernel)."""
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
@@ -107,10 +109,14 @@ def run_traced(doc: Trace, source: str, script_path: str,
         warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
         warnings.showwarning = functools.partial(_show_warning, reports=anomaly_reports)
         func_calls = FuncCalls(recorder)
+        # anomaly mode's per-node stacks stop at this frame: what called the tracer (a
+        # kernel's 25 frames of its own) is never the script's, and cost most of a kernel's run
+        stack.enter_context(stack_from(sys._getframe()))
         stack.enter_context(instrumented(recorder, func_calls))
         compile_calls = stack.enter_context(CompileCalls(recorder.current_line).patched())
         scalers = stack.enter_context(ScalerWatch(recorder).patched())
-        figures = stack.enter_context(FigureCapture(recorder.current_line))
+        figures = stack.enter_context(FigureCapture(recorder.current_line,
+                                                          load=load_matplotlib))
         sys.stdout, sys.stderr = out, err
         try:
             try:
