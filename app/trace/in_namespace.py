@@ -31,14 +31,15 @@ _cells = itertools.count(1)
 
 def trace_source(source: str, namespace: dict, *, name: str = "cell", device: str = "cpu",
                  limits: RecordingLimits | None = None, above: str = "",
-                 anomaly_reports: list[str] | None = None) -> Trace:
+                 anomaly_reports: list[str] | None = None, echo: bool = False) -> Trace:
     """Run `source` in `namespace` (its names stay there afterwards, as a cell's do) under the
     recorder, and return its Trace. Lines are the source's own; what it prints is in the
     Trace's `stdout`, not printed. Not sandboxed (see above).
 
     `above`: the lines a person sees above the code, which do not run (a cell magic's
     `%%autograd_lab` line): the code's lines are numbered after them, as in the cell, and the
-    Trace's source is the whole cell. `anomaly_reports`: see run_traced."""
+    Trace's source is the whole cell. `anomaly_reports`, `echo` (prints shown as they are
+    printed too): see run_traced."""
     if not isinstance(source, str):
         raise TypeError(f"source must be a str of Python code, not {type(source).__name__}")
     if not isinstance(namespace, dict):
@@ -61,7 +62,7 @@ def trace_source(source: str, namespace: dict, *, name: str = "cell", device: st
 
     return run_traced(doc, compiled, filename, lambda: (namespace, run), device=device,
                       limits=limits, chosen_root=False, anomaly_reports=anomaly_reports,
-                      load_matplotlib=False)
+                      load_matplotlib=False, echo=echo)
 
 
 def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str = "cpu",

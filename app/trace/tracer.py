@@ -80,7 +80,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
                limits: RecordingLimits | None = None, chosen_root: bool = True,
                after_script: Callable[[], None] | None = None,
                deadline: float | None = None, anomaly_reports: list[str] | None = None,
-               load_matplotlib: bool = True) -> Trace:
+               load_matplotlib: bool = True, echo: bool = False) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
@@ -88,14 +88,17 @@ def run_traced(doc: Trace, source: str, script_path: str,
     `anomaly_reports` gets each forward traceback anomaly mode wrote when a backward failed,
     as it stands in the Trace's stderr: a kernel keeps them in the Trace and leaves them out
     of the stderr it echoes (55 lines of its own frames above the explanation).
-    `load_matplotlib`: see FigureCapture (off in a kernel)."""
+    `load_matplotlib`: see FigureCapture (off in a kernel). `echo`: what the code prints
+    also goes to this process's stdout and stderr as it is printed (a kernel's, so that a
+    cell's prints arrive while it runs), anomaly mode's reports excepted."""
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
         return doc
 
     recorder = Recorder(script_path, limits or RecordingLimits())
-    out, err = CappedText(), CappedText()
+    out, err = (CappedText(echo=sys.stdout), CappedText(echo=sys.stderr)) if echo else \
+        (CappedText(), CappedText())
     error = None
     saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")
     recursion_limit = sys.getrecursionlimit()  # a script may raise it; the caller keeps its own
@@ -212,9 +215,13 @@ def run_traced(doc: Trace, source: str, script_path: str,
 def _show_warning(message, category, filename, lineno, file=None, line=None, *,
                   reports: list[str] | None = None):
     text = scrub_frames(warnings.formatwarning(message, category, filename, lineno, line))
+    stream = file or sys.stderr
     if reports is not None and _ANOMALY_REPORT in str(message):
         reports.append(text)
-    (file or sys.stderr).write(text)
+        if isinstance(stream, CappedText):  # kept in the Trace, never echoed
+            stream.keep(text)
+            return
+    stream.write(text)
 
 
 def _never_started(error: dict | None) -> bool:
