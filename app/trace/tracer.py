@@ -171,7 +171,10 @@ def run_traced(doc: Trace, source: str, script_path: str,
     doc["params"] = _params(recorder, named)
     results_by_name = {cls.__qualname__: r for cls, r in custom_results.items()}
     _attach_gradcheck(recorder.events, results_by_name)
-    doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
+    # a kernel's namespace holds earlier cells' models: chosen_root is off there, and only
+    # there (in_namespace.py)
+    doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name,
+                                  shared_namespace=not chosen_root)
     doc["diagnostics"].extend(flow_findings(doc))
     doc["diagnostics"].extend(hand.notes(backward_ran=recorder.backward_count() > 0))
     doc["diagnostics"].extend(after_notes)
