@@ -47,27 +47,22 @@ def run_cell(line: str, cell: str, namespace: dict, *, above: str = "%%autograd_
     so that its lines are counted as the person sees them; `number`: the cell's execution count,
     its lines then said "cell N, line M"; `cells`: the kernel's other cells by the file each was
     compiled under -> execution count, so that code written there says its own "cell N, line M"
-    (trace_source). A failure is said first (failure.py), then what the
-    cell printed when it ends, less anomaly mode's forward traceback (kept in the Trace)."""
+    (trace_source). What the cell prints is shown as it prints it (less anomaly mode's forward
+    traceback, kept in the Trace); when it ends, a failure is said (failure.py), then the
+    graph."""
     from IPython.display import display
 
     from app.trace.in_namespace import trace_source
 
     options = parse_line(line)
-    reports: list[str] = []
-    doc = trace_source(cell, namespace, name=options.name, above=above, anomaly_reports=reports,
-                       cells=cells)
+    doc = trace_source(cell, namespace, name=options.name, above=above, anomaly_reports=[],
+                       cells=cells, echo=True)
     if number is not None and number >= 1:
         doc["script"]["notebook"] = cell_map(doc["script"]["source"], number, notebook)
     if doc["error"]:
+        sys.stdout.flush()  # the prints before the failure stay above its explanation
+        sys.stderr.flush()
         display(CellFailure(doc))
-    if doc["stdout"]:
-        sys.stdout.write(doc["stdout"])
-    stderr = doc["stderr"]
-    for report in reports:
-        stderr = stderr.replace(report, "", 1)
-    if stderr:
-        sys.stderr.write(stderr)
     return TraceDisplay(doc, event=options.event, layout=options.layout, draw=options.draw,
                         failure_shown=bool(doc["error"]), whole=options.whole)
 

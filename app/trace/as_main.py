@@ -9,6 +9,7 @@ import linecache
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 from app.format import ErrorRecord, clip, error_record
 
@@ -25,18 +26,31 @@ class TimeLimitExceeded(BaseException):
 
 
 class CappedText(io.TextIOBase):
-    """A text stream that keeps the first MAX_OUTPUT characters and counts the rest."""
+    """A text stream that keeps the first MAX_OUTPUT characters and counts the rest. `echo`:
+    a stream that gets every write too, as it is written (a kernel's own stdout: what a traced
+    cell prints arrives while it runs, not when it ends)."""
 
-    def __init__(self, cap: int = MAX_OUTPUT) -> None:
+    def __init__(self, cap: int = MAX_OUTPUT, echo: Any = None) -> None:
         self._parts: list[str] = []
         self._size = 0
         self._dropped = 0
         self._cap = cap
+        self._echo = echo
 
     def writable(self) -> bool:
         return True
 
+    def flush(self) -> None:
+        if self._echo is not None:
+            self._echo.flush()
+
     def write(self, text: str) -> int:
+        if self._echo is not None:
+            self._echo.write(text)
+        return self.keep(text)
+
+    def keep(self, text: str) -> int:
+        """Keep `text` without echoing it."""
         room = self._cap - self._size
         if room > 0:
             self._parts.append(text[:room])

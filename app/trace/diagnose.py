@@ -136,13 +136,25 @@ def _legacy_module_hook(call: dict, index: int) -> dict:
                  nodes=call["nodes"][:1], event=index)
 
 
+def _touched(recorder: Recorder, t: torch.Tensor) -> bool:
+    """Did the traced code touch `t`: use it in an operation with grad on, read its values,
+    cut or copy it, or call a module that holds it?"""
+    return recorder.first_use_with_grad(t) is not None or bool(recorder.escapes_of(t)) or \
+        bool(recorder.cuts_above(t)) or recorder.cut_log.copied_at(t) is not None or \
+        recorder.namer.in_called_module(t)
+
+
 def _numbered(module: str) -> str:
     """`model.layers.3` as `model.layers.N`: one name for a stack of copies."""
     return ".".join("N" if part.isdigit() else part for part in module.split("."))
 
 
 def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torch.Tensor, str]],
-             custom_results: dict[str, dict]) -> list[dict]:
+             custom_results: dict[str, dict], shared_namespace: bool = False) -> list[dict]:
+    """`shared_namespace`: the code ran among names it did not make (a kernel's, whose earlier
+    cells hold models this one may never touch): a parameter the code never used, read or
+    copied, of no module it called, is not said to have missed a gradient. PyTorch leaves its
+    .grad as it was (None when nothing ever used it), which the parameters' table shows."""
     out: list[dict] = []
     backward_events = [e for e in events if e["kind"] == "backward"]
 
@@ -154,6 +166,8 @@ def diagnose(recorder: Recorder, events: list[dict], named: dict[str, tuple[torc
         name_of = {id(t): name for name, (t, _kind) in named.items()}
         for name, (t, _kind) in named.items():
             if not t.requires_grad or name in in_graph or t.grad is not None:
+                continue
+            if shared_namespace and not _touched(recorder, t):
                 continue
             nodes = [n["id"] for e in backward_events for n in e["graph"]["nodes"]
                      if any(s.get("param") == name for s in n.get("saved", ()))]

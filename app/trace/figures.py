@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +30,12 @@ DPI = 100
 class FigureCapture:
     """`with FigureCapture(line_of) as figures: ...run...; figures.finish()`."""
 
-    def __init__(self, line_of: Callable[[], int | None]) -> None:
+    def __init__(self, line_of: Callable[[], int | None], load: bool = True) -> None:
+        """`load`: import matplotlib (with the Agg backend) if nothing has yet. Off in a kernel:
+        importing pyplot took 1.8 s of a first traced cell that draws nothing, and the kernel's
+        own backend (inline) is the person's; a kernel that has pyplot is watched as it is."""
         self.line_of = line_of
+        self.load = load
         self.records: list[FigureRecord] = []
         self._dropped: set[int] = set()  # ids of figures not kept: past MAX_FIGURES, too
         # large, or failing to draw
@@ -42,10 +47,13 @@ class FigureCapture:
         self._finished = False  # the script has ended: nothing more is its figure
 
     def __enter__(self) -> FigureCapture:
+        if not self.load and "matplotlib.pyplot" not in sys.modules:
+            return self
         try:
             import matplotlib
 
-            matplotlib.use("Agg")  # no display in a worker; a script's own use() still wins
+            if self.load:  # no display in a worker; a script's own use() still wins
+                matplotlib.use("Agg")
             import matplotlib.pyplot as plt
             from matplotlib.figure import Figure
         except ImportError:

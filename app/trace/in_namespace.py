@@ -32,16 +32,17 @@ _cells = itertools.count(1)
 def trace_source(source: str, namespace: dict, *, name: str = "cell", device: str = "cpu",
                  limits: RecordingLimits | None = None, above: str = "",
                  anomaly_reports: list[str] | None = None,
-                 cells: dict[str, int] | None = None) -> Trace:
+                 cells: dict[str, int] | None = None, echo: bool = False) -> Trace:
     """Run `source` in `namespace` (its names stay there afterwards, as a cell's do) under the
     recorder, and return its Trace. Lines are the source's own; what it prints is in the
     Trace's `stdout`, not printed. Not sandboxed (see above).
 
     `above`: the lines a person sees above the code, which do not run (a cell magic's
     `%%autograd_lab` line): the code's lines are numbered after them, as in the cell, and the
-    Trace's source is the whole cell. `anomaly_reports`: see run_traced. `cells`: a notebook's
-    other cells, by the file name each was compiled under -> its execution count (IPython's
-    `compile._filename_map`): a node made by code written there says that cell's line too."""
+    Trace's source is the whole cell. `anomaly_reports`, `echo` (prints shown as they are
+    printed too): see run_traced. `cells`: a notebook's other cells, by the file name each was
+    compiled under -> its execution count (IPython's `compile._filename_map`): a node made by
+    code written there says that cell's line too."""
     if not isinstance(source, str):
         raise TypeError(f"source must be a str of Python code, not {type(source).__name__}")
     if not isinstance(namespace, dict):
@@ -65,7 +66,8 @@ def trace_source(source: str, namespace: dict, *, name: str = "cell", device: st
     return run_traced(doc, compiled, filename, lambda: (namespace, run), device=device,
                       limits=limits, chosen_root=False, anomaly_reports=anomaly_reports,
                       cell_files={k: v for k, v in (cells or {}).items()
-                                  if isinstance(k, str) and isinstance(v, int) and v >= 1})
+                                  if isinstance(k, str) and isinstance(v, int) and v >= 1},
+                      load_matplotlib=False, echo=echo)
 
 
 def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str = "cpu",
@@ -84,4 +86,4 @@ def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str
     label = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     doc = new_document(label, source, device, torch.__version__)
     return run_traced(doc, source, filename, lambda: (namespace, fn), device=device,
-                      limits=limits, chosen_root=False)
+                      limits=limits, chosen_root=False, load_matplotlib=False)

@@ -196,6 +196,11 @@ class Namer:
         """Every named tensor: name -> (tensor, kind)."""
         return {name: (t, kind) for t, name, kind in self._by_id.values()}
 
+    def in_called_module(self, tensor: torch.Tensor) -> bool:
+        """Is `tensor` a parameter of a module the code called (itself or one holding it)?"""
+        return any(p is tensor for ref in self._top_modules if (m := ref()) is not None
+                   for p in m.parameters())
+
     def module_prefix(self, module: nn.Module) -> str | None:
         """What the names of `module`'s parameters start with ("" or "model."), so that the
         module paths of its ops match them; None for a model with no parameters."""

@@ -18,6 +18,7 @@ import torch
 from app.format import Trace, diagnostic, error_record, new_document
 
 from .after_work import AfterWork
+from .anomaly_stack import stack_from
 from .as_main import (
     CappedText,
     TimeLimitExceeded,
@@ -79,21 +80,26 @@ def run_traced(doc: Trace, source: str, script_path: str,
                limits: RecordingLimits | None = None, chosen_root: bool = True,
                after_script: Callable[[], None] | None = None,
                deadline: float | None = None, anomaly_reports: list[str] | None = None,
-               cell_files: dict[str, int] | None = None) -> Trace:
+               cell_files: dict[str, int] | None = None,
+               load_matplotlib: bool = True, echo: bool = False) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
     backward gets none from autograd-lab (its tensors are not ours to add gradients to).
     `anomaly_reports` gets each forward traceback anomaly mode wrote when a backward failed,
     as it stands in the Trace's stderr: a kernel keeps them in the Trace and leaves them out
-    of the stderr it echoes (55 lines of its own frames above the explanation)."""
+    of the stderr it echoes (55 lines of its own frames above the explanation).
+    `load_matplotlib`: see FigureCapture (off in a kernel). `echo`: what the code prints
+    also goes to this process's stdout and stderr as it is printed (a kernel's, so that a
+    cell's prints arrive while it runs), anomaly mode's reports excepted."""
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
         return doc
 
     recorder = Recorder(script_path, limits or RecordingLimits(), cell_files=dict(cell_files or {}))
-    out, err = CappedText(), CappedText()
+    out, err = (CappedText(echo=sys.stdout), CappedText(echo=sys.stderr)) if echo else \
+        (CappedText(), CappedText())
     error = None
     saved = sys.stdout, sys.stderr, list(sys.argv), list(sys.path), sys.modules.get("__main__")
     recursion_limit = sys.getrecursionlimit()  # a script may raise it; the caller keeps its own
@@ -107,10 +113,14 @@ def run_traced(doc: Trace, source: str, script_path: str,
         warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
         warnings.showwarning = functools.partial(_show_warning, reports=anomaly_reports)
         func_calls = FuncCalls(recorder)
+        # anomaly mode's per-node stacks stop at this frame: what called the tracer (a
+        # kernel's 25 frames of its own) is never the script's, and cost most of a kernel's run
+        stack.enter_context(stack_from(sys._getframe()))
         stack.enter_context(instrumented(recorder, func_calls))
         compile_calls = stack.enter_context(CompileCalls(recorder.current_line).patched())
         scalers = stack.enter_context(ScalerWatch(recorder).patched())
-        figures = stack.enter_context(FigureCapture(recorder.current_line))
+        figures = stack.enter_context(FigureCapture(recorder.current_line,
+                                                          load=load_matplotlib))
         sys.stdout, sys.stderr = out, err
         try:
             try:
@@ -162,7 +172,10 @@ def run_traced(doc: Trace, source: str, script_path: str,
     doc["params"] = _params(recorder, named)
     results_by_name = {cls.__qualname__: r for cls, r in custom_results.items()}
     _attach_gradcheck(recorder.events, results_by_name)
-    doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name)
+    # a kernel's namespace holds earlier cells' models: chosen_root is off there, and only
+    # there (in_namespace.py)
+    doc["diagnostics"] = diagnose(recorder, recorder.events, named, results_by_name,
+                                  shared_namespace=not chosen_root)
     doc["diagnostics"].extend(flow_findings(doc))
     doc["diagnostics"].extend(hand.notes(backward_ran=recorder.backward_count() > 0))
     doc["diagnostics"].extend(after_notes)
@@ -206,9 +219,13 @@ def run_traced(doc: Trace, source: str, script_path: str,
 def _show_warning(message, category, filename, lineno, file=None, line=None, *,
                   reports: list[str] | None = None):
     text = scrub_frames(warnings.formatwarning(message, category, filename, lineno, line))
+    stream = file or sys.stderr
     if reports is not None and _ANOMALY_REPORT in str(message):
         reports.append(text)
-    (file or sys.stderr).write(text)
+        if isinstance(stream, CappedText):  # kept in the Trace, never echoed
+            stream.keep(text)
+            return
+    stream.write(text)
 
 
 def _never_started(error: dict | None) -> bool:

@@ -175,3 +175,72 @@ def test_the_stored_trace_keeps_the_pass_drawn_and_is_still_a_trace():
     assert kept["index"] == second["index"] and kept["order"] == second["order"]
     assert kept["graph"]["nodes"] == second["graph"]["nodes"]
     assert stored["events_skipped"]["backward"] == doc["events_skipped"]["backward"] + 1
+
+
+EARLIER_CELL = """\
+import torch
+from torch import nn
+torch.manual_seed(0)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used, self.spare = nn.Linear(3, 3), nn.Linear(3, 3)  # spare: never in forward
+
+    def forward(self, x):
+        return self.used(x)
+
+net, head = Net(), nn.Linear(3, 1)
+layer = nn.TransformerEncoderLayer(d_model=4, nhead=2, dim_feedforward=8)
+encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+x = torch.randn(4, 3)
+"""
+TRACED_CELL = "net(x).sum().backward()\n"  # uses net only: head and the encoder are earlier's
+
+
+def test_a_module_an_earlier_cell_made_and_this_one_never_used_is_not_said_to_miss_a_grad():
+    """Issue 37: a model from an earlier cell (`head`), unused by the traced cell, was said to
+    have "received no gradient", as if by mistake. PyTorch, run plainly: its .grad stays None
+    because nothing ever called it; `net.spare`, inside a model the cell did call, gets none
+    from that call: that finding is true and stays."""
+    plain: dict = {}
+    exec(EARLIER_CELL, plain)  # noqa: S102
+    called: set[str] = set()
+    for name in ("net", "head", "layer", "encoder"):
+        plain[name].register_forward_hook(lambda *_a, name=name: called.add(name))
+    exec(TRACED_CELL, plain)  # noqa: S102
+    assert called == {"net"}
+    missed = {f"net.{n}" for n, p in plain["net"].named_parameters() if p.grad is None}
+    assert missed == {"net.spare.weight", "net.spare.bias"}
+    untouched = [p for name in ("head", "layer", "encoder") for p in plain[name].parameters()]
+    assert untouched and all(p.grad is None for p in untouched)
+
+    ns: dict = {}
+    exec(EARLIER_CELL, ns)  # noqa: S102
+    doc = autograd_lab.trace(TRACED_CELL, ns)
+    assert doc["error"] is None
+    said = {p for d in doc["diagnostics"] if d["code"] == "no_gradient" for p in d["params"]}
+    assert said == missed  # only the called model's parameter, none of the untouched modules'
+    for d in doc["diagnostics"]:
+        assert "head" not in d["message"] and "layer" not in d["message"], d
+    # the untouched ones are still listed, with .grad as PyTorch left it: None
+    assert doc["params"]["head.weight"]["grad"] is None
+
+
+def test_a_script_still_hears_of_a_layer_it_made_and_never_used():
+    """The worker's run is the whole script: a layer it defines and never calls is its own
+    mistake to hear of (PyTorch leaves that .grad None)."""
+    from app.trace.tracer import trace_script
+
+    plain: dict = {}
+    exec(EARLIER_CELL + TRACED_CELL, plain)  # noqa: S102
+    assert plain["head"].weight.grad is None
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "script.py"
+        script.write_text(EARLIER_CELL + TRACED_CELL)
+        doc = trace_script(script)
+    said = {p for d in doc["diagnostics"] if d["code"] == "no_gradient" for p in d["params"]}
+    assert {"head.weight", "head.bias", "net.spare.weight"} <= said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import os
@@ -87,6 +88,23 @@ def executed(tmp_path_factory):
     """The notebook above, run top to bottom on a kernel whose spec lives in a temp folder
     (nothing in the home folder: Jupyter's and IPython's folders are all temp ones)."""
     tmp = tmp_path_factory.mktemp("kernel")
+    with kernel_installed(tmp):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(src, metadata={"tags": ["raises-exception"]}
+                                              if i in RAISES else {})
+                    for i, src in enumerate(CELLS)]
+        client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
+                                         store_widget_state=True,
+                                         resources={"metadata": {"path": str(tmp)}})
+        client.execute()
+    nbformat.validate(nb)
+    return nb
+
+
+@contextlib.contextmanager
+def kernel_installed(tmp: Path):
+    """This venv's python as kernel KERNEL, its spec and every Jupyter and IPython folder in
+    `tmp` (nothing in the home folder), for the duration of the block."""
     env = {"JUPYTER_PATH": str(tmp / "share" / "jupyter"),
            "JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_CONFIG_DIR": str(tmp / "config"),
            "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "IPYTHONDIR": str(tmp / "ipython"),
@@ -98,22 +116,13 @@ def executed(tmp_path_factory):
     try:
         subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", str(tmp),
                         "--name", KERNEL], check=True, capture_output=True, timeout=120)
-        nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(src, metadata={"tags": ["raises-exception"]}
-                                              if i in RAISES else {})
-                    for i, src in enumerate(CELLS)]
-        client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
-                                         store_widget_state=True,
-                                         resources={"metadata": {"path": str(tmp)}})
-        client.execute()
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    nbformat.validate(nb)
-    return nb
 
 
 def _data(cell, mimetype: str):
@@ -194,7 +203,7 @@ def _ipython_error_line(cell) -> int:
     return int(said[-1])
 
 
-def test_a_failed_cell_says_its_explanation_first_on_the_cells_own_lines_with_no_wall(executed):
+def test_a_failed_cell_says_its_explanation_after_its_prints_on_its_own_lines_no_wall(executed):
     traced, plain = executed.cells[8], executed.cells[9]
     (error,) = [o for o in plain.outputs if o["output_type"] == "error"]
     doc = _data(traced, TRACE)
@@ -204,8 +213,9 @@ def test_a_failed_cell_says_its_explanation_first_on_the_cells_own_lines_with_no
     # the line IPython names for the same lines run plainly, in the traced cell's own count
     line = _ipython_error_line(plain)
     assert doc["error"]["line"] == line
-    first = traced.outputs[0]
-    assert first["output_type"] == "display_data"  # before the print and before the graph
+    # what the cell printed came first, as it ran; then the failure, before the graph
+    first = traced.outputs[1]
+    assert first["output_type"] == "display_data"
     said, page = first["data"]["text/plain"], first["data"]["text/html"]
     assert said.startswith(f"autograd-lab: The cell stopped with RuntimeError at cell "
                            f"{traced.execution_count}, line {line}.")
@@ -213,9 +223,9 @@ def test_a_failed_cell_says_its_explanation_first_on_the_cells_own_lines_with_no
     changed = traced.source.split("\n").index("h.add_(1)") + 1
     assert f"Where: cell {traced.execution_count}, line {changed}" in said
     assert "What happened" in page and "Suggested change" in page and "h.clone()" in page
-    # then what the cell printed, then the graph; no stderr at all: anomaly mode's forward
-    # traceback (its 'Error detected in SigmoidBackward0') stays in the Trace
-    assert [o["output_type"] for o in traced.outputs] == ["display_data", "stream",
+    # then the graph; no stderr at all: anomaly mode's forward traceback (its 'Error
+    # detected in SigmoidBackward0') stays in the Trace
+    assert [o["output_type"] for o in traced.outputs] == ["stream", "display_data",
                                                           "display_data", "display_data"]
     assert _stdout(traced) == "before the failure\n"
     assert not [o for o in traced.outputs if o.get("name") == "stderr"]
@@ -275,3 +285,55 @@ def test_the_stored_trace_is_bounded_and_says_so(executed):
     assert "stores a smaller Trace" in _static(executed.cells[10])["text/plain"]
     for name, norm in norms.items():  # the statistics kept are .grad's own
         assert abs(bounded["params"][name]["grad"]["norm"] - norm) < 1e-5 * max(1, norm), name
+
+
+# prints "waiting", then waits until the test, having seen that print arrive, writes the file;
+# a kernel that sent the print only when the cell ended would never let it see the file (the
+# cell gives up after a minute, only so that a broken run ends)
+STREAMED = """\
+%%autograd_lab --name streamed
+import pathlib, time
+w = torch.ones(3, requires_grad=True)
+print("waiting", flush=True)
+seen = pathlib.Path({flag!r})
+for _ in range(600):
+    if seen.exists():
+        break
+    time.sleep(0.1)
+print("file seen" if seen.exists() else "gave up waiting")
+(w * 2).sum().backward()
+"""
+
+
+def test_what_a_traced_cell_prints_arrives_while_it_runs(tmp_path_factory):
+    """Issue 37, point 5: a traced cell's prints stream as a plain cell's do (a training loop's
+    progress), not all at its end; its stderr too, and the Trace still keeps both."""
+    from jupyter_client.manager import start_new_kernel
+
+    tmp = tmp_path_factory.mktemp("streaming")
+    flag = tmp / "the print arrived"
+    with kernel_installed(tmp):
+        manager, client = start_new_kernel(kernel_name=KERNEL, startup_timeout=120)
+    try:
+        client.execute_interactive("%load_ext autograd_lab\nimport torch", timeout=300)
+        msg_id = client.execute(STREAMED.format(flag=str(flag)))
+        printed, trace = [], None
+        while True:
+            msg = client.get_iopub_msg(timeout=300)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream" and content["name"] == "stdout":
+                printed.append(content["text"])
+                if "waiting" in "".join(printed):
+                    flag.touch()
+            elif kind == "display_data" and TRACE in content["data"]:
+                trace = content["data"][TRACE]
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert "".join(printed) == "waiting\nfile seen\n"
+    assert trace is not None and trace["stdout"] == "waiting\nfile seen\n"
+    assert [e["kind"] for e in trace["events"]] == ["backward"]
