@@ -123,8 +123,11 @@ class TraceWidget(anywidget.AnyWidget):
         self._redraw = redraw
         super().__init__(_esm=page_module("widget.js"), css=_css(), pan_zoom_js=_pan_zoom(),
                          kinds=dict(KINDS),
-                         # json_text: NaN as null (a browser's JSON.parse takes no NaN)
-                         trace_gz=gzip.compress(json_text.dumps(trace), 6),
+                         # json_text: NaN as null (a browser's JSON.parse takes no NaN).
+                         # Level 1: the bytes go to the browser once, over a local socket; on a
+                         # 6-layer encoder's 2.4 MB Trace, level 6 took 0.77 s against 0.13 s
+                         # for a copy 15% larger
+                         trace_gz=gzip.compress(json_text.dumps(trace), 1),
                          event=event, view=view, svg=svg or "", summary=summary, link=link or "",
                          dot=dot if in_browser else "", static_id=static_id,
                          graphviz_gz=graphviz_gz() if in_browser else b"",
