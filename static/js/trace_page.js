@@ -402,9 +402,11 @@ async function loadRun(newEntry = false) {
       const node = shown.graph.nodes.find((n) => n.param === view.param);
       view.node = node ? node.id : null;
     }
-    // `?present=1` starts where the Present button does: at the first step, with its highlights
-    if (view.present && !view.say && view.step === null && steps.length) {
-      view = { ...view, ...stepView(steps, 1, stepContext()) };
+    // `?present=1` starts where the Present button does: at the first step, with its highlights;
+    // `&say=N` alone lands as stepping there does, with step N's (an address that also names a
+    // node, a parameter or a line keeps what it names: a view someone picked on that step)
+    if (view.present && view.step === null && steps.length && (!view.say || !(view.node || view.param || view.line))) {
+      view = { ...view, ...stepView(steps, view.say || 1, stepContext()) };
     }
     if (shown) {
       // the drawing is painted before the rest of the page is built: a big model's parameter

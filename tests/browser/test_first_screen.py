@@ -1,0 +1,187 @@
+"""The answer on the first screen (issue 35): each presenter step opens the graph with every
+node it names whole inside the graph's visible box, at a projector's 1280 x 720 and 1920 x 1080;
+no badge lies over (or under) a node; a direct `?present=1&say=N` link lands as stepping there
+does; the presenter lists a lesson's variants in its file's order.
+
+What a step names is worked out here from the scenario's file and the Trace the API serves
+(its `Show:` lines: a parameter and the nodes its uses came in at, a node by name, a source
+line's nodes), never read back from the page; positions are measured on screen.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from app.catalog import load_catalog
+from tests.conftest import SCENARIOS
+
+from .conftest import api_trace, open_scenario, settled
+
+pytestmark = pytest.mark.browser
+
+SIZES = [(1280, 720), (1920, 1080)]
+# every lesson in its first variant, and checkpointing's `reentrant`, whose step 3 names the
+# checkpoint's line and has a node on it (CheckpointFunctionBackward)
+LESSONS = [(name, None) for name in load_catalog(SCENARIOS)] + [("checkpointing", "reentrant")]
+
+# boxes on screen: every node's outline, every badge, the graph area less what the window cuts
+_MEASURE = """() => {
+  const edges = (b) => ({x0: b.left, y0: b.top, x1: b.right, y1: b.bottom});
+  const area = document.getElementById('graph').getBoundingClientRect();
+  const seen = {x0: Math.max(area.left, 0), y0: Math.max(area.top, 0),
+    x1: Math.min(area.right, innerWidth), y1: Math.min(area.bottom, innerHeight)};
+  const nodes = {};
+  for (const g of document.querySelectorAll('#graph svg g.node')) {
+    const shape = g.querySelector('path, polygon, ellipse') || g;
+    nodes[g.id] = edges(shape.getBoundingClientRect());
+  }
+  const badges = [...document.querySelectorAll('#graph svg g.badge')].map((b) => {
+    const box = edges(b.getBoundingClientRect());
+    const x = (box.x0 + box.x1) / 2, y = (box.y0 + box.y1) / 2;
+    const hit = document.elementFromPoint(x, y);
+    // a badge names its node (one drawn inside its node's <g> is that node's)
+    return {node: b.dataset.node || b.closest('g.node')?.id, cls: b.getAttribute('class'), box,
+      onTop: !hit || !document.getElementById('graph').contains(hit) || Boolean(hit.closest('g.badge'))};
+  });
+  const selected = document.querySelector('#graph svg g.node.is-selected');
+  return {seen, nodes, badges, selected: selected ? selected.id : null};
+}"""
+
+
+def backward_event(trace: dict) -> dict | None:
+    """The event the page draws first: the first backward pass."""
+    return next((e for e in trace["events"] if e["kind"] == "backward"), None)
+
+
+def named_nodes(step: dict, event: dict, script: list[str]) -> set[str]:
+    """The node ids a step's `Show:` items name in this event's graph."""
+    nodes = event["graph"]["nodes"]
+    ids: set[str] = set()
+    for item in step["show"]:
+        param = item.get("param") or item.get("heatmap")
+        if param:
+            ids |= {n["id"] for n in nodes if n.get("param") == param}
+            if any(n.get("param") == param for n in nodes):
+                ids |= {c["node"] for c in (event.get("contributions") or {}).get(param, [])}
+        elif item.get("node"):
+            ids |= {n["id"] for n in nodes if n["name"] == item["node"]}
+        elif "line" in item:
+            text = item["line"]
+            lines = [text] if isinstance(text, int) else \
+                [i for i, line in enumerate(script, 1) if text in line and not line.strip().startswith("Show:")]
+            with_nodes = [n for n in lines if any(x.get("line") == n for x in nodes)]
+            if with_nodes:
+                ids |= {x["id"] for x in nodes if x.get("line") == with_nodes[0]}
+    return ids
+
+
+def inside(box: dict, seen: dict, slack: float = 1.0) -> bool:
+    return (box["x0"] >= seen["x0"] - slack and box["y0"] >= seen["y0"] - slack
+            and box["x1"] <= seen["x1"] + slack and box["y1"] <= seen["y1"] + slack)
+
+
+def overlap(a: dict, b: dict) -> float:
+    w = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"])
+    h = min(a["y1"], b["y1"]) - max(a["y0"], b["y0"])
+    return max(0.0, w) * max(0.0, h)
+
+
+def check_badges(measured: dict, where: str) -> None:
+    for badge in measured["badges"]:
+        for node_id, box in measured["nodes"].items():
+            if node_id == badge["node"]:
+                continue  # on its own node's corner, drawn over it
+            assert overlap(badge["box"], box) < 1.0, \
+                f"{where}: the {badge['cls']} of {badge['node']} lies over node {node_id}"
+        assert badge["onTop"], f"{where}: the {badge['cls']} of {badge['node']} is under something"
+
+
+def step_query(url: str) -> dict:
+    q = parse_qs(urlparse(url).query)
+    return {k: q.get(k) for k in ("node", "param", "line", "say", "variant")}
+
+
+def walk(page, count: int):
+    """Yield (n, measured, url) for each presenter step, reached with → from step 1."""
+    for n in range(1, count + 1):
+        if n > 1:
+            page.keyboard.press("ArrowRight")
+        page.wait_for_function("n => document.querySelector('.presenter-where').textContent"
+                               ".startsWith(`Step ${n} of`)", arg=n)
+        page.wait_for_selector("#progress", state="hidden")
+        settled(page)
+        yield n, page.evaluate(_MEASURE), page.url
+
+
+@pytest.mark.parametrize("name,variant", LESSONS, ids=[f"{n}-{v or 'first'}" for n, v in LESSONS])
+def test_each_step_opens_with_what_it_names_whole(watched, name, variant):
+    page = watched.page
+    scenario = load_catalog(SCENARIOS)[name]
+    query = f"variant={variant}" if variant else ""
+    event = backward_event(api_trace(watched, name, query))
+    if event is None:
+        pytest.skip(f"{name} records no backward pass in this variant")
+    script = (SCENARIOS / f"{name}.py").read_text().splitlines()
+    named = [named_nodes(step, event, script) for step in scenario.steps]
+    for width, height in SIZES:
+        page.set_viewport_size({"width": width, "height": height})
+        open_scenario(watched, name, "&".join(filter(None, [query, "present=1"])))
+        for n, measured, _url in walk(page, len(scenario.steps)):
+            where = f"{name} {variant or ''} step {n} at {width}x{height}"
+            for node_id in sorted(named[n - 1]):
+                assert node_id in measured["nodes"], f"{where}: {node_id} is not drawn"
+                assert inside(measured["nodes"][node_id], measured["seen"]), \
+                    f"{where}: {node_id} at {measured['nodes'][node_id]} is not whole in {measured['seen']}"
+                for badge in measured["badges"]:
+                    if badge["node"] == node_id:
+                        assert inside(badge["box"], measured["seen"]), f"{where}: {node_id}'s badge is cut"
+            check_badges(measured, where)
+            if name == "checkpointing" and n == 3 and width == 1280:
+                watched.shot(f"{variant or 'first'}-step3-1280x720", full_page=False)
+
+
+# the lessons whose steps select something: a node, a parameter (and its heat map), a line
+DIRECT = ["reused_layer", "masked_gradient", "custom_function", "stop_gradient"]
+
+
+@pytest.mark.parametrize("name", DIRECT)
+def test_a_direct_say_link_lands_as_stepping_there(watched, name):
+    page = watched.page
+    steps = load_catalog(SCENARIOS)[name].steps
+    open_scenario(watched, name, "present=1")
+    stepped = {n: (measured["selected"], step_query(url)) for n, measured, url in walk(page, len(steps))}
+    assert any(sel for sel, _ in stepped.values()), f"no step of {name} selects a node"
+    for n in range(1, len(steps) + 1):
+        open_scenario(watched, name, f"present=1&say={n}")
+        settled(page)
+        measured = page.evaluate(_MEASURE)
+        assert (measured["selected"], step_query(page.url)) == stepped[n], f"{name} say={n}"
+
+
+def file_variants(name: str) -> list[str]:
+    """The VARIANTS dict's keys in the order the scenario's file writes them."""
+    tree = ast.parse((SCENARIOS / f"{name}.py").read_text())
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "VARIANTS" for t in stmt.targets):
+            return [ast.literal_eval(k) for k in stmt.value.keys]
+    return []
+
+
+@pytest.mark.parametrize("name", ["checkpointing", "stop_gradient"])
+def test_presenter_lists_variants_in_the_files_order(watched, name):
+    page = watched.page
+    order = file_variants(name)
+    assert order != sorted(order), "pick a scenario whose variants are not in alphabetical order"
+    open_scenario(watched, name, "present=1")
+    page.wait_for_selector(".presenter-variants button")
+    shown = page.eval_on_selector_all(".presenter-variants button", "bs => bs.map(b => b.dataset.variant)")
+    assert shown == order
+    form = page.eval_on_selector_all("input[name=variant]", "xs => xs.map(x => x.value)")
+    assert form == order
+    # V walks them in that order too
+    page.keyboard.press("v")
+    page.wait_for_url(re.compile(rf".*variant={order[1]}\b.*"))
