@@ -22,9 +22,9 @@ const UNREADABLE = 0.25;
 const MAX_LABEL = 1.6 * BASE_UNIT; // a small graph fitted whole is not blown up past this
 const MIN_HEIGHT = 300;
 const PAD = 8; // px kept free around what an opening view shows
-// an opening view zooms out at most this much to show its rows' nodes whole (no node cut by
-// the view's side); a graph wider than that is a pan away
-const TIDY = 0.8;
+// an opening view zooms out at most this much (and never below its labels' floor) to show its
+// rows' nodes whole, none cut by the view's side; a graph wider than that is a pan away
+const TIDY = 0.7;
 const STATE_CLASSES = ["is-selected", "is-line", "is-current", "is-done", "is-pending",
   "is-contrib", "is-hinted", "is-edge-done", "is-edge-new"];
 
@@ -397,28 +397,23 @@ export class GraphView {
         }
         break;
       }
-      if (wider < zoom * TIDY) break; // far wider than the view: a pan away, as it was
+      // far wider than the view: a pan away, as it was; and never below the labels' floor
+      if (wider < Math.max(zoom * TIDY, floor / this.unit)) break;
       tidy = { zoom: wider, cx: (span.x0 + span.x1) / 2, cy };
     }
-    // and none cut by its top or bottom: moved up or down, as little as takes each node in or
-    // out, keeping what must be seen whole
+    // and as few as can be cut by its sides, then by its top or bottom: the view moved as
+    // little as takes a node in or out, keeping what must be seen (and the focus, if it was
+    // seen) whole
+    const air = PAD / zoom;
+    const kept = (a0, a1, h) => [whole ? [whole[a0], whole[a1]] : null,
+      box[a1] - box[a0] <= 2 * h ? [box[a0], box[a1]] : null].filter(Boolean);
+    if (all.x1 - all.x0 > 2 * half.w) {
+      const rows = outlines.filter((o) => o.y1 > cy - half.h && o.y0 < cy + half.h).map((o) => [o.x0, o.x1]);
+      cx = leastCut(cx, half.w, rows, kept("x0", "x1", half.w), [all.x0, all.x1], air);
+    }
     if (all.y1 - all.y0 > 2 * half.h) {
-      const shown = outlines.filter((o) => o.x1 > cx - half.w && o.x0 < cx + half.w);
-      const cut = (c) => shown.filter((o) => (o.y0 < c - half.h && o.y1 > c - half.h) || (o.y0 < c + half.h && o.y1 > c + half.h)).length;
-      // what must be seen stays whole, and so does the rest of the focus if it was in view
-      const kept = [whole, box.y1 - box.y0 <= 2 * half.h ? box : null].filter(Boolean);
-      const ok = (c) => c - half.h >= all.y0 - 1 && c + half.h <= all.y1 + 1 &&
-        kept.every((k) => k.y0 >= c - half.h && k.y1 <= c + half.h);
-      let best = { c: cy, cut: cut(cy) };
-      const air = PAD / zoom;
-      for (const o of best.cut ? shown : []) {
-        for (const c of [o.y0 - air + half.h, o.y1 + air - half.h, o.y0 - air - half.h, o.y1 + air + half.h]) {
-          if (!ok(c) || Math.abs(c - cy) > half.h) continue;
-          const n = cut(c);
-          if (n < best.cut || (n === best.cut && Math.abs(c - cy) < Math.abs(best.c - cy))) best = { c, cut: n };
-        }
-      }
-      cy = best.c;
+      const columns = outlines.filter((o) => o.x1 > cx - half.w && o.x0 < cx + half.w).map((o) => [o.y0, o.y1]);
+      cy = leastCut(cy, half.h, columns, kept("y0", "y1", half.h), [all.y0, all.y1], air);
     }
     this.panZoom.zoom(this.panZoom.getZoom() * (zoom / sizes.realZoom));
     const now = this.panZoom.getSizes().realZoom; // within the library's bounds
@@ -508,6 +503,23 @@ function union(boxes) {
 /** A node's own outline (not the badges drawn on it). */
 function shapeBox(g) {
   return (g.querySelector("path, polygon, ellipse") || g).getBBox();
+}
+
+/** The middle, near `c`, of a view `2h` long on one axis that cuts fewest of `spans` ([from,
+ *  to]) at its ends, keeping each of `kept` whole and itself within `edge`; moved at most `h`,
+ *  leaving `air` between a node taken in or pushed out and the view's end. */
+function leastCut(c, h, spans, kept, edge, air) {
+  const cut = (v) => spans.filter(([a, b]) => (a < v - h && b > v - h) || (a < v + h && b > v + h)).length;
+  const ok = (v) => v - h >= edge[0] - air && v + h <= edge[1] + air && kept.every(([a, b]) => a >= v - h && b <= v + h);
+  let best = { v: c, n: cut(c) };
+  for (const [a, b] of best.n ? spans : []) {
+    for (const v of [a - air + h, b + air - h, a - air - h, b + air + h]) {
+      if (!ok(v) || Math.abs(v - c) > h) continue;
+      const n = cut(v);
+      if (n < best.n || (n === best.n && Math.abs(v - c) < Math.abs(best.v - c))) best = { v, n };
+    }
+  }
+  return best.v;
 }
 
 function toEdges(b) {
