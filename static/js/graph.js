@@ -405,15 +405,16 @@ export class GraphView {
     // little as takes a node in or out, keeping what must be seen (and the focus, if it was
     // seen) whole
     const air = PAD / zoom;
-    const kept = (a0, a1, h) => [whole ? [whole[a0], whole[a1]] : null,
-      box[a1] - box[a0] <= 2 * h ? [box[a0], box[a1]] : null].filter(Boolean);
+    const aimed = boxes(focus);
+    const kept = (a0, a1, c, h) => [whole, ...aimed.filter((f) => f[a0] >= c - h && f[a1] <= c + h)]
+      .filter(Boolean).map((k) => [k[a0], k[a1]]);
     if (all.x1 - all.x0 > 2 * half.w) {
       const rows = outlines.filter((o) => o.y1 > cy - half.h && o.y0 < cy + half.h).map((o) => [o.x0, o.x1]);
-      cx = leastCut(cx, half.w, rows, kept("x0", "x1", half.w), [all.x0, all.x1], air);
+      cx = leastCut(cx, half.w, rows, kept("x0", "x1", cx, half.w), [all.x0, all.x1], air);
     }
     if (all.y1 - all.y0 > 2 * half.h) {
       const columns = outlines.filter((o) => o.x1 > cx - half.w && o.x0 < cx + half.w).map((o) => [o.y0, o.y1]);
-      cy = leastCut(cy, half.h, columns, kept("y0", "y1", half.h), [all.y0, all.y1], air);
+      cy = leastCut(cy, half.h, columns, kept("y0", "y1", cy, half.h), [all.y0, all.y1], air);
     }
     this.panZoom.zoom(this.panZoom.getZoom() * (zoom / sizes.realZoom));
     const now = this.panZoom.getSizes().realZoom; // within the library's bounds

@@ -185,3 +185,51 @@ def test_presenter_lists_variants_in_the_files_order(watched, name):
     # V walks them in that order too
     page.keyboard.press("v")
     page.wait_for_url(re.compile(rf".*variant={order[1]}\b.*"))
+
+
+# a parameter picked by a link on the plain page: it and the nodes its uses came in at (each
+# with its number badge) open whole in the part of the graph that is seen, at every size
+PICKED = [("reused_layer", "param=middle_linear.weight"),
+          ("stop_gradient", "variant=both_uses&param=linear.weight")]
+PAGE_SIZES = [(1280, 720), (1366, 768), (1920, 1080), (390, 844)]
+
+
+@pytest.mark.parametrize("size", PAGE_SIZES, ids=[f"{w}x{h}" for w, h in PAGE_SIZES])
+@pytest.mark.parametrize("name,query", PICKED, ids=[p[0] for p in PICKED])
+def test_a_picked_parameter_opens_whole_with_its_use_badges(browser, server, request, name, query, size):
+    from .conftest import Watched
+
+    phone = size[0] <= 600
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]},
+                                  is_mobile=phone, has_touch=phone)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    w = Watched(page, server, request.node.name.replace("test_", "", 1))
+    try:
+        param = parse_qs(query)["param"][0]
+        event = backward_event(api_trace(w, name, query.split("&param")[0] if "&" in query else ""))
+        weight = next(n["id"] for n in event["graph"]["nodes"] if n.get("param") == param)
+        uses = {c["node"] for c in event["contributions"][param]}
+        assert len(uses) >= 2, f"{name}: pick a parameter used more than once"
+        open_scenario(w, name, query)
+        page.wait_for_selector("#graph .use-badge")
+        page.wait_for_timeout(300)  # a phone scrolls the graph into view on the next frame
+        settled(page)
+        measured = page.evaluate(_MEASURE)
+        seen = dict(measured["seen"])
+        if phone and page.evaluate("() => document.body.classList.contains('sheet-open')"):
+            seen["y1"] = min(seen["y1"], page.evaluate("() => document.getElementById('details').getBoundingClientRect().top"))
+        where = f"{name} {param} at {size[0]}x{size[1]}"
+        for node_id in {weight, *uses}:
+            assert inside(measured["nodes"][node_id], seen), \
+                f"{where}: {node_id} at {measured['nodes'][node_id]} is not whole in {seen}"
+        numbered = [b for b in measured["badges"] if "use-badge" in b["cls"]]
+        assert {b["node"] for b in numbered} == uses
+        for badge in numbered:
+            assert inside(badge["box"], seen), f"{where}: the use badge of {badge['node']} is cut"
+        check_badges(measured, where)
+        w.shot("opening", full_page=False)
+        assert not w.errors, w.errors
+        assert not w.foreign, w.foreign
+    finally:
+        context.close()
