@@ -44,8 +44,9 @@ _MEASURE = """() => {
     const x = (box.x0 + box.x1) / 2, y = (box.y0 + box.y1) / 2;
     const hit = document.elementFromPoint(x, y);
     // a badge names its node (one drawn inside its node's <g> is that node's)
+    const graph = document.getElementById('graph');
     return {node: b.dataset.node || b.closest('g.node')?.id, cls: b.getAttribute('class'), box,
-      onTop: !hit || !document.getElementById('graph').contains(hit) || Boolean(hit.closest('g.badge'))};
+      onTop: !hit || !graph.contains(hit) || Boolean(hit.closest('g.badge'))};
   });
   const selected = document.querySelector('#graph svg g.node.is-selected');
   return {seen, nodes, badges, selected: selected ? selected.id : null};
@@ -72,7 +73,8 @@ def named_nodes(step: dict, event: dict, script: list[str]) -> set[str]:
         elif "line" in item:
             text = item["line"]
             lines = [text] if isinstance(text, int) else \
-                [i for i, line in enumerate(script, 1) if text in line and not line.strip().startswith("Show:")]
+                [i for i, line in enumerate(script, 1)
+                 if text in line and not line.strip().startswith("Show:")]
             with_nodes = [n for n in lines if any(x.get("line") == n for x in nodes)]
             if with_nodes:
                 ids |= {x["id"] for x in nodes if x.get("line") == with_nodes[0]}
@@ -134,11 +136,11 @@ def test_each_step_opens_with_what_it_names_whole(watched, name, variant):
             where = f"{name} {variant or ''} step {n} at {width}x{height}"
             for node_id in sorted(named[n - 1]):
                 assert node_id in measured["nodes"], f"{where}: {node_id} is not drawn"
-                assert inside(measured["nodes"][node_id], measured["seen"]), \
-                    f"{where}: {node_id} at {measured['nodes'][node_id]} is not whole in {measured['seen']}"
+                drawn, seen = measured["nodes"][node_id], measured["seen"]
+                assert inside(drawn, seen), f"{where}: {node_id} at {drawn} is not whole in {seen}"
                 for badge in measured["badges"]:
                     if badge["node"] == node_id:
-                        assert inside(badge["box"], measured["seen"]), f"{where}: {node_id}'s badge is cut"
+                        assert inside(badge["box"], seen), f"{where}: {node_id}'s badge is cut"
             check_badges(measured, where)
             if name == "checkpointing" and n == 3 and width == 1280:
                 watched.shot(f"{variant or 'first'}-step3-1280x720", full_page=False)
@@ -153,7 +155,8 @@ def test_a_direct_say_link_lands_as_stepping_there(watched, name):
     page = watched.page
     steps = load_catalog(SCENARIOS)[name].steps
     open_scenario(watched, name, "present=1")
-    stepped = {n: (measured["selected"], step_query(url)) for n, measured, url in walk(page, len(steps))}
+    stepped = {n: (measured["selected"], step_query(url))
+               for n, measured, url in walk(page, len(steps))}
     assert any(sel for sel, _ in stepped.values()), f"no step of {name} selects a node"
     for n in range(1, len(steps) + 1):
         open_scenario(watched, name, f"present=1&say={n}")
@@ -166,7 +169,8 @@ def file_variants(name: str) -> list[str]:
     """The VARIANTS dict's keys in the order the scenario's file writes them."""
     tree = ast.parse((SCENARIOS / f"{name}.py").read_text())
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "VARIANTS" for t in stmt.targets):
+        names = [getattr(t, "id", None) for t in getattr(stmt, "targets", [])]
+        if isinstance(stmt, ast.Assign) and "VARIANTS" in names:
             return [ast.literal_eval(k) for k in stmt.value.keys]
     return []
 
@@ -178,7 +182,8 @@ def test_presenter_lists_variants_in_the_files_order(watched, name):
     assert order != sorted(order), "pick a scenario whose variants are not in alphabetical order"
     open_scenario(watched, name, "present=1")
     page.wait_for_selector(".presenter-variants button")
-    shown = page.eval_on_selector_all(".presenter-variants button", "bs => bs.map(b => b.dataset.variant)")
+    shown = page.eval_on_selector_all(".presenter-variants button",
+                                      "bs => bs.map(b => b.dataset.variant)")
     assert shown == order
     form = page.eval_on_selector_all("input[name=variant]", "xs => xs.map(x => x.value)")
     assert form == order
@@ -196,7 +201,8 @@ PAGE_SIZES = [(1280, 720), (1366, 768), (1920, 1080), (390, 844)]
 
 @pytest.mark.parametrize("size", PAGE_SIZES, ids=[f"{w}x{h}" for w, h in PAGE_SIZES])
 @pytest.mark.parametrize("name,query", PICKED, ids=[p[0] for p in PICKED])
-def test_a_picked_parameter_opens_whole_with_its_use_badges(browser, server, request, name, query, size):
+def test_a_picked_parameter_opens_whole_with_its_use_badges(browser, server, request, name, query,
+                                                             size):
     from .conftest import Watched
 
     phone = size[0] <= 600
@@ -218,7 +224,9 @@ def test_a_picked_parameter_opens_whole_with_its_use_badges(browser, server, req
         measured = page.evaluate(_MEASURE)
         seen = dict(measured["seen"])
         if phone and page.evaluate("() => document.body.classList.contains('sheet-open')"):
-            seen["y1"] = min(seen["y1"], page.evaluate("() => document.getElementById('details').getBoundingClientRect().top"))
+            sheet = page.evaluate("() => document.querySelector('#details')"
+                                  ".getBoundingClientRect().top")
+            seen["y1"] = min(seen["y1"], sheet)
         where = f"{name} {param} at {size[0]}x{size[1]}"
         for node_id in {weight, *uses}:
             assert inside(measured["nodes"][node_id], seen), \
