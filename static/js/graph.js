@@ -25,6 +25,8 @@ const PAD = 8; // px kept free around what an opening view shows
 // an opening view zooms out at most this much (and never below its labels' floor) to show its
 // rows' nodes whole, none cut by the view's side; a graph wider than that is a pan away
 const TIDY = 0.7;
+/** A phone: the page's one test for it (a details sheet over the graph, a strip to scroll by). */
+export const phone = window.matchMedia("(max-width: 600px)");
 const STATE_CLASSES = ["is-selected", "is-line", "is-current", "is-done", "is-pending",
   "is-contrib", "is-hinted", "is-edge-done", "is-edge-new"];
 
@@ -55,7 +57,7 @@ export class GraphView {
     const top = this.container.getBoundingClientRect().top + window.scrollY;
     if (!this.container.offsetParent) return; // not shown: nothing to size
     // on a phone the graph keeps its fingers (touch pans it): leave a strip to scroll the page by
-    const most = window.innerWidth <= 600 ? window.innerHeight * 0.7 : Infinity;
+    const most = phone.matches ? window.innerHeight * 0.7 : Infinity;
     const height = Math.max(MIN_HEIGHT, Math.min(most, window.innerHeight - top - 12));
     this.container.style.height = `${height}px`;
   }
@@ -101,14 +103,16 @@ export class GraphView {
         fit: true, center: true, minZoom: 0.1, maxZoom: 25, zoomScaleSensitivity: 0.3,
         dblClickZoomEnabled: false, controlIconsEnabled: false,
         customEventsHandler: touchGestures({ onTap: (target) => this.pick(target) }),
+        // the person moved the view (not the page opening it): a resize keeps their view
+        onPan: () => { if (!this.opening) this.moved = true; },
+        onZoom: () => { if (!this.opening) this.moved = true; },
       });
       // a huge graph fits at a tiny zoom: let it still be zoomed in far enough to read (a
       // projector's 30 px labels on a small graph too)
       const fitted = this.panZoom.getSizes().realZoom;
       const most = (4 * READABLE) / this.unit;
       if (fitted * 25 < most) this.panZoom.setMaxZoom(most / fitted);
-      this.notHuge();
-      this.readable();
+      this.initialView();
     }
     this.walk.drawn(svg);
   }
@@ -134,11 +138,13 @@ export class GraphView {
         const point = { x: box.left + box.width / 2 - area.left, y: box.top + box.height / 2 - area.top };
         // the zoom drawn now, measured on the page (the library's own figure is ahead of it)
         const drawn = root ? box.height / (root.getBBox().height || 1) : panZoom.getSizes().realZoom;
+        const moved = this.moved; // this is the opening view, not the person's move
         panZoom.zoomAtPoint(panZoom.getZoom() * (READABLE / this.unit / drawn), point);
         // the output in the middle of the visible area
         const seen = this.container.getBoundingClientRect();
         panZoom.panBy({ x: seen.left - area.left + seen.width / 2 - point.x,
           y: seen.top - area.top + seen.height * 0.5 - point.y });
+        this.moved = moved;
       }));
       return;
     }
@@ -335,7 +341,17 @@ export class GraphView {
    * about: each lies whole, with its badges, inside the part of the graph area that is seen
    * (a phone's sheet covers its bottom), even where that takes labels below `floor`.
    */
-  open({ focus = [], must = focus.slice(0, 1), floor = 12, comfy = floor * 1.25, most = floor * 1.6 } = {}) {
+  open(options = {}) {
+    this.opening = true;
+    try {
+      this.openNow(options);
+    } finally {
+      this.opening = false;
+    }
+    this.moved = false;
+  }
+
+  openNow({ focus = [], must = focus.slice(0, 1), floor = 12, comfy = floor * 1.25, most = floor * 1.6 } = {}) {
     if (!this.panZoom) return;
     this.panZoom.resize();
     const sizes = this.panZoom.getSizes();
@@ -429,6 +445,12 @@ export class GraphView {
     return union([box, ...marks.filter(Boolean)]);
   }
 
+  /** Whether the person has panned or zoomed since the graph was last given its opening view
+   *  (a window's new size opens it again only if not: trace_page.js). */
+  untouched() {
+    return Boolean(this.panZoom) && !this.moved;
+  }
+
   /** The window changed size: keep the zoom and pan, just tell the library. */
   resized() {
     this.fitHeight();
@@ -447,9 +469,15 @@ export class GraphView {
   /** The view a graph opens with: whole if that is readable, else readable from the bottom. */
   initialView() {
     if (!this.panZoom) return;
-    this.fit();
-    this.notHuge();
-    this.readable();
+    this.opening = true;
+    try {
+      this.fit();
+      this.notHuge();
+      this.readable();
+    } finally {
+      this.opening = false;
+    }
+    this.moved = false;
   }
 
   /** Fitting a small graph would blow it up to poster size: keep its labels at most MAX_LABEL. */

@@ -10,7 +10,7 @@ import { renderDiagnostics } from "./diagnostics.js";
 import { renderFindings } from "./findings.js";
 import { fill, h, fmt } from "./dom.js";
 import { renderFlow } from "./flow.js";
-import { GraphView } from "./graph.js";
+import { GraphView, phone } from "./graph.js";
 import { installKeys } from "./keys.js";
 import { installFindingsKey } from "./graph_keys.js";
 import { lineLabel, setScript } from "./lines.js";
@@ -61,7 +61,6 @@ const PRESENT_FONT = 3;
 const PRESENT_CHART = 1.3; // a parameter's bars beside the graph, in type the room reads
 // labels on screen at the opening view, in CSS px: at least this on the page (and a phone)
 const PAGE_LABELS = 12.5;
-const phone = window.matchMedia("(max-width: 600px)");
 
 const status = $("status");
 const progress = new Progress($("progress"), $("progress-text"));
@@ -823,11 +822,12 @@ window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
   resizeTimer = setTimeout(() => {
     renderSheet();
-    graph.resized();
-    // a projector's window that went full screen: the step's text fitted and its view again,
-    // at the new size
+    // a projector's window that went full screen, a phone turned on its side: the step's text
+    // fitted and the graph's opening view made again at the new size, unless the person moved
+    // the graph since it opened (then their view is kept)
     if (view.present) fitToScreen();
-    if (view.present && shown) openingView();
+    if (shown && (view.present || graph.untouched())) openingView();
+    else graph.resized();
   }, 150);
 });
 

@@ -241,3 +241,43 @@ def test_a_picked_parameter_opens_whole_with_its_use_badges(browser, server, req
         assert not w.foreign, w.foreign
     finally:
         context.close()
+
+
+def test_a_smaller_window_opens_the_view_again_until_the_graph_is_moved(watched):
+    """A window made smaller (a laptop's browser un-maximised, a projector's window) opens the
+    graph's view again at the new size: the picked parameter and its uses stay whole in view;
+    once the person has panned the graph, a resize keeps their view."""
+    page = watched.page
+    name, query = PICKED[0]
+    param = parse_qs(query)["param"][0]
+    event = backward_event(api_trace(watched, name))
+    ids = {n["id"] for n in event["graph"]["nodes"] if n.get("param") == param}
+    ids |= {c["node"] for c in event["contributions"][param]}
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    open_scenario(watched, name, query)
+    page.wait_for_selector("#graph .use-badge")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.wait_for_timeout(400)  # the page redraws 150 ms after the last resize event
+    settled(page)
+    measured = page.evaluate(_MEASURE)
+    for node_id in ids:
+        drawn, seen = measured["nodes"][node_id], measured["seen"]
+        assert inside(drawn, seen), f"after the resize {node_id} at {drawn} is not whole in {seen}"
+    check_badges(measured, "after the resize")
+    watched.shot("resized-1280x720", full_page=False)
+    # the person drags the graph: their view survives the next resize
+    graph = page.locator("#graph").bounding_box()
+    x, y = graph["x"] + 40, graph["y"] + graph["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + 150, y + 60, steps=5)
+    page.mouse.up()
+    settled(page)
+    dragged = page.evaluate("() => document.querySelector('#graph .svg-pan-zoom_viewport')"
+                            ".getAttribute('transform')")
+    page.set_viewport_size({"width": 1280, "height": 700})
+    page.wait_for_timeout(400)
+    settled(page)
+    after = page.evaluate("() => document.querySelector('#graph .svg-pan-zoom_viewport')"
+                          ".getAttribute('transform')")
+    assert after == dragged
