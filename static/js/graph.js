@@ -422,15 +422,16 @@ export class GraphView {
     // seen) whole
     const air = PAD / zoom;
     const aimed = boxes(focus);
-    const kept = (a0, a1, c, h) => [whole, ...aimed.filter((f) => f[a0] >= c - h && f[a1] <= c + h)]
+    // what must be seen, the focus as a whole and each of its nodes: none of it less seen
+    const kept = (a0, a1) => [whole, box, ...aimed]
       .filter(Boolean).map((k) => [k[a0], k[a1]]);
     if (all.x1 - all.x0 > 2 * half.w) {
       const rows = outlines.filter((o) => o.y1 > cy - half.h && o.y0 < cy + half.h).map((o) => [o.x0, o.x1]);
-      cx = leastCut(cx, half.w, rows, kept("x0", "x1", cx, half.w), [all.x0, all.x1], air);
+      cx = leastCut(cx, half.w, rows, kept("x0", "x1"), [all.x0, all.x1], air);
     }
     if (all.y1 - all.y0 > 2 * half.h) {
       const columns = outlines.filter((o) => o.x1 > cx - half.w && o.x0 < cx + half.w).map((o) => [o.y0, o.y1]);
-      cy = leastCut(cy, half.h, columns, kept("y0", "y1", cy, half.h), [all.y0, all.y1], air);
+      cy = leastCut(cy, half.h, columns, kept("y0", "y1"), [all.y0, all.y1], air);
     }
     this.panZoom.zoom(this.panZoom.getZoom() * (zoom / sizes.realZoom));
     const now = this.panZoom.getSizes().realZoom; // within the library's bounds
@@ -535,11 +536,14 @@ function shapeBox(g) {
 }
 
 /** The middle, near `c`, of a view `2h` long on one axis that cuts fewest of `spans` ([from,
- *  to]) at its ends, keeping each of `kept` whole and itself within `edge`; moved at most `h`,
- *  leaving `air` between a node taken in or pushed out and the view's end. */
+ *  to]) at its ends, showing no less of each of `kept` than the view at `c` does and itself
+ *  within `edge`; moved at most `h`, leaving `air` between a node taken in or pushed out and
+ *  the view's end. */
 function leastCut(c, h, spans, kept, edge, air) {
   const cut = (v) => spans.filter(([a, b]) => (a < v - h && b > v - h) || (a < v + h && b > v + h)).length;
-  const ok = (v) => v - h >= edge[0] - air && v + h <= edge[1] + air && kept.every(([a, b]) => a >= v - h && b <= v + h);
+  const seen = (v, [a, b]) => Math.max(0, Math.min(b, v + h) - Math.max(a, v - h));
+  const ok = (v) => v - h >= edge[0] - air && v + h <= edge[1] + air &&
+    kept.every((k) => seen(v, k) >= seen(c, k) - 1e-6);
   let best = { v: c, n: cut(c) };
   for (const [a, b] of best.n ? spans : []) {
     for (const v of [a - air + h, b + air - h, a - air - h, b + air + h]) {
