@@ -112,7 +112,13 @@ export class GraphView {
       const fitted = this.panZoom.getSizes().realZoom;
       const most = (4 * READABLE) / this.unit;
       if (fitted * 25 < most) this.panZoom.setMaxZoom(most / fitted);
-      this.initialView();
+      this.opening = true; // the view the drawing opens with: not the person's move
+      try {
+        this.notHuge();
+        this.readable();
+      } finally {
+        this.opening = false;
+      }
     }
     this.walk.drawn(svg);
   }
