@@ -299,8 +299,8 @@ function stepFocus(n) {
       const node = nodes.find((x) => x.param === param);
       if (node) must.push(node.id, ...((shown.contributions || {})[param] || []).map((c) => c.node));
     } else if (item.node) {
-      const node = nodes.find((x) => x.name === item.node);
-      if (node) {
+      // every node of that name (mixed_precision's ToCopyBackward0 nodes), the first selected
+      for (const node of nodes.filter((x) => x.name === item.node)) {
         must.push(node.id);
         ids.push(...shown.graph.edges.filter((e) => e.source === node.id || e.target === node.id)
           .map((e) => (e.source === node.id ? e.target : e.source)));
