@@ -22,6 +22,11 @@ const UNREADABLE = 0.25;
 const MAX_LABEL = 1.6 * BASE_UNIT; // a small graph fitted whole is not blown up past this
 const MIN_HEIGHT = 300;
 const PAD = 8; // px kept free around what an opening view shows
+// an opening view zooms out at most this much (and never below its labels' floor) to show its
+// rows' nodes whole, none cut by the view's side; a graph wider than that is a pan away
+const TIDY = 0.7;
+/** A phone: the page's one test for it (a details sheet over the graph, a strip to scroll by). */
+export const phone = window.matchMedia("(max-width: 600px)");
 const STATE_CLASSES = ["is-selected", "is-line", "is-current", "is-done", "is-pending",
   "is-contrib", "is-hinted", "is-edge-done", "is-edge-new"];
 
@@ -79,7 +84,7 @@ export class GraphView {
     const top = this.container.getBoundingClientRect().top + window.scrollY;
     if (!this.container.offsetParent) return; // not shown: nothing to size
     // on a phone the graph keeps its fingers (touch pans it): leave a strip to scroll the page by
-    const most = window.innerWidth <= 600 ? window.innerHeight * 0.7 : Infinity;
+    const most = phone.matches ? window.innerHeight * 0.7 : Infinity;
     const height = Math.max(MIN_HEIGHT, Math.min(most, window.innerHeight - top - 12));
     this.container.style.height = `${height}px`;
   }
@@ -117,6 +122,7 @@ export class GraphView {
       const g = svg.getElementById(id);
       if (g) this.edges.set(id, { g, edge });
     }
+    this.makeBadgeLayer();
     this.addDiagnosticBadges(event, diagnostics, byId);
     this.addHookBadges(event);
     if (window.svgPanZoom) {
@@ -124,14 +130,22 @@ export class GraphView {
         fit: true, center: true, minZoom: 0.1, maxZoom: 25, zoomScaleSensitivity: 0.3,
         dblClickZoomEnabled: false, controlIconsEnabled: false,
         customEventsHandler: touchGestures({ onTap: (target) => this.pick(target) }),
+        // the person moved the view (not the page opening it): a resize keeps their view
+        onPan: () => { if (!this.opening) this.moved = true; },
+        onZoom: () => { if (!this.opening) this.moved = true; },
       });
       // a huge graph fits at a tiny zoom: let it still be zoomed in far enough to read (a
       // projector's 30 px labels on a small graph too)
       const fitted = this.panZoom.getSizes().realZoom;
       const most = (4 * READABLE) / this.unit;
       if (fitted * 25 < most) this.panZoom.setMaxZoom(most / fitted);
-      this.notHuge();
-      this.readable();
+      this.opening = true; // the view the drawing opens with: not the person's move
+      try {
+        this.notHuge();
+        this.readable();
+      } finally {
+        this.opening = false;
+      }
       this.wheel();
     }
     this.walk.drawn(svg);
@@ -158,11 +172,13 @@ export class GraphView {
         const point = { x: box.left + box.width / 2 - area.left, y: box.top + box.height / 2 - area.top };
         // the zoom drawn now, measured on the page (the library's own figure is ahead of it)
         const drawn = root ? box.height / (root.getBBox().height || 1) : panZoom.getSizes().realZoom;
+        const moved = this.moved; // this is the opening view, not the person's move
         panZoom.zoomAtPoint(panZoom.getZoom() * (READABLE / this.unit / drawn), point);
         // the output in the middle of the visible area
         const seen = this.container.getBoundingClientRect();
         panZoom.panBy({ x: seen.left - area.left + seen.width / 2 - point.x,
           y: seen.top - area.top + seen.height * 0.5 - point.y });
+        this.moved = moved;
       }));
       return;
     }
@@ -216,10 +232,9 @@ export class GraphView {
       const g = this.nodes.get(id);
       if (!g) continue;
       g.classList.add("has-diagnostic", `diag-${level}`);
-      const box = shapeBox(g);
       // on the node's top right corner, clear of its label
-      const k = this.unit / BASE_UNIT;
-      g.append(badge(box.x + box.width + 7 * k, box.y + 2 * k, level === "info" ? "i" : "!", `badge diag-badge badge-${level}`, k));
+      this.placeBadge(id, ["top-right", "bottom-right", "top-left", "bottom-left"], level === "info" ? "i" : "!",
+        `badge diag-badge badge-${level}`);
     }
   }
 
@@ -227,16 +242,49 @@ export class GraphView {
    *  (the node panel lists them with their call counts). */
   addHookBadges(event) {
     for (const [id, count] of hookCounts(event)) {
-      const g = this.nodes.get(id);
-      if (!g) continue;
-      const box = shapeBox(g);
-      const k = this.unit / BASE_UNIT;
+      if (!this.nodes.has(id)) continue;
       // beside the node, not inside it, as the use badges are (axe: its read name)
-      const mark = badge(box.x + box.width + 7 * k, box.y + box.height - 2 * k, "h", "badge hook-badge", k);
-      mark.dataset.node = id;
+      const mark = this.placeBadge(id, ["bottom-right", "bottom-left", "top-right", "top-left"], "h", "badge hook-badge");
       mark.dataset.hooks = String(count);
-      g.after(mark);
     }
+  }
+
+  /** The layer the badges are drawn in: the last thing in the drawing, so that no node is
+   *  painted over a badge (a badge drawn after its own node was hidden under the next one). */
+  makeBadgeLayer() {
+    const root = this.svg.querySelector("g.graph") || this.svg.querySelector("g");
+    this.badges = s("g", { class: "badges" });
+    (root || this.svg).append(this.badges);
+    this.placed = [];
+    // every node's outline, in the drawing's units: a badge goes where it covers none of them
+    this.outlines = [...this.nodes].map(([id, g]) => ({ id, box: toEdges(shapeBox(g)) }));
+  }
+
+  /** A badge for node `id`, at the first of `corners` where it covers no other node and no
+   *  other badge (else where it covers least). Returns it; its data-node names the node. */
+  placeBadge(id, corners, text, cls) {
+    const k = this.unit / BASE_UNIT;
+    const b = shapeBox(this.nodes.get(id));
+    const r = 11 * k; // the badge's radius, its stroke and a little air
+    const spots = { "top-left": [b.x - 7 * k, b.y + 2 * k], "top-right": [b.x + b.width + 7 * k, b.y + 2 * k],
+      "bottom-left": [b.x - 7 * k, b.y + b.height - 2 * k], "bottom-right": [b.x + b.width + 7 * k, b.y + b.height - 2 * k],
+      // further out, beside the middle of a side: where two nodes' corners crowd each other
+      "left": [b.x - r, b.y + b.height / 2], "right": [b.x + b.width + r, b.y + b.height / 2],
+      "above": [b.x + b.width / 2, b.y - r], "below": [b.x + b.width / 2, b.y + b.height + r] };
+    let best = null;
+    for (const name of [...corners, "left", "right", "above", "below"]) {
+      const [x, y] = spots[name];
+      const box = { x0: x - r, y0: y - r, x1: x + r, y1: y + r };
+      const covered = this.outlines.filter((o) => o.id !== id).map((o) => overlap(box, o.box))
+        .concat(this.placed.map((p) => overlap(box, p.box))).reduce((a, v) => a + v, 0);
+      if (!best || covered < best.covered) best = { x, y, box, covered };
+      if (!covered) break;
+    }
+    const mark = badge(best.x, best.y, text, cls, k);
+    mark.dataset.node = id;
+    this.badges.append(mark);
+    this.placed.push({ mark, box: best.box });
+    return mark;
   }
 
   /** Apply the highlight state: see trace_page.js for how it is computed from the view. */
@@ -252,21 +300,16 @@ export class GraphView {
         else if (replay.done.has(id)) g.classList.add("is-done");
         else if (replay.pending.has(id)) g.classList.add("is-pending");
       }
-      g.querySelectorAll(".use-badge").forEach((b) => b.remove());
     }
     this.svg?.querySelectorAll(".use-badge").forEach((b) => b.remove());
+    this.placed = (this.placed || []).filter((p) => p.mark.isConnected);
     this.walk.follow(selected);
     for (const [id, number] of contrib) {
-      const g = this.nodes.get(id);
-      if (!g) continue;
-      const box = shapeBox(g);
-      // on the node's top left corner, clear of its label
-      const k = this.unit / BASE_UNIT;
-      // beside the node, not inside it: a number in the node would be part of its name on
-      // screen but not of the name it is read by (axe: label-content-name-mismatch)
-      const mark = badge(box.x - 7 * k, box.y + 2 * k, String(number), "badge use-badge", k);
-      mark.dataset.node = id;
-      g.after(mark);
+      if (!this.nodes.has(id)) continue;
+      // on the node's top left corner, clear of its label; beside the node, not inside it: a
+      // number in the node would be part of its name on screen but not of the name it is read
+      // by (axe: label-content-name-mismatch)
+      this.placeBadge(id, ["top-left", "bottom-left", "top-right", "bottom-right"], String(number), "badge use-badge");
     }
     for (const [id, { g }] of this.edges) {
       g.classList.remove(...STATE_CLASSES);
@@ -326,47 +369,121 @@ export class GraphView {
 
   /**
    * The view a scenario (or a presenter's step) opens with: the whole graph if its labels are
-   * then at least `floor` px on screen; else `focus` (node ids, the first the one that must
-   * be seen whole) at labels of `floor` px or more (up to `comfy` when it fits at that), the
-   * rest of the graph a pan away. Never blown up past `most` px.
+   * then at least `floor` px on screen; else `focus` (node ids) at labels of `floor` px or more
+   * (up to `comfy` when it fits at that), the rest of the graph a pan away. Never blown up past
+   * `most` px. `must` (node ids; by default the first of `focus`) are the nodes the view is
+   * about: each lies whole, with its badges, inside the part of the graph area that is seen
+   * (a phone's sheet covers its bottom), even where that takes labels below `floor`.
    */
-  open({ focus = [], floor = 12, comfy = floor * 1.25, most = floor * 1.6 } = {}) {
+  open(options = {}) {
+    this.opening = true;
+    try {
+      this.openNow(options);
+    } finally {
+      this.opening = false;
+    }
+    this.moved = false;
+  }
+
+  openNow({ focus = [], must = focus.slice(0, 1), floor = 12, comfy = floor * 1.25, most = floor * 1.6 } = {}) {
     if (!this.panZoom) return;
     this.panZoom.resize();
     const sizes = this.panZoom.getSizes();
     const vb = sizes.viewBox;
     const all = { x0: vb.x, y0: vb.y, x1: vb.x + vb.width, y1: vb.y + vb.height };
-    const room = { w: Math.max(sizes.width - 2 * PAD, 40), h: Math.max(sizes.height - 2 * PAD, 40) };
+    // the part of the drawing area that is seen, in px from the drawing's top left
+    const area = this.svg.getBoundingClientRect();
+    const seenHeight = Math.min(sizes.height, this.coveredFrom() - area.top);
+    const height = seenHeight >= Math.min(120, sizes.height) ? seenHeight : sizes.height;
+    const room = { w: Math.max(sizes.width - 2 * PAD, 40), h: Math.max(height - 2 * PAD, 40) };
     const fits = (b) => Math.min(room.w / (b.x1 - b.x0 || 1), room.h / (b.y1 - b.y0 || 1));
+    const boxes = (ids) => ids.map((id) => this.nodeBox(id)).filter(Boolean);
+    const needed = boxes(must);
+    const whole = needed.length ? union(needed) : null;
     let zoom = fits(all);
     let box = all;
-    let first = null;
     if (zoom * this.unit >= floor) {
       zoom = Math.min(zoom, most / this.unit);
     } else {
-      const boxes = focus.map((id) => this.contentBox(id)).filter(Boolean);
-      if (boxes.length) {
-        first = boxes[0];
-        box = union(boxes);
-        Object.assign(all, union([all, box])); // a badge may stick out of the drawing's edge
-      }
+      const wanted = boxes(focus).concat(needed);
+      if (wanted.length) box = union(wanted);
       zoom = Math.max(floor / this.unit, Math.min(fits(box), comfy / this.unit));
     }
-    // the middle of the view, in drawing units: the focus's middle; the first focus node whole
-    // when the focus is larger than the view; and no blank beyond the drawing's edge
-    let cx = (box.x0 + box.x1) / 2;
-    let cy = (box.y0 + box.y1) / 2;
-    const half = { w: room.w / 2 / zoom, h: room.h / 2 / zoom };
-    if (first) {
-      cx = clamp(cx, first.x1 - half.w, first.x0 + half.w);
-      cy = clamp(cy, first.y1 - half.h, first.y0 + half.h);
+    if (whole) {
+      Object.assign(all, union([all, whole])); // a badge may stick out of the drawing's edge
+      zoom = Math.min(zoom, fits(whole)); // what the view is about is seen whole, first
     }
-    const edge = { w: half.w, h: half.h }; // the view less its padding, in drawing units
-    cx = all.x1 - all.x0 > 2 * edge.w ? clamp(cx, all.x0 + edge.w, all.x1 - edge.w) : (all.x0 + all.x1) / 2;
-    cy = all.y1 - all.y0 > 2 * edge.h ? clamp(cy, all.y0 + edge.h, all.y1 - edge.h) : (all.y0 + all.y1) / 2;
+    // the middle of the view, in drawing units: the focus's middle, moved as little as keeps
+    // the nodes it must show whole, and no blank beyond the drawing's edge
+    const half = { w: room.w / 2 / zoom, h: room.h / 2 / zoom };
+    const centre = (lo, hi, want, mlo, mhi, h) => {
+      let c = want;
+      if (whole) c = clamp(c, mhi - h, mlo + h);
+      if (hi - lo <= 2 * h) return (lo + hi) / 2;
+      // within the drawing's edges, as long as that keeps what must be seen in the view
+      const a = whole ? Math.max(lo + h, mhi - h) : lo + h;
+      const b = whole ? Math.min(hi - h, mlo + h) : hi - h;
+      return a <= b ? clamp(c, a, b) : c;
+    };
+    let cx = centre(all.x0, all.x1, (box.x0 + box.x1) / 2, whole?.x0, whole?.x1, half.w);
+    let cy = centre(all.y0, all.y1, (box.y0 + box.y1) / 2, whole?.y0, whole?.y1, half.h);
+    // no node cut in half by the view's side: where the nodes of the rows on show are a little
+    // wider than the view (a third column's node sticking out), zoom out to take them in
+    const outlines = [...this.nodes.keys()].map((id) => this.nodeBox(id)).filter(Boolean);
+    let tidy = { zoom, cx, cy };
+    for (let round = 0; round < 4; round++) {
+      const hh = room.h / 2 / tidy.zoom;
+      const rows = outlines.filter((o) => o.y1 > tidy.cy - hh && o.y0 < tidy.cy + hh);
+      const span = rows.length ? union(rows) : null;
+      const wider = span ? fits({ x0: span.x0, x1: span.x1, y0: 0, y1: 0 }) : Infinity;
+      if (wider >= tidy.zoom) {
+        // every row's nodes fit across: the view takes this zoom (if it had to zoom out)
+        if (tidy.zoom < zoom) {
+          zoom = tidy.zoom;
+          half.w = room.w / 2 / zoom;
+          half.h = room.h / 2 / zoom;
+          cx = centre(all.x0, all.x1, tidy.cx, whole?.x0, whole?.x1, half.w);
+          cy = centre(all.y0, all.y1, tidy.cy, whole?.y0, whole?.y1, half.h);
+        }
+        break;
+      }
+      // far wider than the view: a pan away, as it was; and never below the labels' floor
+      if (wider < Math.max(zoom * TIDY, floor / this.unit)) break;
+      tidy = { zoom: wider, cx: (span.x0 + span.x1) / 2, cy };
+    }
+    // and as few as can be cut by its sides, then by its top or bottom: the view moved as
+    // little as takes a node in or out, keeping what must be seen (and the focus, if it was
+    // seen) whole
+    const air = PAD / zoom;
+    const aimed = boxes(focus);
+    // what must be seen, the focus as a whole and each of its nodes: none of it less seen
+    const kept = (a0, a1) => [whole, box, ...aimed]
+      .filter(Boolean).map((k) => [k[a0], k[a1]]);
+    if (all.x1 - all.x0 > 2 * half.w) {
+      const rows = outlines.filter((o) => o.y1 > cy - half.h && o.y0 < cy + half.h).map((o) => [o.x0, o.x1]);
+      cx = leastCut(cx, half.w, rows, kept("x0", "x1"), [all.x0, all.x1], air);
+    }
+    if (all.y1 - all.y0 > 2 * half.h) {
+      const columns = outlines.filter((o) => o.x1 > cx - half.w && o.x0 < cx + half.w).map((o) => [o.y0, o.y1]);
+      cy = leastCut(cy, half.h, columns, kept("y0", "y1"), [all.y0, all.y1], air);
+    }
     this.panZoom.zoom(this.panZoom.getZoom() * (zoom / sizes.realZoom));
     const now = this.panZoom.getSizes().realZoom; // within the library's bounds
-    this.panZoom.pan({ x: sizes.width / 2 - cx * now, y: sizes.height / 2 - cy * now });
+    this.panZoom.pan({ x: sizes.width / 2 - cx * now, y: height / 2 - cy * now });
+  }
+
+  /** A node's box with its badges, in the drawing's units (contentBox). */
+  nodeBox(id) {
+    const box = this.contentBox(id);
+    if (!box || !this.badges) return box;
+    const marks = [...this.badges.children].filter((m) => m.dataset.node === id).map((m) => this.contentBox(m));
+    return union([box, ...marks.filter(Boolean)]);
+  }
+
+  /** Whether the person has panned or zoomed since the graph was last given its opening view
+   *  (a window's new size opens it again only if not: trace_page.js). */
+  untouched() {
+    return Boolean(this.panZoom) && !this.moved;
   }
 
   /** The window changed size: keep the zoom and pan, just tell the library. */
@@ -387,9 +504,15 @@ export class GraphView {
   /** The view a graph opens with: whole if that is readable, else readable from the bottom. */
   initialView() {
     if (!this.panZoom) return;
-    this.fit();
-    this.notHuge();
-    this.readable();
+    this.opening = true;
+    try {
+      this.fit();
+      this.notHuge();
+      this.readable();
+    } finally {
+      this.opening = false;
+    }
+    this.moved = false;
   }
 
   /** Fitting a small graph would blow it up to poster size: keep its labels at most MAX_LABEL. */
@@ -410,8 +533,10 @@ export class GraphView {
   /** A click or a tap on `target`: its node is chosen, the background clears. */
   pick(target) {
     const g = target.closest && target.closest("g.node");
-    if (g && this.nodes.has(g.id)) {
-      this.onNode(g.id);
+    // a badge stands for its node (it is drawn in a layer of its own, over the nodes)
+    const id = g ? g.id : target.closest && target.closest("g.badge")?.dataset.node;
+    if (id && this.nodes.has(id)) {
+      this.onNode(id);
       return true;
     }
     if (this.svg && this.svg.contains(target)) this.onBackground();
@@ -442,6 +567,34 @@ function union(boxes) {
 /** A node's own outline (not the badges drawn on it). */
 function shapeBox(g) {
   return (g.querySelector("path, polygon, ellipse") || g).getBBox();
+}
+
+/** The middle, near `c`, of a view `2h` long on one axis that cuts fewest of `spans` ([from,
+ *  to]) at its ends, showing no less of each of `kept` than the view at `c` does and itself
+ *  within `edge`; moved at most `h`, leaving `air` between a node taken in or pushed out and
+ *  the view's end. */
+function leastCut(c, h, spans, kept, edge, air) {
+  const cut = (v) => spans.filter(([a, b]) => (a < v - h && b > v - h) || (a < v + h && b > v + h)).length;
+  const seen = (v, [a, b]) => Math.max(0, Math.min(b, v + h) - Math.max(a, v - h));
+  const ok = (v) => v - h >= edge[0] - air && v + h <= edge[1] + air &&
+    kept.every((k) => seen(v, k) >= seen(c, k) - 1e-6);
+  let best = { v: c, n: cut(c) };
+  for (const [a, b] of best.n ? spans : []) {
+    for (const v of [a - air + h, b + air - h, a - air - h, b + air + h]) {
+      if (!ok(v) || Math.abs(v - c) > h) continue;
+      const n = cut(v);
+      if (n < best.n || (n === best.n && Math.abs(v - c) < Math.abs(best.v - c))) best = { v, n };
+    }
+  }
+  return best.v;
+}
+
+function toEdges(b) {
+  return { x0: b.x, y0: b.y, x1: b.x + b.width, y1: b.y + b.height };
+}
+
+function overlap(a, b) {
+  return Math.max(0, Math.min(a.x1, b.x1) - Math.max(a.x0, b.x0)) * Math.max(0, Math.min(a.y1, b.y1) - Math.max(a.y0, b.y0));
 }
 
 function clamp(v, lo, hi) {

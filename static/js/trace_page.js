@@ -10,7 +10,7 @@ import { renderDiagnostics } from "./diagnostics.js";
 import { renderFindings } from "./findings.js";
 import { fill, h, fmt } from "./dom.js";
 import { renderFlow } from "./flow.js";
-import { GraphView } from "./graph.js";
+import { GraphView, phone } from "./graph.js";
 import { installKeys } from "./keys.js";
 import { installFindingsKey } from "./graph_keys.js";
 import { lineLabel, setScript } from "./lines.js";
@@ -30,6 +30,10 @@ const $ = (id) => document.getElementById(id);
 const page = JSON.parse($("page-data").textContent);
 // where the trace comes from: the scenario's endpoints, or the stored run's
 const subject = page.run ? storedSubject(page.run) : scenarioSubject(page.scenario);
+// the variants in the scenario's order (its VARIANTS), as the form lists them: the page data's
+// object has its keys sorted (Jinja's tojson), so the order travels as a list of its own
+const variants = page.scenario ? Object.fromEntries((page.variant_order || Object.keys(page.scenario.variants || {}))
+  .map((name) => [name, page.scenario.variants[name]])) : null;
 
 let { run, view } = readUrl(subject);
 let doc = null;
@@ -57,7 +61,6 @@ const PRESENT_FONT = 3;
 const PRESENT_CHART = 1.3; // a parameter's bars beside the graph, in type the room reads
 // labels on screen at the opening view, in CSS px: at least this on the page (and a phone)
 const PAGE_LABELS = 12.5;
-const phone = window.matchMedia("(max-width: 600px)");
 
 const status = $("status");
 const progress = new Progress($("progress"), $("progress-text"));
@@ -271,38 +274,47 @@ function outputId() {
 }
 
 /** What the page opens on: the node the address picked (or the replay's), else the scenario's
- *  target, and the loss, where backward starts. */
+ *  target, and the loss, where backward starts. `must`: the node picked or aimed at, and where
+ *  a parameter is picked, the nodes its use badges are on. */
 function pageFocus() {
   const replay = replayState(shown, view.step);
   const picked = (view.node && nodeById(view.node) ? view.node : null) || (replay && replay.current);
-  return [...new Set([picked || scenarioTarget(), outputId()].filter(Boolean))];
+  const main = picked || scenarioTarget();
+  const uses = view.param ? ((shown.contributions || {})[view.param] || []).map((c) => c.node) : [];
+  return { focus: [...new Set([main, outputId()].filter(Boolean))], must: [...new Set([main, ...uses].filter(Boolean))] };
 }
 
 /** The part of the graph a presenter's step is about: a parameter and the uses that feed it,
- *  a node and its neighbours, or a line's nodes; a step that names none, the page's focus. */
+ *  a node and its neighbours, or a line's nodes; a step that names none, the page's focus.
+ *  `must`: the nodes the step names (a parameter with its uses, a node, a line's nodes), which
+ *  the view shows whole whatever their labels' size. */
 function stepFocus(n) {
   const step = steps[n - 1];
   const nodes = shown.graph.nodes;
   const ids = [];
+  const must = [];
   for (const item of step ? step.show : []) {
-    if (item.param) {
-      const node = nodes.find((x) => x.param === item.param);
-      if (node) ids.push(node.id, ...((shown.contributions || {})[item.param] || []).map((c) => c.node));
+    const param = item.param || item.heatmap; // a heat map's parameter is selected (stepView)
+    if (param) {
+      const node = nodes.find((x) => x.param === param);
+      if (node) must.push(node.id, ...((shown.contributions || {})[param] || []).map((c) => c.node));
     } else if (item.node) {
-      const node = nodes.find((x) => x.name === item.node);
-      if (node) {
-        ids.push(node.id, ...shown.graph.edges.filter((e) => e.source === node.id || e.target === node.id)
+      // every node of that name (mixed_precision's ToCopyBackward0 nodes), the first selected
+      for (const node of nodes.filter((x) => x.name === item.node)) {
+        must.push(node.id);
+        ids.push(...shown.graph.edges.filter((e) => e.source === node.id || e.target === node.id)
           .map((e) => (e.source === node.id ? e.target : e.source)));
       }
     }
   }
-  if (!ids.length && view.line) ids.push(...nodes.filter((x) => x.line === view.line).map((x) => x.id));
-  return ids.length ? [...new Set(ids)] : pageFocus();
+  if (view.line) must.push(...nodes.filter((x) => x.line === view.line).map((x) => x.id));
+  if (!must.length) return pageFocus();
+  return { focus: [...new Set([...must, ...ids])], must: [...new Set(must)] };
 }
 
 /** Give the graph the view it opens with: a scenario's target and its loss with labels of at
- *  least PAGE_LABELS px, or the presenter's step in projector-size labels; a big graph
- *  readable from its output (graph.js initialView). */
+ *  least PAGE_LABELS px, or the presenter's step in projector-size labels, what it names
+ *  always whole; a big graph readable from its output (graph.js initialView). */
 function openingView() {
   if (!shown) return;
   graph.resized(); // the graph area first: the layout may have changed (presenter mode)
@@ -310,8 +322,8 @@ function openingView() {
     graph.initialView();
   } else {
     const floor = view.present ? presenterLabels() : PAGE_LABELS;
-    const focus = view.present && view.say ? stepFocus(view.say) : pageFocus();
-    graph.open({ focus, floor, comfy: floor * 1.2, most: floor * 1.6 });
+    const { focus, must } = view.present && view.say ? stepFocus(view.say) : pageFocus();
+    graph.open({ focus, must, floor, comfy: floor * 1.2, most: floor * 1.6 });
   }
   const state = replayState(shown, view.step);
   if (state && state.current) graph.revealNow(state.current);
@@ -389,9 +401,11 @@ async function loadRun(newEntry = false) {
       const node = shown.graph.nodes.find((n) => n.param === view.param);
       view.node = node ? node.id : null;
     }
-    // `?present=1` starts where the Present button does: at the first step, with its highlights
-    if (view.present && !view.say && view.step === null && steps.length) {
-      view = { ...view, ...stepView(steps, 1, stepContext()) };
+    // `?present=1` starts where the Present button does: at the first step, with its highlights;
+    // `&say=N` alone lands as stepping there does, with step N's (an address that also names a
+    // node, a parameter or a line keeps what it names: a view someone picked on that step)
+    if (view.present && view.step === null && steps.length && (!view.say || !(view.node || view.param || view.line))) {
+      view = { ...view, ...stepView(steps, view.say || 1, stepContext()) };
     }
     if (shown) {
       // the drawing is painted before the rest of the page is built: a big model's parameter
@@ -567,7 +581,7 @@ function render() {
   renderReplayStatus($("replay-status"), ev, replay, new Map((shown ? shown.graph.nodes : []).map((n) => [n.id, n])));
   renderPresenter($("presenter"), steps, view, replay && { step: view.step, total: shown ? shown.order.length : 0 }, {
     doc, event: ev, lineText: (n) => source.text(n),
-    variants: subject.fixed ? null : page.scenario.variants, variant: run.variant, onVariant: changeVariant,
+    variants: subject.fixed ? null : variants, variant: run.variant, onVariant: changeVariant,
   });
   $("present-toggle").setAttribute("aria-pressed", view.present ? "true" : "false");
   renderSheet();
@@ -716,7 +730,7 @@ installPresenterKeys({
   forward: () => presentKey(true),
   back: () => presentKey(false),
   leave: () => present(false),
-  variant: (by) => { if (!subject.fixed) changeVariant(nextVariant(page.scenario.variants, run.variant, by)); },
+  variant: (by) => { if (!subject.fixed) changeVariant(nextVariant(variants, run.variant, by)); },
 });
 
 installKeys({
@@ -808,11 +822,12 @@ window.addEventListener("resize", () => {
   clearTimeout(resizeTimer);
   resizeTimer = setTimeout(() => {
     renderSheet();
-    graph.resized();
-    // a projector's window that went full screen: the step's text fitted and its view again,
-    // at the new size
+    // a projector's window that went full screen, a phone turned on its side: the step's text
+    // fitted and the graph's opening view made again at the new size, unless the person moved
+    // the graph since it opened (then their view is kept)
     if (view.present) fitToScreen();
-    if (view.present && shown) openingView();
+    if (shown && (view.present || graph.untouched())) openingView();
+    else graph.resized();
   }, 150);
 });
 
