@@ -275,8 +275,10 @@ def test_a_kernel_without_graphviz_gets_its_graphs_laid_out_in_the_browser(brows
         context.close()
 
 
-def test_a_failed_cell_says_its_explanation_first_on_its_own_lines_and_no_wall(browser, lab):
-    """Issue 37, point 2: the explanation and its fix are the output's first thing, its lines
+def test_a_failed_cell_says_its_explanation_after_its_prints_on_its_own_lines_and_no_wall(
+        browser, lab):
+    """Issue 37, point 2: what the cell printed, streamed as it ran, and then the explanation
+    and its fix as the next thing (no traceback between), its lines
     the cell's as JupyterLab shows it (the `%%autograd_lab` line is line 1), no stderr wall,
     and the widget lists the findings."""
     base, token = lab
@@ -296,12 +298,13 @@ def test_a_failed_cell_says_its_explanation_first_on_its_own_lines_and_no_wall(b
         changed, failed = source.index("h.add_(1)") + 1, source.index("h.sum().backward()") + 1
         outputs = cell.locator(".jp-OutputArea-output")
         outputs.last.locator(".autograd-lab-widget .widget-graph svg g.node").first.wait_for()
-        first = outputs.first.inner_text()
+        # what it printed came as it ran, before it failed; the explanation is next
+        assert "before the failure" in outputs.first.inner_text()
+        first = outputs.nth(1).inner_text()
         assert first.startswith(f"The cell stopped with RuntimeError at cell {count}, "
                                 f"line {failed}."), first
         assert "What happened" in first and f"Where: cell {count}, line {changed}" in first
         assert "h = h.clone()" in first
-        assert "before the failure" in outputs.nth(1).inner_text()  # then what it printed
         # no stderr at all: anomaly mode's forward traceback is kept in the Trace
         assert cell.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
         assert "Traceback" not in cell.inner_text()
@@ -316,7 +319,8 @@ def test_a_failed_cell_says_its_explanation_first_on_its_own_lines_and_no_wall(b
         selected = outputs.last.locator(".widget-graph svg g.node.is-selected")
         assert selected.count() == 1 and "SigmoidBackward0" in selected.text_content()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        # the cell's outputs from their first (the explanation) down, as a reader finds them
+        # the cell's outputs from their first (the prints, then the explanation) down, as a
+        # reader finds them
         outputs.first.evaluate("el => el.scrollIntoView({block: 'start'})")
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-failed-cell.png"))
     except Exception:
