@@ -210,7 +210,13 @@ def cmd_upload_host(args) -> int:
     except (ValueError, SettingsError) as exc:
         print(f"autograd-lab upload-host: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(host.serve())
+    from app.web.runs.upload_host import MetricsUnavailable
+
+    try:
+        return asyncio.run(host.serve())
+    except MetricsUnavailable as exc:
+        print(f"autograd-lab upload-host: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_teachers(args) -> int:
