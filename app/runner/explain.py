@@ -193,6 +193,12 @@ def _never_ready(o: Outcome) -> dict:
     """The worker ended (or was refused) before its READY line, every one tried: no line of
     the script ran, so this is the machine's failure, and says so, with the last one's log."""
     lines = [line for line in o.log.strip().splitlines() if line.strip()]
+    if o.slow_start:
+        return error_record(
+            "SandboxFailed", "The sandbox could not start this run: its worker was still "
+            "starting (importing torch) when the time to start ran out, so the server is "
+            "overloaded. None of the script ran. Try again in a while, and tell whoever runs "
+            "the server.", log=o.log)
     if lines:
         why = lines[-1][:300]
     elif o.signal:

@@ -117,7 +117,8 @@ def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cp
              timeout: float = DEFAULT_TIMEOUT, max_events: int = 10, threads: int = 1,
              watch_all: bool = False, respawn: Callable[[], Child] | None = None,
              started: Callable[[Child], None] | None = None,
-             start_failures: StartFailures = START_FAILURES) -> Trace:
+             start_failures: StartFailures = START_FAILURES,
+             start_timeout: float = START_TIMEOUT) -> Trace:
     """Give one job to `child` (fresh or pre-started) and make its Trace document; `threads`:
     torch's for the script (1 unless the run has the machine to itself). A worker that ends
     before its READY line is replaced by `respawn()`, up to START_ATTEMPTS workers in all;
@@ -130,8 +131,10 @@ def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cp
         if started is not None:
             started(child)
         outcome = child.execute(job, {script_file: source}, timeout,
-                                start_timeout=START_TIMEOUT)
-        if outcome.ready or outcome.stopped or respawn is None or starts >= START_ATTEMPTS:
+                                start_timeout=start_timeout)
+        # one still starting after START_TIMEOUT is not tried again: its person has waited
+        if outcome.ready or outcome.stopped or outcome.slow_start or respawn is None or \
+                starts >= START_ATTEMPTS:
             break
         start_failures.record("run", outcome.log)
         log.warning("a run's worker ended before it was ready (try %d of %d), starting "

@@ -89,3 +89,24 @@ def test_a_launcher_that_fails_before_ready_is_told_with_its_own_line():
     assert doc["error"]["type"] == "SandboxFailed", doc["error"]
     assert "No module named app.runner.no_such_worker" in doc["error"]["message"]
     assert counted.counts()["gave_up"] == 1
+
+
+def test_a_worker_still_starting_when_its_time_runs_out_is_not_tried_again():
+    """Slow, not dead (a machine too loaded to import torch in time): its person has waited
+    the whole start timeout already, so the run is told so at once, not after three."""
+    from app.runner.sandboxed_trace import trace_in
+
+    spawned = []
+
+    def respawn() -> Child:
+        spawned.append(1)
+        return Child.spawn(Policy(limits=TEST_LIMITS))
+
+    counted = StartFailures()
+    # an exec'd worker takes seconds to import torch: 0.3 s is never enough
+    doc = trace_in(Child.spawn(Policy(limits=TEST_LIMITS)), source=SOURCE, name="cube.py",
+                   timeout=30, respawn=respawn, start_failures=counted, start_timeout=0.3)
+    assert doc["error"]["type"] == "SandboxFailed", doc["error"]
+    assert "still starting" in doc["error"]["message"]
+    assert spawned == []
+    assert counted.counts() == {"pool": 0, "run": 0, "gave_up": 1}
