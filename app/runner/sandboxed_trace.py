@@ -79,8 +79,13 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
     name = name or "script.py"
     run_policy = policy or (pool.policy if pool is not None else sandbox.Policy())
 
-    def fresh() -> Child:  # a worker in place of one that ended before READY
+    def fresh() -> Child:
         return Child.spawn(run_policy, fork_server=fork_server)
+
+    def exec_afresh() -> Child:
+        # in place of one that ended before READY: exec'd, whatever the fork server it may
+        # have come from is going through (seconds of CPU, only when something failed)
+        return Child.spawn(run_policy)
 
     child = None
     if pool is not None and policy is None and pool.running:
@@ -89,7 +94,7 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         child = fresh()
     doc = trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
                    max_events=max_events, threads=threads, watch_all=watch_all,
-                   respawn=fresh, started=started, start_failures=start_failures)
+                   respawn=exec_afresh, started=started, start_failures=start_failures)
     forget_trials(doc)  # a trial is the server's to run: a report's own claim is dropped
     if fixes_to_try(doc):
         # the fix the page will offer, run first (fix_trial.py): in a worker of its own, with
@@ -97,7 +102,7 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         def again(edited: str) -> Trace:
             return trace_in(fresh(), source=edited, name=name, args=args, device=device,
                             timeout=timeout, max_events=max_events, threads=threads,
-                            watch_all=watch_all, respawn=fresh, started=started,
+                            watch_all=watch_all, respawn=exec_afresh, started=started,
                             start_failures=start_failures)
 
         try_fixes(doc, source, again)
