@@ -210,7 +210,13 @@ def cmd_upload_host(args) -> int:
     except (ValueError, SettingsError) as exc:
         print(f"autograd-lab upload-host: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(host.serve())
+    from app.web.runs.upload_host import MetricsUnavailable
+
+    try:
+        return asyncio.run(host.serve())
+    except MetricsUnavailable as exc:
+        print(f"autograd-lab upload-host: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_teachers(args) -> int:
@@ -256,6 +262,41 @@ def cmd_teachers(args) -> int:
     finally:
         if database is not None:
             database.close()
+    return 0
+
+
+def cmd_migrate(args) -> int:
+    """The shared mode's database brought to this release's schema: our numbered, additive
+    steps it lacks, and Procrastinate's tables if missing; then the version said. What every
+    process of this release does when it starts, run once before restarting them one by one."""
+    from app.web.settings import Settings, SettingsError
+    from app.web.store.common import StoreUnavailable
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"autograd-lab migrate: {exc}", file=sys.stderr)
+        return 2
+    if not settings.database_url:
+        print("autograd-lab migrate: AUTOGRAD_LAB_DATABASE_URL is not set: one machine's SQLite "
+              "store is brought up to date by `autograd-lab serve` as it starts, with nothing "
+              "to run first", file=sys.stderr)
+        return 2
+    from app.web.store.database import STEPS, Database
+
+    try:
+        database = Database(settings.database_url, pool_size=1).open()
+    except StoreUnavailable as exc:
+        print(f"autograd-lab migrate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        database.procrastinate_schema()
+        version = database.schema_version()
+    finally:
+        database.close()
+    later = " (a later release's: this one works beside it)" if version > len(STEPS) else ""
+    print(f"the database's schema is at version {version}{later}; this release's is "
+          f"{len(STEPS)}")
     return 0
 
 
@@ -325,6 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["add", "list", "revoke"])
     p.add_argument("name", nargs="?", help="the teacher's name (add, revoke)")
     p.set_defaults(func=cmd_teachers)
+
+    p = sub.add_parser("migrate", help="bring the shared mode's database "
+                       "(AUTOGRAD_LAB_DATABASE_URL) to this release's schema and say its version")
+    p.set_defaults(func=cmd_migrate)
     return parser
 
 

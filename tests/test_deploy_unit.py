@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import configparser
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -102,6 +103,51 @@ def test_the_compose_file_names_real_settings_and_commands():
     for package in wheel["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:
         assert f"COPY {package} ./{package}" in dockerfile, package
     assert "shared" in wheel["project"]["optional-dependencies"]
+
+
+def _stages(dockerfile: str) -> dict[str, str]:
+    """The Dockerfile's stages by name: each FROM's text up to the next (comments dropped)."""
+    lines = [line for line in dockerfile.splitlines() if not line.lstrip().startswith("#")]
+    stages: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        if line.startswith("FROM "):
+            words = line.split()
+            assert words[-2] == "AS", f"every stage is named: {line}"
+            current = words[-1]
+            stages[current] = []
+        elif current is not None:
+            stages[current].append(line)
+    return {name: "\n".join(body) for name, body in stages.items()}
+
+
+def test_the_image_is_built_in_a_builder_stage_and_runs_from_a_slim_one():
+    """Issue 39: pip, its caches and the build stay in the builder; the runtime holds the
+    environment it made, graphviz, and the command a server runs."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stages = _stages(dockerfile)
+    assert list(stages) == ["builder", "runtime"]  # the last stage is what `build` tags
+    froms = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("FROM ")]
+    # one base for both: the environment's python links to the base image's interpreter
+    assert froms == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in dockerfile.split("FROM ")[0]
+    builder, runtime = stages["builder"], stages["runtime"]
+    assert "pip install" in builder and "pip install" not in runtime
+    assert "python -m venv /opt/venv" in builder
+    assert "COPY --from=builder /opt/venv /opt/venv" in runtime
+    assert "ENV PATH=/opt/venv/bin:$PATH" in runtime  # the healthchecks' `python` is its
+    # the checkout is copied into the builder only (the wheel carries the data folders)
+    assert not [line for line in runtime.splitlines()
+                if line.startswith("COPY") and "--from=builder" not in line]
+    assert "graphviz" in runtime and "graphviz" not in builder
+    assert "rm -rf /var/lib/apt/lists/*" in runtime
+    # the build arguments the compose file passes reach the builder's install
+    for arg in ("PIP_EXTRA_INDEX_URL", "EXTRAS"):
+        assert f"ARG {arg}=" in builder
+    (cmd,) = [line for line in runtime.splitlines() if line.startswith("CMD ")]
+    argv = json.loads(cmd[len("CMD "):])
+    assert argv[0] == "autograd-lab"
+    assert build_parser().parse_args(argv[1:]).func.__name__ == "cmd_serve"
 
 
 def test_the_compose_file_publishes_only_the_proxy_on_loopback_and_keeps_secrets_in_files():

@@ -37,6 +37,7 @@ _EXPORTS = {
     "machine_memory": "sandbox.cgroups",
     "ForkServer": "fork_server",
     "fork_server_supported": "fork_server",
+    "StartFailures": "start_failures",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -65,6 +65,11 @@ class Outcome:
     oom_all_runs: bool = False
     stopped: bool = False  # someone asked for the run to end (Child.stop)
     checked: bool = False  # `document` already passed the schema (in the parsing section)
+    # False: the worker ended (or was refused) before its READY line, so none of the script
+    # ran: the machine's failure; `starts` workers were tried (sandboxed_trace.py)
+    ready: bool = True
+    starts: int = 1
+    slow_start: bool = False  # not ready within the start timeout, still alive: not retried
 
     @property
     def signal(self) -> str | None:
@@ -338,7 +343,9 @@ class Child:
         max_result = max_result or self.policy.limits.report_mb * 1024 * 1024
         try:
             if not self.wait_ready(start_timeout) or self._dir_fd < 0:
-                return self._outcome(None, False, time.monotonic())
+                slow = not self._drain.ready.is_set() and self.proc.poll() is None
+                return replace(self._outcome(None, False, time.monotonic()), ready=False,
+                               slow_start=slow)
             self.status_ns = self.namespaces_differ() if self.layers["namespaces"] else {}
             for name, text in files.items():
                 _write_file(self._dir_fd, name, text, self.uid)

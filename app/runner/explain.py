@@ -144,6 +144,8 @@ _LAUNCHER_LOST_A_SIGNAL = re.compile(r"^unshare: (sigprocmask unblock|signal han
 
 
 def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file: str) -> dict:
+    if not o.ready:
+        return _never_ready(o)
     if o.too_large:
         return error_record(
             "TraceTooLarge", f"The trace is larger than the {limits.report_mb} MiB a run may "
@@ -185,6 +187,30 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
                             + o.log.strip().splitlines()[-1], log=o.log)
     return error_record("WorkerFailed", f"The script's process ended (exit status "
                         f"{o.returncode}) without writing a trace.", log=o.log)
+
+
+def _never_ready(o: Outcome) -> dict:
+    """The worker ended (or was refused) before its READY line, every one tried: no line of
+    the script ran, so this is the machine's failure, and says so, with the last one's log."""
+    lines = [line for line in o.log.strip().splitlines() if line.strip()]
+    if o.slow_start:
+        return error_record(
+            "SandboxFailed", "The sandbox could not start this run: its worker was still "
+            "starting (importing torch) when the time to start ran out, so the server is "
+            "overloaded. None of the script ran. Try again in a while, and tell whoever runs "
+            "the server.", log=o.log)
+    if lines:
+        why = lines[-1][:300]
+    elif o.signal:
+        why = f"it was killed by {o.signal}"
+    else:
+        why = f"exit status {o.returncode}" if o.returncode is not None else "no answer"
+    tried = "the worker" if o.starts == 1 else f"each of the {o.starts} workers tried"
+    return error_record(
+        "SandboxFailed", f"The sandbox could not start this run: {tried} ended before the "
+        f"script was handed to it ({why}). None of the script ran: this is the server's "
+        "failure, not the script's. Try again in a while, and tell whoever runs the server "
+        "(its /healthz counts these failures).", log=o.log)
 
 
 def _outside_the_run(message: str) -> bool:

@@ -334,6 +334,10 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     fd = int(argv[1])
+    # its SIGCHLD and SIGTERM must arrive whatever the server's launcher blocked (enter.py)
+    from .sandbox.enter import unblock_signals
+
+    unblock_signals()
     _raise_stack_and_reexec(argv, fd)
     from . import (
         selftest_worker,  # noqa: F401 - the self-test's probes fork from here too

@@ -26,6 +26,7 @@ from . import sandbox
 from .child import START_TIMEOUT, Child
 from .fork_server import ForkServer
 from .sandbox import cgroups, identity
+from .start_failures import START_FAILURES, StartFailures
 
 __all__ = ["Pool"]
 
@@ -35,7 +36,8 @@ log = logging.getLogger("autograd_lab.runner.pool")
 class Pool:
     def __init__(self, size: int = 2, policy: sandbox.Policy | None = None,
                  start_timeout: float = START_TIMEOUT,
-                 fork_server: ForkServer | None = None) -> None:
+                 fork_server: ForkServer | None = None,
+                 start_failures: StartFailures = START_FAILURES) -> None:
         if size < 1:
             raise ValueError("a pool needs at least one worker")
         self.size = size
@@ -46,6 +48,7 @@ class Pool:
         self._room = threading.Semaphore(size)  # one permit per worker not yet started
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.start_failures = start_failures  # where each failed start is counted
         self.failures = 0  # workers that did not become ready (the last reason in last_error)
         self.last_error = ""
         self.served = 0  # workers handed out
@@ -120,6 +123,7 @@ class Pool:
             if child is None:
                 self.failures += 1
                 self.last_error = reason
+                self.start_failures.record("pool", reason)
                 log.warning("sandbox pool: %s", reason)
                 self._room.release()
                 self._stopped.wait(backoff)

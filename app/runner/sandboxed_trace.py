@@ -13,6 +13,7 @@ runs once more with the edit (fix_trial.py), so that the fix it offers is one th
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -28,8 +29,15 @@ from .fix_trial import fixes_to_try, forget_trials, try_fixes
 from .fork_server import ForkServer
 from .pool import Pool
 from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
+from .start_failures import START_FAILURES, StartFailures
 
 DEFAULT_TIMEOUT = 60.0
+# workers tried for one run when each ends before its READY line (none of the script has run:
+# a launcher that failed, a worker killed while importing torch). Each failure is fast, and
+# one that keeps happening is the machine's, told as such (SandboxFailed) rather than retried
+START_ATTEMPTS = 3
+
+log = logging.getLogger("autograd_lab.runner")
 
 __all__ = ["DEFAULT_TIMEOUT", "probe_devices", "trace_in", "trace_in_sandbox"]
 
@@ -51,14 +59,17 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                      wait: float = 5.0,
                      started: Callable[[Child], None] | None = None,
                      fork_server: ForkServer | None = None, threads: int = 1,
-                     watch_all: bool = False) -> Trace:
+                     watch_all: bool = False,
+                     start_failures: StartFailures = START_FAILURES) -> Trace:
     """Trace a script given as a path or as source text; always returns a Trace document.
 
     With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
     used if one is ready within `wait` seconds; a fresh one is forked from `fork_server` when it is
     ready, exec'd otherwise. `started(child)` is told the worker before the job goes to it:
     `child.stop()` from another thread ends the run. `watch_all`: every operation is watched
-    to the end, not only through the kept passes (slower; a late failure is then explained)."""
+    to the end, not only through the kept passes (slower; a late failure is then explained).
+    A worker that ends before its READY line is replaced (trace_in) and counted in
+    `start_failures` (the web server's own, for its metrics; this process's by default)."""
     if (script is None) == (source is None):
         raise ValueError("give either a script path or its source")
     if script is not None:
@@ -66,28 +77,33 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         source = script.read_text(encoding="utf-8", errors="replace")
         name = name or script.name
     name = name or "script.py"
+    run_policy = policy or (pool.policy if pool is not None else sandbox.Policy())
+
+    def fresh() -> Child:
+        return Child.spawn(run_policy, fork_server=fork_server)
+
+    def exec_afresh() -> Child:
+        # in place of one that ended before READY: exec'd, whatever the fork server it may
+        # have come from is going through (seconds of CPU, only when something failed)
+        return Child.spawn(run_policy)
+
     child = None
     if pool is not None and policy is None and pool.running:
         child = pool.acquire(timeout=wait)
     if child is None:
-        child = Child.spawn(policy or (pool.policy if pool is not None else sandbox.Policy()),
-                            fork_server=fork_server)
-    if started is not None:
-        started(child)
+        child = fresh()
     doc = trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
-                   max_events=max_events, threads=threads, watch_all=watch_all)
+                   max_events=max_events, threads=threads, watch_all=watch_all,
+                   respawn=exec_afresh, started=started, start_failures=start_failures)
     forget_trials(doc)  # a trial is the server's to run: a report's own claim is dropped
     if fixes_to_try(doc):
         # the fix the page will offer, run first (fix_trial.py): in a worker of its own, with
         # the same limits, stopped with the run if its person stops it
         def again(edited: str) -> Trace:
-            trial = Child.spawn(policy or (pool.policy if pool is not None else
-                                           sandbox.Policy()), fork_server=fork_server)
-            if started is not None:
-                started(trial)
-            return trace_in(trial, source=edited, name=name, args=args, device=device,
+            return trace_in(fresh(), source=edited, name=name, args=args, device=device,
                             timeout=timeout, max_events=max_events, threads=threads,
-                            watch_all=watch_all)
+                            watch_all=watch_all, respawn=exec_afresh, started=started,
+                            start_failures=start_failures)
 
         try_fixes(doc, source, again)
     return doc
@@ -104,13 +120,37 @@ def plain_threads() -> int:
 
 def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cpu",
              timeout: float = DEFAULT_TIMEOUT, max_events: int = 10, threads: int = 1,
-             watch_all: bool = False) -> Trace:
+             watch_all: bool = False, respawn: Callable[[], Child] | None = None,
+             started: Callable[[Child], None] | None = None,
+             start_failures: StartFailures = START_FAILURES,
+             start_timeout: float = START_TIMEOUT) -> Trace:
     """Give one job to `child` (fresh or pre-started) and make its Trace document; `threads`:
-    torch's for the script (1 unless the run has the machine to itself)."""
+    torch's for the script (1 unless the run has the machine to itself). A worker that ends
+    before its READY line is replaced by `respawn()`, up to START_ATTEMPTS workers in all;
+    `started` is told each worker before its job goes to it."""
     script_file = _script_file(name)
     job = Job(script=script_file, name=name, device=device, args=list(args),
               max_events=max_events, timeout=timeout, threads=threads, watch_all=watch_all)
-    outcome = child.execute(job, {script_file: source}, timeout, start_timeout=START_TIMEOUT)
+    starts = 1
+    while True:
+        if started is not None:
+            started(child)
+        outcome = child.execute(job, {script_file: source}, timeout,
+                                start_timeout=start_timeout)
+        # one still starting after START_TIMEOUT is not tried again: its person has waited
+        if outcome.ready or outcome.stopped or outcome.slow_start or respawn is None or \
+                starts >= START_ATTEMPTS:
+            break
+        start_failures.record("run", outcome.log)
+        log.warning("a run's worker ended before it was ready (try %d of %d), starting "
+                    "another: %s", starts, START_ATTEMPTS, outcome.log[-500:])
+        starts += 1
+        child = respawn()
+    if not outcome.ready and not outcome.stopped:
+        start_failures.record("gave_up", outcome.log)
+        log.error("no worker could be started for a run (%d tried): %s", starts,
+                  outcome.log[-2000:])
+    outcome.starts = starts
     return to_document(outcome, job=job, source=source, limits=child.policy.limits)
 
 

@@ -87,6 +87,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
     # counter's increment, and the services need not know whether anyone reads
     app.state.metrics = Metrics()
     app.state.traces = TraceService(settings, scenario_meter=app.state.metrics.runs("scenario"))
+    app.state.metrics.watch_starts(app.state.traces.start_failures.counts)
     # graphviz and grouping, cached apart from Traces
     app.state.drawings = Drawings(settings, meter=app.state.metrics.drawings())
     # started with the server (lifespan), not with the app; its probes fork as runs do

@@ -57,7 +57,8 @@ def outcome_of(doc: dict | None, stopped: bool = False) -> str:
 @dataclass(frozen=True)
 class RunMeter:
     """What one lane's runs tell the metrics, once each run has ended. Without instruments
-    (`RunMeter(lane)`), it records nothing: a CLI run or an upload host has no endpoint."""
+    (`RunMeter(lane)`), it records nothing: a CLI run has no endpoint (an upload host has its
+    own, upload_host.py)."""
     lane: str
     runs: Counter | None = None
     waits: Histogram | None = None
@@ -146,6 +147,19 @@ class Metrics:
         Gauge("autograd_lab_class_followers", "Class event streams of pages following a "
               "teacher in this process", registry=self.registry).set_function(followers)
 
+    def watch_starts(self, counts: Callable[[], dict[str, int]]) -> None:
+        """Workers that ended before their READY line (app/runner/start_failures.py), by
+        stage, read when scraped: the machine's failures, never a script's."""
+        self.registry.register(_Reading(lambda: [_start_failures(counts())]))
+
+    def watch_upload_host(self, slots: int, running: Callable[[], int]) -> None:
+        """An upload host's own metrics (upload_host.py): its slots, and its runs going on,
+        read when scraped."""
+        Gauge("autograd_lab_upload_host_slots", "Runs this upload host may run at once",
+              registry=self.registry).set(slots)
+        Gauge("autograd_lab_upload_host_runs", "Runs this upload host is running now",
+              registry=self.registry).set_function(running)
+
     def watch_pool(self, stats: Callable[[], dict | None]) -> None:
         """The shared mode's database pool (store/database.py: Database.pool_stats), read
         when scraped; nothing before the pool opens."""
@@ -154,6 +168,16 @@ class Metrics:
     def exposition(self) -> bytes:
         """Every metric in Prometheus's text format."""
         return generate_latest(self.registry)
+
+
+def _start_failures(counts: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(
+        "autograd_lab_worker_start_failures", "Sandboxed workers that ended before they were "
+        "ready, by stage: pool (a pre-started one; another is started), run (a run's; the run "
+        "started another), gave_up (a run told SandboxFailed after its tries)", labels=["stage"])
+    for stage, count in counts.items():
+        family.add_metric([stage], count)
+    return family
 
 
 def _pool_families(stats: dict | None) -> list:

@@ -195,10 +195,27 @@ class Settings:
         "by lane and outcome, their queue wait and run time, 429/503 answers by reason, class "
         "event streams and followers, drawings, and the shared mode's database pool; off, "
         "/metrics is 404")
+    upload_host_metrics_port: int = setting(
+        0, "an upload host (`autograd-lab upload-host`) serves Prometheus metrics on this port: "
+        "its runs by outcome, their queue wait and run time, workers that ended before they "
+        "were ready, its slots and runs going on, its database pool; no token guards it, so "
+        "it listens on upload_host_metrics_address only; 0: none", shown="0 (none)")
+    upload_host_metrics_address: str = setting(
+        "127.0.0.1", "the address an upload host's metrics listen on: loopback, for a scraper "
+        "on the same machine; another (a container's own) only where nothing but the scraper "
+        "can reach the port")
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise SettingsError(f"port must be between 1 and 65535, not {self.port}")
+        if not 0 <= self.upload_host_metrics_port < 65536:
+            raise SettingsError(f"upload_host_metrics_port must be between 1 and 65535, or 0 "
+                                f"(none), not {self.upload_host_metrics_port}")
+        try:
+            ipaddress.ip_address(self.upload_host_metrics_address)
+        except ValueError:
+            raise SettingsError(f"upload_host_metrics_address must be an IP address (127.0.0.1, "
+                                f"::1), not {self.upload_host_metrics_address!r}") from None
         if self.trace_timeout <= 0 or self.upload_timeout <= 0:
             raise SettingsError(f"trace_timeout and upload_timeout must be positive, not "
                                 f"{self.trace_timeout} and {self.upload_timeout}")

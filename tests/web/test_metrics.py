@@ -76,6 +76,37 @@ def test_an_outcome_is_a_kind_the_server_names_or_script_error():
     assert outcome_of({"error": {"type": "ValueError", "message": ""}}) == "ScriptError"
 
 
+def test_workers_that_die_before_ready_are_counted_and_shown_in_healthz(settings, tiny_dir):
+    """A scenario run whose every worker is killed while it still imports torch (a real
+    worker, SIGKILLed as the OOM killer would): SandboxFailed, each failed start counted by
+    its stage, and /healthz names the last one."""
+    import os
+    import signal
+
+    from app.runner.sandboxed_trace import START_ATTEMPTS
+
+    # exec'd workers: a forked one is ready in a tenth of a second, before it could be killed
+    app = create_app(settings(metrics=True, forkserver=False), scenarios_dir=tiny_dir)
+    with TestClient(app, client=LOCAL) as c:
+        before = scrape(c.get("/metrics").text)
+        assert c.get("/healthz").json()["workers"]["start_failures"]["last"] is None
+
+        def killed(child) -> None:
+            os.killpg(child.proc.pid, signal.SIGKILL)
+
+        source = (tiny_dir / "tiny.py").read_text()
+        doc = app.state.traces.scenarios.run(source, "tiny.py", [], "cpu", started=killed)
+        assert doc["error"]["type"] == "SandboxFailed", doc["error"]
+        after = scrape(c.get("/metrics").text)
+        name = "autograd_lab_worker_start_failures_total"
+        assert value(after, name, stage="run") - value(before, name, stage="run") == \
+            START_ATTEMPTS - 1
+        assert value(after, name, stage="gave_up") - value(before, name, stage="gave_up") == 1
+        shown = c.get("/healthz").json()["workers"]["start_failures"]
+        assert shown["gave_up"] == 1 and shown["run"] == START_ATTEMPTS - 1
+        assert shown["last"]["stage"] == "gave_up" and shown["last"]["ago_s"] < 60
+
+
 @pytest.mark.postgres
 def test_the_shared_modes_database_pool_is_shown(settings, tiny_dir, postgres_url):
     from tests.postgres import fresh_database

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import signal
 import sys
 from pathlib import Path
 
@@ -94,7 +95,12 @@ _CLONE_NEWCGROUP = 0x02000000
 def prepare(plan: LaunchPlan) -> None:
     """The first step of every run's worker, exec'd or forked: into the run's cgroups (so that
     everything after is counted, limited and killed with it), then a cgroup namespace rooted
-    there, then its CPU priority (only ever lower: the run cannot take it back)."""
+    there, then its CPU priority (only ever lower: the run cannot take it back). First of all,
+    no signal blocked: the mask outlives fork and exec, and a CLI started by a job runner that
+    blocks SIGTERM (or SIGALRM) in its threads handed it on, so the time limit's SIGTERM never
+    reached the worker, which lost its recorded passes to the SIGKILL after the grace period
+    (and `unshare` 2.38 then exits 1: "sigprocmask unblock failed")."""
+    unblock_signals()
     join_cgroups(plan.cgroups)
     if plan.cgroups and os.readlink("/proc/self/ns/mnt") != plan.server_mnt_ns:
         # its own cgroup is its "/": /proc/self/cgroup no longer names the server's pid, the
@@ -105,6 +111,11 @@ def prepare(plan: LaunchPlan) -> None:
             raise OSError(err, f"a cgroup namespace: {os.strerror(err)}")
     if plan.nice:
         os.nice(plan.nice)
+
+
+def unblock_signals() -> None:
+    """Every signal delivered again in this thread (and the threads it starts)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
 def enter(plan: LaunchPlan) -> None:

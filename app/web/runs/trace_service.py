@@ -31,6 +31,7 @@ from app.runner import (
     Policy,
     Pool,
     ResourceLimits,
+    StartFailures,
     bound_all_runs,
     fork_server_supported,
     machine_memory,
@@ -93,11 +94,16 @@ class Lane:
     # is this run alone on the machine (nothing else running or waiting, in any lane)? Then
     # it gets torch's threads as a plain run would; under load, one each, as before
     alone: Callable[[], bool] = lambda: False
+    # workers that ended before READY, counted for the metrics and /healthz (the service's)
+    start_failures: StartFailures | None = None
 
     def start(self) -> None:
         if self.pool_size and self.pool is None:
-            self.pool = Pool(self.pool_size, policy=self.policy,
-                             fork_server=self.fork_server).start()
+            self.pool = Pool(self.pool_size, policy=self.policy, fork_server=self.fork_server,
+                             **self._counted()).start()
+
+    def _counted(self) -> dict:
+        return {} if self.start_failures is None else {"start_failures": self.start_failures}
 
     def stop(self) -> None:
         if self.pool is not None:
@@ -110,7 +116,8 @@ class Lane:
                                timeout=self.timeout, pool=self.pool,
                                policy=None if self.pool else self.policy, started=started,
                                fork_server=self.fork_server,
-                               threads=plain_threads() if self.alone() else 1)
+                               threads=plain_threads() if self.alone() else 1,
+                               **self._counted())
         if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
             raise DeviceError(doc["error"]["message"])
         return doc
@@ -149,6 +156,9 @@ class TraceService:
                             settings.upload_timeout)
         self.scenarios.fork_server = self.uploads.fork_server = self.fork_server
         self.scenarios.alone = self.uploads.alone = self._one_run_on_the_machine
+        # this service's workers that ended before READY (the machine's failures): both lanes
+        self.start_failures = StartFailures()
+        self.scenarios.start_failures = self.uploads.start_failures = self.start_failures
         self._probe: dict | None = None
         # the device list, asked of a worker once per process, in a thread of its own: every
         # request meanwhile waits a little for it, then is told it is still being checked
@@ -229,7 +239,9 @@ class TraceService:
         self.warmed.set()
 
     def workers(self) -> dict:
-        """For /healthz: how runs' workers start, and how many uploads go at once."""
+        """For /healthz: how runs' workers start, how many uploads go at once, and the workers
+        that ended before READY (`start_failures`: a pool's, a run's retried, a run's given
+        up as SandboxFailed; the last one's stage, age and last log line)."""
         forked = self.fork_server is not None and self.fork_server.usable()
         if self.fork_server is not None:
             detail = self.fork_server.describe()
@@ -238,7 +250,8 @@ class TraceService:
         bounded, memory = self.all_runs_memory
         return {"forked": forked, "detail": detail, "uploads_at_once": self.uploads.gate.workers,
                 "scenarios_at_once": self.scenarios.gate.workers,
-                "all_runs_memory": {"bounded": bounded, "detail": memory}}
+                "all_runs_memory": {"bounded": bounded, "detail": memory},
+                "start_failures": self.start_failures.report()}
 
     def warmth(self) -> dict:
         """For /healthz: whether every scenario is traced, and how long that took from start."""

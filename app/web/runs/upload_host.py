@@ -32,6 +32,7 @@ from dataclasses import replace
 
 from app.format import error_record, new_document
 from app.format.notebook import annotate
+from app.web.metrics import Metrics, outcome_of
 from app.web.settings import Settings
 from app.web.store.database import Lock, lock
 from app.web.store.postgres import PostgresRunStore
@@ -40,7 +41,7 @@ from .run_book import BookedRun
 from .shared_queue import QUEUE, TASK, end_without_trace, prepare_schema, procrastinate_app
 from .trace_service import DeviceError, TraceService
 
-__all__ = ["UploadHost"]
+__all__ = ["MetricsUnavailable", "UploadHost"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ LOST = ("The process running this run stopped twice while running it (its machin
         "this keeps happening, tell whoever runs the server.")
 
 
+class MetricsUnavailable(RuntimeError):
+    """The metrics' port cannot be listened on; the message says what to set."""
+
+
 class UploadHost:
     def __init__(self, settings: Settings, name: str | None = None) -> None:
         if not settings.database_url:
@@ -83,6 +88,15 @@ class UploadHost:
         # the runs' threads: a run holds one for its whole life, so never the loop's default
         self._threads = concurrent.futures.ThreadPoolExecutor(
             self.slots + 2, thread_name_prefix="autograd-lab-upload")
+        # what it ran, for its own /metrics listener (upload_host_metrics_port; no web process
+        # runs an upload in the shared mode, so only upload hosts can count them)
+        self.metrics = Metrics()
+        self.meter = self.metrics.runs("upload")
+        self.metrics.watch_starts(self.traces.start_failures.counts)
+        self.metrics.watch_upload_host(self.slots,
+                                       lambda: self.traces.uploads.gate.load()[0])
+        self.metrics.watch_pool(self.store.database.pool_stats)
+        self._metrics_server = None
 
     # ---- one run ------------------------------------------------------------------------------
 
@@ -95,7 +109,8 @@ class UploadHost:
                 "UPDATE uploads SET state = 'running', started = now(), "
                 "attempts = attempts + 1, host = %s, job_id = %s "
                 "WHERE id = %s AND state = 'queued' "
-                "RETURNING client, address, name, source, device, time_limit, notebook",
+                "RETURNING client, address, name, source, device, time_limit, notebook, "
+                "EXTRACT(EPOCH FROM now() - created)::float8 AS waited",
                 (self.name, job_id, run_id))
             row = cur.fetchone()
             return None if row is None else dict(zip([c.name for c in cur.description], row,
@@ -106,6 +121,7 @@ class UploadHost:
         state = "done"
         name, source, device = submission["name"], submission["source"], submission["device"]
         lane = self.traces.uploads
+        began = time.monotonic()
         try:
             # through the lane's gate (never full: Procrastinate starts at most `slots`): it
             # counts the runs going on, so a run alone on the machine gets a plain run's
@@ -124,6 +140,11 @@ class UploadHost:
             doc["error"] = error_record("ServerError", "The server could not run this run (its "
                                         "upload host's log says why). The script is kept: run it "
                                         "again.")
+        # counted as a web process counts its lane's runs: from sent (the row's `created`,
+        # the database's clock) to taken, then the run itself
+        self.meter.ran("ServerError" if state == "failed" else
+                       outcome_of(doc, stopped=state == "stopped"),
+                       submission.get("waited"), time.monotonic() - began)
         notebook = submission.get("notebook")
         annotate(doc, json.loads(notebook) if notebook else None)
         # the run is done and its Trace in hand: a database away for a while must not lose it
@@ -352,6 +373,7 @@ class UploadHost:
         this machine's sandbox is not complete it takes none, says which layer, and tries again
         every SANDBOX_RECHECK_S; stopped before it ever took runs, 2."""
         prepare_schema(self.store)
+        self.serve_metrics()
         self.traces.start(scenarios=False)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()  # SIGINT or SIGTERM: the runs going on finish, then it ends
@@ -369,6 +391,7 @@ class UploadHost:
             self.traces.stop()
             self.store.close()
             self._threads.shutdown(wait=False)
+            self.stop_metrics()
             return 2
         jobs = procrastinate_app(self.settings.database_url, sync=False)
         jobs.task(name=TASK, queue=QUEUE, pass_context=True)(self.task)
@@ -395,7 +418,35 @@ class UploadHost:
             self.traces.stop()
             self.store.close()
             self._threads.shutdown(wait=False)
+            self.stop_metrics()
         return 0
+
+    def serve_metrics(self) -> None:
+        """Its /metrics on upload_host_metrics_port (0: none), from the start: one waiting for
+        its sandbox shows it too (its workers that failed to start). prometheus_client's own
+        small HTTP server, in a thread: no token, so it listens on loopback unless told."""
+        port = self.settings.upload_host_metrics_port
+        if not port:
+            return
+        from prometheus_client import start_http_server
+
+        address = self.settings.upload_host_metrics_address
+        try:
+            self._metrics_server, _ = start_http_server(port, addr=address,
+                                                        registry=self.metrics.registry)
+        except OSError as exc:
+            raise MetricsUnavailable(
+                f"its metrics cannot listen on {address} port {port} ({exc.strerror}): "
+                "choose a free port with AUTOGRAD_LAB_UPLOAD_HOST_METRICS_PORT, or 0 for "
+                "none") from None
+        log.warning("autograd-lab upload-host %s: metrics at http://%s:%d/metrics", self.name,
+                    address if ":" not in address else f"[{address}]", port)
+
+    def stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
 
     async def _until_reachable(self, stop: asyncio.Event) -> None:
         """RECONNECT_S, and then for as long as the store's probe says the database is away
