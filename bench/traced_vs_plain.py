@@ -7,9 +7,17 @@ Each script runs three ways, one after the other, on this machine alone:
 - traced, one thread: the same through the runner with `threads=1`, the previous design (every
   worker set one thread).
 Wall-clock seconds, the best of `--repeat` runs each, plain and traced taken in turn (a load
-that comes and goes slows both); prints a Markdown table and the ratios traced / plain.
+that comes and goes slows both); prints a Markdown table and the ratios traced / plain. Beside
+them, CPU seconds (user and system, of each run's whole process tree: the CLI, its sandboxed
+worker and its threads), the least of `--repeat`: on a machine shared with other work these
+move less than the wall clock does (torch's spinning threads still charge some of a busy
+machine's waiting to them).
 Asserts nothing; not part of the test suite. Past the ten recorded passes the tracer stops
 watching operations (`--watch-all` keeps it on): issue 36's scripts measure that.
+Measured per step past the kept passes (each step timed inside the script, steps 300 on, two
+cores, an idle machine), traced and plain were within noise of each other on all three of
+issue 36's scripts: what traced / plain still shows there is the run's fixed part (the
+worker's start, the ten recorded passes, the report), not a cost per step.
 
     .venv/bin/python bench/traced_vs_plain.py [--repeat 2] [--only 5000,2000] [--no-one-thread]
 """
@@ -17,6 +25,7 @@ watching operations (`--watch-all` keeps it on): issue 36's scripts measure that
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import tempfile
@@ -153,16 +162,23 @@ def _best(run, repeat: int) -> float:
     return min(times)
 
 
-def _best_interleaved(runs: list, repeat: int) -> list[float]:
-    """The best of `repeat` for each of `runs`, taken in turn (plain, traced, plain, ...):
-    a machine shared with other work slows both sides alike, not one side's whole series."""
-    times: list[list[float]] = [[] for _ in runs]
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended (and waited for) descendants, all of them."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _best_interleaved(runs: list, repeat: int) -> list[tuple[float, float]]:
+    """The best of `repeat` for each of `runs`, (wall s, CPU s), taken in turn (plain, traced,
+    plain, ...): a machine shared with other work slows both sides alike, not one side's
+    whole series."""
+    times: list[list[tuple[float, float]]] = [[] for _ in runs]
     for _ in range(repeat):
         for run, taken in zip(runs, times, strict=True):
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), _children_cpu()
             run()
-            taken.append(time.perf_counter() - started)
-    return [min(t) for t in times]
+            taken.append((time.perf_counter() - started, _children_cpu() - cpu))
+    return [(min(w for w, _ in t), min(c for _, c in t)) for t in times]
 
 
 def main() -> int:
@@ -196,17 +212,18 @@ def main() -> int:
                                        threads=1)
                 assert doc["error"] is None, (name, doc["error"])
 
-            p, t = _best_interleaved([plain, traced], args.repeat)
+            (p, p_cpu), (t, t_cpu) = _best_interleaved([plain, traced], args.repeat)
             rows[name] = (p, t, float("nan") if args.no_one_thread
-                          else _best(one_thread, args.repeat))
+                          else _best(one_thread, args.repeat), p_cpu, t_cpu)
             print(f"{name}: {rows[name]}", file=sys.stderr, flush=True)
     print(f"\nTraced against plain, best of {args.repeat}, {plain_threads()} core(s), "
-          "wall-clock seconds\n")
+          "wall-clock and CPU seconds\n")
     print("| script | plain s | traced s (threads as plain) | traced s (one thread, before) "
-          "| traced / plain | before / plain |")
-    print("|---|---|---|---|---|---|")
-    for name, (p, t, one) in rows.items():
-        print(f"| {name} | {p:.1f} | {t:.1f} | {one:.1f} | {t / p:.2f} | {one / p:.2f} |")
+          "| traced / plain | before / plain | plain CPU s | traced CPU s | CPU traced / plain |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (p, t, one, p_cpu, t_cpu) in rows.items():
+        print(f"| {name} | {p:.1f} | {t:.1f} | {one:.1f} | {t / p:.2f} | {one / p:.2f} "
+              f"| {p_cpu:.1f} | {t_cpu:.1f} | {t_cpu / p_cpu:.2f} |")
     return 0
 
 

@@ -258,3 +258,44 @@ def test_what_autograd_lab_draws_after_the_script_is_watched_again(trace_source)
 
     assert nodes(doc) == nodes(whole)
     assert ("TanhBackward0", _line_of(source, "g = grad("), "1") in nodes(doc)
+
+
+# what a step past the kept passes runs beside the script's own work, as PyTorch shows it:
+# anomaly mode, the hooks on the parameters and on the pass's graph, a default saved-tensor
+# hook, Python's trace and profile functions, torch's threads; then every .grad, exactly
+PAST_THE_KEPT = """\
+import sys
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 4), torch.randn(16, 1)
+for step in range(25):
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    if step == 24:
+        print(torch.is_anomaly_enabled(), torch.is_grad_enabled(),
+              [(p._backward_hooks, p._post_accumulate_grad_hooks) for p in model.parameters()],
+              torch._C._autograd._top_saved_tensors_default_hooks(False),
+              sys.gettrace(), sys.getprofile(), torch.get_num_threads())
+    loss.backward()
+    if step == 24:
+        print([p.grad.flatten().tolist() for p in model.parameters()])
+    opt.step()
+"""
+
+
+def test_past_the_kept_passes_a_step_runs_what_a_plain_step_runs(trace_source, tmp_path):
+    doc = trace_source(PAST_THE_KEPT)
+    plain = _plain(tmp_path, PAST_THE_KEPT)
+    assert doc["error"] is None and plain.returncode == 0, (doc["error"], plain.stderr)
+    assert diagnostics(doc, "watch_stopped")
+    # no anomaly mode, no tensor or saved-tensor hook, no trace function: as plain Python has
+    # it (the traced run's threads are the worker's business: compared only where both set)
+    state, grads = doc["stdout"].splitlines()
+    plain_state, plain_grads = plain.stdout.splitlines()
+    assert state.rsplit(" ", 1)[0] == plain_state.rsplit(" ", 1)[0], (state, plain_state)
+    assert state.startswith("False True ") and "None None None" in state
+    # the gradients of the 25th pass, to the last bit, are the ones plain PyTorch leaves
+    assert grads == plain_grads
