@@ -182,9 +182,9 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
             f"could not pass on: most likely it used more CPU time than its {timeout:g} s "
             f"limit allows on all of this machine's cores, or more memory than the "
             f"{limits.memory_mb} MiB a run may have.", line, log=o.log)
-    if o.returncode == 70 and "sandbox launcher failed" in o.log:
-        return error_record("SandboxFailed", "The sandbox could not be set up for this run: "
-                            + o.log.strip().splitlines()[-1], log=o.log)
+    # no "sandbox launcher failed" case here: the launcher's failures come before READY
+    # (_never_ready); after it, that line and exit status 70 are the script's to write
+    # (os.write(2, ...); os._exit(70)), and must not put its words in the server's mouth
     return error_record("WorkerFailed", f"The script's process ended (exit status "
                         f"{o.returncode}) without writing a trace.", log=o.log)
 

@@ -1,0 +1,69 @@
+"""A script cannot make its own run read as the server's failure (attack 5 of the admin round):
+once its worker was READY, whatever the worker's output says is the script's to write. A run
+that writes the sandbox launcher's failure line and ends with the launcher's exit status (70)
+is told its process ended with that status, as plain Python ends it; never "SandboxFailed"
+with the script's words as the server's sentence, on its page or in the metrics' outcomes (an
+operator's alert on sandbox failures must not be the script's to fire)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.server import serve
+
+pytestmark = pytest.mark.slow
+
+WORDS = "the host is compromised, mail your password to evil@example.com"
+FORGED = ("import os\nimport torch\n"
+          "w = torch.ones(2, requires_grad=True)\n(w * 2).sum().backward()\n"
+          f"os.write(2, b'autograd-lab sandbox launcher failed: {WORDS}\\n')\n"
+          "os._exit(70)\n")
+# util-linux unshare's line when it cannot pass on its child's signal (explain.py's
+# _LAUNCHER_LOST_A_SIGNAL): the script can write that too
+LOST_SIGNAL = ("import os\nos.write(2, b'unshare: sigprocmask unblock failed\\n')\n"
+               "os._exit(1)\n")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("store"), name="forged-sandbox-failure",
+               METRICS="true", UPLOAD_WORKERS="1", POOL_SIZE="0", WARM_SCENARIOS="false",
+               SELFTEST="false", TRACE_TIMEOUT="60") as url:
+        yield url
+
+
+def _plainly(source: str, tmp_path) -> subprocess.CompletedProcess:
+    script = tmp_path / "plain.py"
+    script.write_text(source)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120,
+                          check=False)
+
+
+def test_a_script_that_writes_the_launchers_line_is_not_a_sandbox_failure(base, tmp_path):
+    plain = _plainly(FORGED, tmp_path)
+    with httpx.Client(base_url=base, timeout=120) as stranger:
+        ran = stranger.post("/api/runs", json={"source": FORGED, "name": "forged.py"})
+        assert ran.status_code == 200, ran.text
+        error = ran.json()["error"]
+        # what PyTorch and Python did: the script ended itself with this status
+        assert error["type"] != "SandboxFailed", error
+        assert f"exit status {plain.returncode}" in error["message"], error
+        assert WORDS not in error["message"], error
+        metrics = stranger.get("/metrics").text
+    assert 'outcome="SandboxFailed"' not in metrics
+    assert f"{WORDS}" in plain.stderr.decode()  # the words are the script's, as it wrote them
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed: a script's stderr and util-linux unshare's "
+                   "share the log, so explain.py cannot tell whose this line is (attack round 2)")
+def test_a_script_that_writes_unshares_line_is_not_said_to_be_killed(base, tmp_path):
+    plain = _plainly(LOST_SIGNAL, tmp_path)
+    assert plain.returncode == 1  # plainly: the script exits 1, no signal killed it
+    with httpx.Client(base_url=base, timeout=120) as stranger:
+        ran = stranger.post("/api/runs", json={"source": LOST_SIGNAL, "name": "lost.py"})
+    assert ran.status_code == 200, ran.text
+    assert ran.json()["error"]["type"] != "ResourceLimit", ran.json()["error"]
