@@ -8,6 +8,7 @@ process's classroom holds no lock), and FastAPI runs plain functions in its thre
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Annotated
 
@@ -99,10 +100,24 @@ UploaderOnly = Annotated[None, Depends(check_uploader)]
 MetricsReaderOnly = Annotated[None, Depends(check_metrics_reader)]
 
 
-async def teacher_session(code: Annotated[str, Path()], classroom: ClassroomDep,
-                          client: ClientDep, address: AddressDep) -> ClassSession:
-    """The class `code` as its teacher acts in it (403 for anyone else, 404 for no class)."""
-    return await classroom.teaching(code, client, address)
+async def teacher_session(request: Request, code: Annotated[str, Path()],
+                          classroom: ClassroomDep, client: ClientDep,
+                          address: AddressDep) -> ClassSession:
+    """The class `code` as its teacher acts in it (403 for anyone else, 404 for no class). A
+    class a named teacher started is theirs only while their token is live: the teacher's
+    browser keeps the class's cookie, and revoking the token must end what it could do."""
+    session = await classroom.teaching(code, client, address)
+    holder = session.state.teacher_name
+    if holder.startswith("teacher:"):
+        name = holder.removeprefix("teacher:")
+        # a question to the store (remembered a few seconds): off the event loop
+        if not await asyncio.to_thread(request.app.state.teachers.is_live, name):
+            raise AppError(403, f"the token of teacher {name!r} was revoked, so this "
+                                f"browser teaches class {session.state.code} no more; "
+                                "whoever holds the server's token can end the class from "
+                                "/admin, or give you a new token (`autograd-lab teachers "
+                                "add`) to start another", "teacher_revoked")
+    return session
 
 
 async def member_session(code: Annotated[str, Path()], classroom: ClassroomDep,
