@@ -249,7 +249,24 @@ def test_a_revoked_teacher_teaches_their_open_class_no_more(base, browsers, stor
     assert student.get(f"/c/{code}").status_code == 200
     alias = student.get(f"/api/classes/{code}").json()["me"]["alias"]
     assert theirs.get(f"/api/classes/{code}/members").status_code == 200  # teaches it now
+    assert theirs.get(f"/api/classes/{code}").json()["role"] == "teacher"
 
+    # the teacher's page follows the class: its stream must end once the token is revoked
+    events: list[str] = []
+    opened = threading.Event()
+
+    def follow() -> None:
+        with theirs.stream("GET", f"/api/classes/{code}/events", timeout=60) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    opened.set()
+                if line.startswith("event:"):
+                    events.append(line.removeprefix("event:").strip())
+                    return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    assert opened.wait(30)
     assert cli("revoke", "dave").returncode == 0
     deadline = time.monotonic() + 30  # the store's answers are remembered 5 s (REMEMBER_S)
     while (answer := theirs.get(f"/api/classes/{code}/members")).status_code == 200:
@@ -258,6 +275,10 @@ def test_a_revoked_teacher_teaches_their_open_class_no_more(base, browsers, stor
     assert answer.status_code == 403 and answer.json()["code"] == "teacher_revoked", answer.text
     removed = theirs.delete(f"/api/classes/{code}/members/{alias}")
     assert removed.status_code == 403, removed.text
+    # nor does it read the teacher's view (answers, who sent what) any more
+    assert theirs.get(f"/api/classes/{code}").status_code == 403
+    follower.join(40)  # the stream wakes at least every 15 s (PING_SECONDS)
+    assert events == ["revoked"], events
     assert student.get(f"/api/classes/{code}").status_code == 200  # the student is still in
     assert httpx.get(base + "/api/admin", headers=dave, timeout=30).status_code == 401
     assert ours.get(f"/api/classes/{other}/members").status_code == 200
