@@ -29,6 +29,25 @@ _ALLOWED = ("The sandbox allows a script to read its own folder and Python's lib
             "only in its own folder, and to start no program and open no network connection.")
 
 
+# the kinds of failure only this side (the supervisor, the web server) names: never the worker's
+# (which names SyntaxError, Timeout, TraceTooLarge, DeviceUnavailable and the script's own
+# exceptions). In a report they are the script's: its own exception class of that name, or a
+# report it wrote itself (schema-valid, it is read), and its words must not read as the server's
+# failure, nor count as one in the metrics' outcomes.
+SUPERVISOR_KINDS = frozenset({"SandboxFailed", "WorkerFailed", "WorkerCrashed", "ResourceLimit",
+                              "MemoryLimit", "ServerBusy", "ServerError", "UploadHostLost",
+                              "Stopped"})
+
+
+def _script_named(doc: dict) -> None:
+    """A report's error of a kind only the server names, by the full name of the script's own
+    class of that name (its module's, the script's `__main__`, and its own), as
+    `SandboxFailed.__module__` and `__qualname__` say: `__main__.SandboxFailed`."""
+    error = doc.get("error")
+    if isinstance(error, dict) and error.get("type") in SUPERVISOR_KINDS:
+        error["type"] = f"__main__.{error['type']}"
+
+
 def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimits) -> Trace:
     name, device, timeout, script_file = job.name, job.device, job.timeout, job.script
     doc = outcome.document
@@ -38,6 +57,8 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
             validate(doc)
         except InvalidTrace as exc:
             problem = str(exc)
+    if problem is None and doc is not None:
+        _script_named(doc)
     if problem is not None:
         # the script can write the worker's report itself: a forged one is not shown
         doc = new_document(name, source, device, None)

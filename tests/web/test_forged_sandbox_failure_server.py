@@ -3,10 +3,14 @@ once its worker was READY, whatever the worker's output says is the script's to 
 that writes the sandbox launcher's failure line and ends with the launcher's exit status (70)
 is told its process ended with that status, as plain Python ends it; never "SandboxFailed"
 with the script's words as the server's sentence, on its page or in the metrics' outcomes (an
-operator's alert on sandbox failures must not be the script's to fire)."""
+operator's alert on sandbox failures must not be the script's to fire). Nor can it by
+naming an exception class of its own after a failure only the server names, or by writing the
+worker's report itself with one: those read as the class's full name, its module's and its
+own, `__main__.SandboxFailed`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -56,6 +60,47 @@ def test_a_script_that_writes_the_launchers_line_is_not_a_sandbox_failure(base, 
         metrics = stranger.get("/metrics").text
     assert 'outcome="SandboxFailed"' not in metrics
     assert f"{WORDS}" in plain.stderr.decode()  # the words are the script's, as it wrote them
+
+
+OWN_CLASS = ("class SandboxFailed(Exception):\n    pass\n\n"
+             f"raise SandboxFailed({WORDS!r})\n")
+
+
+def _forged_report(kind: str) -> str:
+    """A script that writes the worker's report itself, schema-valid, claiming `kind`."""
+    from app.format import error_record, new_document
+
+    doc = new_document("forge.py", "", "cpu", None)
+    doc["error"] = error_record(kind, WORDS, None)
+    text = json.dumps(json.dumps(doc))
+    return ("import json, os\nreport = json.loads(" + text + ")\n"
+            "with open('trace.json', 'w') as f:\n    json.dump(report, f)\nos._exit(0)\n")
+
+
+def test_a_scripts_own_exception_named_like_the_servers_failure_is_the_scripts(base, tmp_path):
+    plain = _plainly(OWN_CLASS, tmp_path)
+    said = plain.stderr.decode().strip().splitlines()[-1]
+    # the class's full name, as plain Python has it: its module (the script's, __main__) and
+    # its name (the traceback's last line leaves __main__ out)
+    probe = _plainly(OWN_CLASS.replace(f"raise SandboxFailed({WORDS!r})",
+                                       "print(SandboxFailed.__module__ + '.' + "
+                                       "SandboxFailed.__qualname__)"), tmp_path)
+    full = probe.stdout.decode().strip()
+    with httpx.Client(base_url=base, timeout=120) as stranger:
+        ran = stranger.post("/api/runs", json={"source": OWN_CLASS, "name": "own.py"})
+        assert ran.status_code == 200, ran.text
+        error = ran.json()["error"]
+        assert error["type"] == full and error["message"] == said.split(": ", 1)[1], error
+        for kind in ("SandboxFailed", "ServerError", "Stopped"):
+            forged = stranger.post("/api/runs", json={"source": _forged_report(kind),
+                                                      "name": "forge.py"})
+            assert forged.status_code == 200, forged.text
+            assert forged.json()["error"]["type"] == f"__main__.{kind}", forged.json()["error"]
+            status = stranger.get(f"/api/runs/{forged.json()['run']['id']}/status").json()
+            assert status["state"] != "stopped", status
+        metrics = stranger.get("/metrics").text
+    for kind in ("SandboxFailed", "ServerError"):
+        assert f'outcome="{kind}"' not in metrics
 
 
 @pytest.mark.xfail(strict=True, reason="not fixed: a script's stderr and util-linux unshare's "
