@@ -112,3 +112,18 @@ def test_a_script_that_writes_unshares_line_is_not_said_to_be_killed(base, tmp_p
         ran = stranger.post("/api/runs", json={"source": LOST_SIGNAL, "name": "lost.py"})
     assert ran.status_code == 200, ran.text
     assert ran.json()["error"]["type"] != "ResourceLimit", ran.json()["error"]
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed: a report's Timeout is the worker's own word "
+                   "too (its TimeLimitExceeded); explain.py could call one the script's where "
+                   "the supervisor saw no time-out (Outcome.timed_out), but test_forged_report's "
+                   "fix-trial rule leans on a forged Timeout (attack round 2)")
+def test_a_scripts_own_timeout_class_is_not_the_servers_time_limit(base, tmp_path):
+    source = "class Timeout(Exception):\n    pass\n\nraise Timeout('took too long')\n"
+    plain = _plainly(source, tmp_path)
+    assert plain.returncode == 1  # plainly: an exception of its own, at once
+    with httpx.Client(base_url=base, timeout=120) as stranger:
+        ran = stranger.post("/api/runs", json={"source": source, "name": "own.py"})
+        metrics = stranger.get("/metrics").text
+    assert ran.json()["error"]["type"] != "Timeout", ran.json()["error"]
+    assert 'outcome="Timeout"' not in metrics
