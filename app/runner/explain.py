@@ -29,6 +29,25 @@ _ALLOWED = ("The sandbox allows a script to read its own folder and Python's lib
             "only in its own folder, and to start no program and open no network connection.")
 
 
+# the kinds of failure only this side (the supervisor, the web server) names: never the worker's
+# (which names SyntaxError, Timeout, TraceTooLarge, DeviceUnavailable and the script's own
+# exceptions). In a report they are the script's: its own exception class of that name, or a
+# report it wrote itself (schema-valid, it is read), and its words must not read as the server's
+# failure, nor count as one in the metrics' outcomes.
+SUPERVISOR_KINDS = frozenset({"SandboxFailed", "WorkerFailed", "WorkerCrashed", "ResourceLimit",
+                              "MemoryLimit", "ServerBusy", "ServerError", "UploadHostLost",
+                              "Stopped"})
+
+
+def _script_named(doc: dict) -> None:
+    """A report's error of a kind only the server names, by the full name of the script's own
+    class of that name (its module's, the script's `__main__`, and its own), as
+    `SandboxFailed.__module__` and `__qualname__` say: `__main__.SandboxFailed`."""
+    error = doc.get("error")
+    if isinstance(error, dict) and error.get("type") in SUPERVISOR_KINDS:
+        error["type"] = f"__main__.{error['type']}"
+
+
 def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimits) -> Trace:
     name, device, timeout, script_file = job.name, job.device, job.timeout, job.script
     doc = outcome.document
@@ -38,6 +57,8 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
             validate(doc)
         except InvalidTrace as exc:
             problem = str(exc)
+    if problem is None and doc is not None:
+        _script_named(doc)
     if problem is not None:
         # the script can write the worker's report itself: a forged one is not shown
         doc = new_document(name, source, device, None)
@@ -182,9 +203,9 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
             f"could not pass on: most likely it used more CPU time than its {timeout:g} s "
             f"limit allows on all of this machine's cores, or more memory than the "
             f"{limits.memory_mb} MiB a run may have.", line, log=o.log)
-    if o.returncode == 70 and "sandbox launcher failed" in o.log:
-        return error_record("SandboxFailed", "The sandbox could not be set up for this run: "
-                            + o.log.strip().splitlines()[-1], log=o.log)
+    # no "sandbox launcher failed" case here: the launcher's failures come before READY
+    # (_never_ready); after it, that line and exit status 70 are the script's to write
+    # (os.write(2, ...); os._exit(70)), and must not put its words in the server's mouth
     return error_record("WorkerFailed", f"The script's process ended (exit status "
                         f"{o.returncode}) without writing a trace.", log=o.log)
 

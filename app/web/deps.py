@@ -8,6 +8,7 @@ process's classroom holds no lock), and FastAPI runs plain functions in its thre
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Annotated
 
@@ -32,6 +33,7 @@ from .errors import AppError
 
 __all__ = ["AddressDep", "CatalogDep", "ClassroomDep", "ClientDep", "DrawingsDep", "LayoutDep",
            "MemberSessionDep", "MetricsDep", "MetricsReaderOnly", "ScenarioDep", "SelfTestDep",
+           "revoked_refusal", "revoked_teacher",
            "SettingsDep", "StoreDep", "TeacherOnly", "TeacherSessionDep", "TemplatesDep",
            "TracesDep", "UploaderOnly", "UploadsDep"]
 
@@ -99,17 +101,48 @@ UploaderOnly = Annotated[None, Depends(check_uploader)]
 MetricsReaderOnly = Annotated[None, Depends(check_metrics_reader)]
 
 
-async def teacher_session(code: Annotated[str, Path()], classroom: ClassroomDep,
-                          client: ClientDep, address: AddressDep) -> ClassSession:
-    """The class `code` as its teacher acts in it (403 for anyone else, 404 for no class)."""
-    return await classroom.teaching(code, client, address)
+async def revoked_teacher(request: Request, session: ClassSession) -> str | None:
+    """The name of the named teacher who started this class, once their token is revoked; None
+    while it is live, or for a class the server's token started. The teacher's browser keeps
+    the class's cookie, and revoking the token must end what it could do and see there."""
+    holder = session.state.teacher_name
+    if not holder.startswith("teacher:"):
+        return None
+    name = holder.removeprefix("teacher:")
+    # a question to the store (remembered a few seconds): off the event loop
+    live = await asyncio.to_thread(request.app.state.teachers.is_live, name)
+    return None if live else name
 
 
-async def member_session(code: Annotated[str, Path()], classroom: ClassroomDep,
-                         client: ClientDep, address: AddressDep) -> ClassSession:
+def revoked_refusal(name: str, code: str) -> AppError:
+    return AppError(403, f"the token of teacher {name!r} was revoked, so this browser teaches "
+                         f"class {code} no more; whoever holds the server's token can end the "
+                         "class from /admin, or give you a new token (`autograd-lab teachers "
+                         "add`) to start another", "teacher_revoked")
+
+
+async def teacher_session(request: Request, code: Annotated[str, Path()],
+                          classroom: ClassroomDep, client: ClientDep,
+                          address: AddressDep) -> ClassSession:
+    """The class `code` as its teacher acts in it (403 for anyone else, or once the named
+    teacher who started it was revoked; 404 for no class)."""
+    session = await classroom.teaching(code, client, address)
+    if (name := await revoked_teacher(request, session)) is not None:
+        raise revoked_refusal(name, session.state.code)
+    return session
+
+
+async def member_session(request: Request, code: Annotated[str, Path()],
+                         classroom: ClassroomDep, client: ClientDep,
+                         address: AddressDep) -> ClassSession:
     """The class `code` as a member (or its teacher) sees it; a browser new to it joins (403
     if it was removed, 429 past its address's share, 404 for no class)."""
-    return await classroom.get(code, address, client)
+    session = await classroom.get(code, address, client)
+    # the teacher's browser reads the teacher's view (answers, who sent what): not once revoked
+    if client == session.state.teacher and \
+            (name := await revoked_teacher(request, session)) is not None:
+        raise revoked_refusal(name, session.state.code)
+    return session
 
 
 TeacherSessionDep = Annotated[ClassSession, Depends(teacher_session)]

@@ -280,6 +280,8 @@ function connect() {
   source.onmessage = (e) => receive(JSON.parse(e.data));
   source.addEventListener("ended", () => leave("The class has ended."));
   source.addEventListener("removed", () => leave("The teacher removed this browser from the class."));
+  // a named teacher's token revoked (app/web/deps.py revoked_teacher): the server says why
+  source.addEventListener("revoked", (e) => leave(JSON.parse(e.data).detail));
   source.onerror = () => {
     bar.classList.add("class-offline"); // the browser reconnects by itself...
     if (source.readyState === EventSource.CLOSED && !leaving) setTimeout(recheck, 1000); // ...unless refused

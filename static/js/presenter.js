@@ -22,6 +22,13 @@ function inline(text) {
   return text.split("`").map((part, i) => (i % 2 ? h("code", {}, part) : part));
 }
 
+/** Step `n` of an address (`say=N`, whoever wrote it) as the nearest step there is, 1 to
+ *  `count`; null where there are none or none was named. */
+export function nearestStep(n, count) {
+  if (n === null || n === undefined || !count) return null;
+  return Math.min(Math.max(n, 1), count);
+}
+
 /** The view changes that show step `n` (1-based) of `steps`. */
 export function stepView(steps, n, { doc, shown, findLine }) {
   const step = steps[n - 1];

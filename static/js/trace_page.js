@@ -20,7 +20,7 @@ import { paramList } from "./params.js";
 import { readUrl, viewUrl, writeUrl } from "./permalink.js";
 import { onApply, setShown } from "./view_state.js";
 import { Progress } from "./progress.js";
-import { fitToScreen, installPresenterKeys, nextVariant, renderPresenter, stepView } from "./presenter.js";
+import { fitToScreen, installPresenterKeys, nearestStep, nextVariant, renderPresenter, stepView } from "./presenter.js";
 import { renderReplayStatus, replayState } from "./replay.js";
 import { SourceView } from "./source.js";
 import { explain, renderEventNotice, runReport, setStatus } from "./status.js";
@@ -36,6 +36,8 @@ const variants = page.scenario ? Object.fromEntries((page.variant_order || Objec
   .map((name) => [name, page.scenario.variants[name]])) : null;
 
 let { run, view } = readUrl(subject);
+// never "Step -5 of 7": a say=N link past the steps lands on the nearest one
+view.say = nearestStep(view.say, (page.steps || []).length);
 let doc = null;
 let shown = null; // the backward event whose graph is drawn
 let drawnKey = null; // which drawing of it: the event and its grouping
@@ -783,7 +785,7 @@ function redrawFromUrl() {
   const next = readUrl(subject);
   const sameRun = JSON.stringify(next.run) === JSON.stringify(run);
   run = next.run;
-  view = next.view;
+  view = { ...next.view, say: nearestStep(next.view.say, steps.length) };
   if (sameRun && doc) showGraph().then(render).then(bringPickedIntoView);
   else loadRun().then(bringPickedIntoView);
 }

@@ -299,3 +299,20 @@ def test_a_smaller_window_opens_the_view_again_until_the_graph_is_moved(watched)
     after = page.evaluate("() => document.querySelector('#graph .svg-pan-zoom_viewport')"
                           ".getAttribute('transform')")
     assert after == dragged
+
+
+@pytest.mark.parametrize("say", ["-5", "0", "99", "99999999999999999999"])
+def test_a_say_link_past_the_steps_lands_on_a_step_there_is(watched, say):
+    """Attack round 2: `say=N` comes from whoever wrote the link. Past the scenario's steps (or
+    before the first), the presenter shows the nearest step there is and says so, never "Step
+    -5 of 7", and → goes on from there (it was stuck before the first step)."""
+    name = "reused_layer"
+    total = len(load_catalog(SCENARIOS)[name].steps)
+    page = watched.page
+    open_scenario(watched, name, f"present=1&say={say}")
+    near = 1 if int(say) < 1 else total
+    where = page.locator("#presenter .presenter-where")
+    assert where.inner_text().startswith(f"Step {near} of {total}"), where.inner_text()
+    if near < total:
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"() => location.search.includes('say={near + 1}')")

@@ -98,6 +98,8 @@ def test_the_cli_revokes_a_second_teacher_on_a_running_shared_server(tmp_path, p
             started = browser.post("/api/classes", json={},
                                    headers={"Authorization": f"Bearer {ben}"})
             assert started.status_code == 201, started.text
+            code = started.json()["code"]
+            assert browser.get(f"/api/classes/{code}/members").status_code == 200
             assert _cli("revoke", "ben", env=env).returncode == 0
             deadline = time.monotonic() + 30  # each process remembers an answer 5 s
             while (status := browser.post("/api/runs", json=EMPTY, headers={
@@ -106,6 +108,11 @@ def test_the_cli_revokes_a_second_teacher_on_a_running_shared_server(tmp_path, p
                 time.sleep(0.5)
             assert browser.post("/api/runs", json=EMPTY, headers={
                 "Authorization": f"Bearer {ana}"}).status_code == 422
+            # the class ben started: his browser teaches it no more (its cookie is no token)
+            while (taught := browser.get(f"/api/classes/{code}/members")).status_code == 200:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+            assert taught.json()["code"] == "teacher_revoked", taught.text
         assert _cli("revoke", "ben", env=env).returncode == 2  # revoked already: said
         assert _cli("add", "Bad Name", env=env).returncode == 2
     log = (ARTIFACTS / "named-teachers.log").read_text()

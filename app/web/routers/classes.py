@@ -45,6 +45,8 @@ from app.web.deps import (
     TeacherOnly,
     TeacherSessionDep,
     UploadsDep,
+    revoked_refusal,
+    revoked_teacher,
 )
 from app.web.errors import AppError
 
@@ -113,6 +115,13 @@ async def class_events(request: Request, session: MemberSessionDep, classroom: C
         shown_followed = -1  # the teacher's count of this process's followers, as last sent
         try:
             while not session.ended and not session.barred(client):
+                # a named teacher's stream ends once their token is revoked (each wake-up,
+                # at least every PING_SECONDS; the store's answer is remembered 5 s)
+                if teacher and (name := await revoked_teacher(request, session)):
+                    refused = revoked_refusal(name, session.code)
+                    yield ServerSentEvent(data=json.dumps({"detail": refused.detail}),
+                                          event="revoked")
+                    return
                 # the id is the class's, the same on every web process (Last-Event-ID resumes
                 # on any); the teacher's follower count is this process's, sent as it moves
                 if session.mark(client) > seen or (teacher and

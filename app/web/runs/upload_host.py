@@ -64,6 +64,31 @@ LOST = ("The process running this run stopped twice while running it (its machin
         "this keeps happening, tell whoever runs the server.")
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _named_only(app, address: str):
+    """The metrics' WSGI app, answering only a Host that names where it listens (loopback's
+    names, or the address it was given; any, bound to every interface): a page on
+    evil.example whose name resolves to 127.0.0.1 must not read it (DNS rebinding), as the web
+    process's HostGuard (http/guards.py, a layer above this one) refuses for its own pages."""
+    names = None if address in ("0.0.0.0", "::") else _LOOPBACK_NAMES | {address.lower()}
+
+    def checked(environ, start_response):
+        host = environ.get("HTTP_HOST", "").strip().lower()
+        if host.startswith("["):
+            host = host[1:host.find("]")] if "]" in host else host
+        elif host.count(":") == 1:
+            host = host.rsplit(":", 1)[0]
+        if names is None or host in names:
+            return app(environ, start_response)
+        start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"these metrics answer to {', '.join(sorted(names))} only, not to the name "
+                f"{host[:100]!r}\n".encode()]
+
+    return checked
+
+
 class MetricsUnavailable(RuntimeError):
     """The metrics' port cannot be listened on; the message says what to set."""
 
@@ -434,6 +459,7 @@ class UploadHost:
         try:
             self._metrics_server, _ = start_http_server(port, addr=address,
                                                         registry=self.metrics.registry)
+            self._metrics_server.set_app(_named_only(self._metrics_server.get_app(), address))
         except OSError as exc:
             raise MetricsUnavailable(
                 f"its metrics cannot listen on {address} port {port} ({exc.strerror}): "

@@ -10,7 +10,8 @@ token (a server without one has no secret to share out).
 `TeacherTokens` keeps them in the SQLite file of one machine; `SharedTeacherTokens` in the
 shared mode's PostgreSQL (schema step 4), where a revocation reaches every web process. Each
 process remembers an answer for `REMEMBER_S`, so a request does not ask the database each time:
-a revocation takes effect within that."""
+a revocation takes effect within that, also on the classes the teacher started: their browser
+teaches them no more (deps.py `teacher_session`)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,10 @@ class _Remembered:
         self._lock = threading.Lock()
 
     def name_of(self, token: str, look_up) -> str | None:
-        key = digest(token)
+        return self.answer(digest(token), look_up)
+
+    def answer(self, key: str, look_up):
+        """`look_up(key)`, or its answer of less than REMEMBER_S ago."""
         now = time.monotonic()
         with self._lock:
             hit = self._known.get(key)
@@ -115,6 +119,16 @@ class TeacherTokens:
                              "NULL", (key,)).fetchone()
         return row[0] if row else None
 
+    def is_live(self, name: str) -> bool:
+        """Has teacher `name` a token that is not revoked? (A class a named teacher started is
+        theirs to teach only while it is: deps.py `teacher_session`.)"""
+        return bool(self._remembered.answer("name:" + name, self._live))
+
+    def _live(self, key: str) -> bool:
+        with self._connect() as db:
+            return db.execute("SELECT 1 FROM teacher_tokens WHERE name = ? AND revoked IS NULL",
+                              (key.removeprefix("name:"),)).fetchone() is not None
+
 
 class SharedTeacherTokens(TeacherTokens):
     """The same in the shared mode's PostgreSQL (`Database`, schema step 4)."""
@@ -156,3 +170,8 @@ class SharedTeacherTokens(TeacherTokens):
             row = db.execute("SELECT name FROM teacher_tokens WHERE digest = %s AND revoked "
                              "IS NULL", (key,)).fetchone()
         return row[0] if row else None
+
+    def _live(self, key: str) -> bool:
+        with self.database.transaction() as db:
+            return db.execute("SELECT 1 FROM teacher_tokens WHERE name = %s AND revoked IS "
+                              "NULL", (key.removeprefix("name:"),)).fetchone() is not None

@@ -228,3 +228,57 @@ def test_a_named_teacher_sees_the_page_without_anyones_address(base, browsers, s
     assert ended.status_code == 200
     (line,) = [x for x in _audit("class_ended") if f"code={code}" in x]
     assert "by=teacher:carla via=admin" in line
+
+
+def test_a_revoked_teacher_teaches_their_open_class_no_more(base, browsers, store_dir):
+    """Attack round 2: a named teacher's browser keeps its class's cookie after the token is
+    revoked; revoking must end what that browser can do in the class too (within the store's
+    few seconds), not only new classes and the admin page. The server token's classes go on."""
+    env = {**os.environ, "AUTOGRAD_LAB_STORE_PATH": str(store_dir / "runs.sqlite3")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", "teachers", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    made = cli("add", "dave")
+    assert made.returncode == 0, made.stderr
+    dave = {"Authorization": f"Bearer {made.stdout.strip()}"}
+    theirs, ours, student = browsers(), browsers(), browsers()
+    code = theirs.post("/api/classes", json={}, headers=dave).json()["code"]
+    other = ours.post("/api/classes", json={}, headers=BEARER).json()["code"]
+    assert student.get(f"/c/{code}").status_code == 200
+    alias = student.get(f"/api/classes/{code}").json()["me"]["alias"]
+    assert theirs.get(f"/api/classes/{code}/members").status_code == 200  # teaches it now
+    assert theirs.get(f"/api/classes/{code}").json()["role"] == "teacher"
+
+    # the teacher's page follows the class: its stream must end once the token is revoked
+    events: list[str] = []
+    opened = threading.Event()
+
+    def follow() -> None:
+        with theirs.stream("GET", f"/api/classes/{code}/events", timeout=60) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    opened.set()
+                if line.startswith("event:"):
+                    events.append(line.removeprefix("event:").strip())
+                    return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    assert opened.wait(30)
+    assert cli("revoke", "dave").returncode == 0
+    deadline = time.monotonic() + 30  # the store's answers are remembered 5 s (REMEMBER_S)
+    while (answer := theirs.get(f"/api/classes/{code}/members")).status_code == 200:
+        assert time.monotonic() < deadline, "the revoked teacher still teaches the class"
+        time.sleep(1)
+    assert answer.status_code == 403 and answer.json()["code"] == "teacher_revoked", answer.text
+    removed = theirs.delete(f"/api/classes/{code}/members/{alias}")
+    assert removed.status_code == 403, removed.text
+    # nor does it read the teacher's view (answers, who sent what) any more
+    assert theirs.get(f"/api/classes/{code}").status_code == 403
+    follower.join(40)  # the stream wakes at least every 15 s (PING_SECONDS)
+    assert events == ["revoked"], events
+    assert student.get(f"/api/classes/{code}").status_code == 200  # the student is still in
+    assert httpx.get(base + "/api/admin", headers=dave, timeout=30).status_code == 401
+    assert ours.get(f"/api/classes/{other}/members").status_code == 200

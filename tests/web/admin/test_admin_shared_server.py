@@ -73,7 +73,11 @@ def test_classes_and_their_followers_over_two_web_processes(tmp_path_factory, po
                 time.sleep(0.5)
             assert listed["members_count"] == 2 and listed["teacher"] == "the server's token"
             assert "Ana" in [m["name"] for m in listed["members"]]
-            assert _listed(a, code)["followers"] == 2  # A counts B's as well
+            # A counts B's as well, once B reported them (every FOLLOWERS_EVERY_S): B seeing 2
+            # says A reported, not that B did
+            while (on_a := _listed(a, code))["followers"] != 2:
+                assert time.monotonic() < deadline, f"followers never 2 on A: {on_a}"
+                time.sleep(0.5)
             page = httpx.get(b + "/admin", headers=BEARER, timeout=30)
             assert page.status_code == 200 and f"Class {code}" in page.text
         finally:

@@ -52,6 +52,11 @@ def test_an_upload_hosts_runs_are_counted_on_its_own_loopback_listener(tmp_path,
                          UPLOAD_HOST_METRICS_PORT=str(port)):
             url = f"http://127.0.0.1:{port}/metrics"
             assert listening_on(port) == {"0100007F"}  # 127.0.0.1 only
+            # a page whose name was made to resolve to 127.0.0.1 (DNS rebinding) reads nothing
+            rebound = httpx.get(url, headers={"Host": f"evil.example:{port}"}, timeout=10)
+            assert rebound.status_code == 400 and "autograd_lab" not in rebound.text
+            assert httpx.get(url, headers={"Host": f"localhost:{port}"},
+                             timeout=10).status_code == 200
             before = scrape(httpx.get(url, timeout=10).text)
             assert value(before, "autograd_lab_upload_host_slots") == 1
             done = queue.submit(Submission("ann", "small.py", SMALL, "cpu", 60.0))
