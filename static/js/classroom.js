@@ -40,6 +40,7 @@ let source = null; // the EventSource
 let state = null; // the last state the server sent
 let shown = null; // {doc, event} of the trace on this page (trace_page.js says)
 let publishTimer = null;
+let publishing = null; // the last view PUT, until it is answered
 let roster = null; // the teacher's last GET .../members, while the Members panel is open
 let rosterAt = 0; // when it came (performance.now()), for "joined N min ago"
 let membersOpen = false;
@@ -116,13 +117,28 @@ async function startClass() {
 function publish() {
   if (!mine || mine.role !== "teacher" || !SHOWABLE.test(location.pathname)) return;
   clearTimeout(publishTimer);
-  publishTimer = setTimeout(async () => {
-    const answer = await call("PUT", `/api/classes/${mine.code}/view`,
-      { path: location.pathname, query: location.search.replace(/^\?/, "") });
-    if (answer.ok) return;
-    if (answer.status === 404 || answer.status === 403 || answer.status === 409) leave("The class has ended.");
-    else say(`The class was not shown this view: ${(answer.data && answer.data.detail) || `HTTP ${answer.status}`}`);
-  }, 40);
+  publishTimer = setTimeout(() => { publishTimer = null; publishing = sendView(); }, 40);
+}
+
+async function sendView() {
+  if (!mine) return; // the class ended while this waited
+  const answer = await call("PUT", `/api/classes/${mine.code}/view`,
+    { path: location.pathname, query: location.search.replace(/^\?/, "") });
+  if (answer.ok) return;
+  if (answer.status === 404 || answer.status === 403 || answer.status === 409) leave("The class has ended.");
+  else say(`The class was not shown this view: ${(answer.data && answer.data.detail) || `HTTP ${answer.status}`}`);
+}
+
+/** The view this page shows, known to the server: a question belongs to the place it is asked
+ *  at (app/web/classes/moving_on.py), and a step taken just before asking was still on its way
+ *  (a busy server took the question first, and kept it when the teacher stepped back). */
+async function viewSent() {
+  if (publishTimer) {
+    clearTimeout(publishTimer);
+    publishTimer = null;
+    publishing = sendView();
+  }
+  if (publishing) await publishing;
 }
 
 async function setShared(on) {
@@ -156,6 +172,7 @@ function loadRoster(soon = 0) {
 }
 
 async function ask(question) {
+  await viewSent();
   // the scenario's own question is asked by name: its answer is not in the page
   const body = question.scenario ? { scenario: question.scenario } :
     { prompt: question.prompt, choices: question.choices, answer: question.answer };

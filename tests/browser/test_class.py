@@ -564,6 +564,46 @@ def test_the_class_band_never_pushes_the_graph_off_the_projector(room, size):
     teacher.shot(f"moved-on-{size[1]}", full_page=False)
 
 
+def test_a_question_asked_right_after_a_step_belongs_to_that_step(room):
+    """The server is slow to hear the step (its view PUT held back here, as a busy server
+    answers late): the question asked just after it still belongs to the new step, so it stays
+    until the teacher steps again (it was taken as asked at the previous step, and the step's
+    late arrival put it away; or, stepping back, it stayed: the proof's flake)."""
+    teacher, _relay, new_student = room
+    page = teacher.page
+    code = start_class(teacher, "reused_layer")
+    student = new_student()
+    join(student, code, "reused_layer")
+    followers(teacher, 1)
+    page.click("#present-toggle")
+    page.wait_for_selector("#presenter", state="visible")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=2')")
+    held: list = []
+    page.route(f"**/api/classes/{code}/view", lambda route: held.append(route))
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=3')")
+    page.wait_for_timeout(300)  # past the page's 40 ms wait: the step's PUT is on its way
+    assert held, "the step was not sent"
+    asked = []
+    page.on("request", lambda r: r.method == "POST" and r.url.endswith("/question")
+            and asked.append(r.url))
+    page.click("[data-ask=scenario]")
+    page.wait_for_timeout(500)
+    assert not asked, "the question went before the step it is about"
+    for route in held:
+        route.continue_()
+    page.unroute(f"**/api/classes/{code}/view")
+    page.wait_for_selector(".class-question .tally-row")
+    student.page.wait_for_selector(".class-question button")
+    page.wait_for_timeout(500)  # the step has landed: the question is still there
+    assert page.locator(".class-question").count() == 1
+    page.keyboard.press("ArrowLeft")  # the teacher steps back: the question goes
+    page.wait_for_function("() => location.search.includes('say=2')")
+    page.wait_for_selector(".class-question", state="detached", timeout=15_000)
+    student.page.wait_for_selector(".class-question", state="detached", timeout=15_000)
+
+
 # ---- a phone following (issue 35) -------------------------------------------------------------
 
 FAILS = """\
