@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["ARTIFACTS", "free_port", "serve"]
+__all__ = ["ARTIFACTS", "browser", "browsers_of", "free_port", "serve"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -87,6 +87,33 @@ def serve(store_dir: Path, name: str = "server", start_timeout: float = 30,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def browser(base: str, address: str | None = None, timeout: float = 120) -> httpx.Client:
+    """A new browser of `base`: its own session cookie, from the first page it opens; from
+    `address` (a loopback source address) where given."""
+    transport = httpx.HTTPTransport(local_address=address) if address else None
+    client = httpx.Client(base_url=base, timeout=timeout, transport=transport)
+    assert client.get("/").status_code == 200 and client.cookies  # its session cookie
+    return client
+
+
+@contextmanager
+def browsers_of(base: str | None = None,
+                timeout: float = 120) -> Iterator[Callable[..., httpx.Client]]:
+    """make(base=..., address=None) -> a new `browser`, all closed when the block ends (the
+    base given here is the default of every make)."""
+    made: list[httpx.Client] = []
+
+    def make(of: str | None = None, address: str | None = None) -> httpx.Client:
+        made.append(browser(of or base, address, timeout))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for client in made:
+            client.close()
 
 
 @contextmanager

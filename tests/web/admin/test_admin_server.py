@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from tests.server import ARTIFACTS, serve
+from tests.server import ARTIFACTS, browsers_of, serve
 
 pytestmark = pytest.mark.slow
 
@@ -44,17 +44,8 @@ def base(store_dir):
 
 @pytest.fixture
 def browsers(base):
-    made: list[httpx.Client] = []
-
-    def make() -> httpx.Client:
-        client = httpx.Client(base_url=base, timeout=120)
-        assert client.get("/").status_code == 200 and client.cookies  # its session cookie
-        made.append(client)
-        return client
-
-    yield make
-    for b in made:
-        b.close()
+    with browsers_of(base) as make:
+        yield make
 
 
 def _audit(event: str) -> list[str]:

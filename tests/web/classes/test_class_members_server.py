@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from tests.server import serve
+from tests.server import browsers_of, serve
 
 pytestmark = pytest.mark.slow
 
@@ -32,17 +32,8 @@ def base(tmp_path_factory):
 
 @pytest.fixture
 def browsers(base):
-    made: list[httpx.Client] = []
-
-    def make() -> httpx.Client:
-        client = httpx.Client(base_url=base, timeout=120)
-        assert client.get("/").status_code == 200 and client.cookies  # its session cookie
-        made.append(client)
-        return client
-
-    yield make
-    for b in made:
-        b.close()
+    with browsers_of(base) as make:
+        yield make
 
 
 def _run(browser: httpx.Client, token: str | None = None) -> httpx.Response:

@@ -15,7 +15,8 @@ import time
 import httpx
 import pytest
 
-from tests.server import serve
+from tests.server import browser as new_browser
+from tests.server import browsers_of, serve
 
 pytestmark = pytest.mark.slow
 
@@ -36,25 +37,15 @@ def base(tmp_path_factory):
 
 
 def _browser(base: str, address: str = ROOM) -> httpx.Client:
-    """A new browser: its own session cookie, from the first page it opens."""
-    client = httpx.Client(base_url=base, timeout=60,
-                          transport=httpx.HTTPTransport(local_address=address))
-    assert client.get("/").status_code == 200 and client.cookies
-    return client
+    """A new browser behind `address`: its own session cookie, from the first page it opens."""
+    return new_browser(base, address, timeout=60)
 
 
 @pytest.fixture
 def browsers():
     """browsers(base, address) -> a new browser, closed after the test."""
-    made: list[httpx.Client] = []
-
-    def make(base: str, address: str = ROOM) -> httpx.Client:
-        made.append(_browser(base, address))
-        return made[-1]
-
-    yield make
-    for b in made:
-        b.close()
+    with browsers_of(timeout=60) as make:
+        yield lambda base, address=ROOM: make(base, address)
 
 
 @pytest.fixture
