@@ -21,7 +21,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 
 from app.lru import LRU
 
@@ -73,51 +73,66 @@ class _Remembered:
 
 class TeacherTokens:
     """Named teachers' tokens in the SQLite file of one machine: the run store's file, whose
-    tables its store makes (sqlite.py's `_SCHEMA`, `RunStore.open`)."""
+    tables its store makes (sqlite.py's `_SCHEMA`, `RunStore.open`). The statements are
+    written once, with SQLite's `?`; `SharedTeacherTokens` gives them to PostgreSQL."""
+
+    PLACEHOLDER = "?"
 
     def __init__(self, store) -> None:
         self.store = store
         self._remembered = _Remembered()
 
-    def _connect(self):
+    @contextmanager
+    def _transaction(self):
         self.store.open()  # the tables, made once
-        return closing(sqlite3.connect(self.store.path, timeout=30))
+        with closing(sqlite3.connect(self.store.path, timeout=30)) as db, db:
+            yield db
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", self.PLACEHOLDER)
+
+    def _run(self, statement: str, values: tuple = ()):
+        """A one-statement transaction's cursor, its rows read."""
+        with self._transaction() as db:
+            cursor = db.execute(self._sql(statement), values)
+            # psycopg refuses to fetch from a statement that returns no rows (an UPDATE)
+            return cursor.rowcount, cursor.fetchall() if cursor.description else []
 
     def add(self, name: str) -> str:
         """Make `name`'s token and return it (the only time it is seen)."""
         _checked(name)
         token = secrets.token_urlsafe(32)
-        with self._connect() as db, db:
-            if db.execute("SELECT 1 FROM teacher_tokens WHERE name = ? AND revoked IS NULL",
-                          (name,)).fetchone():
+        with self._transaction() as db:
+            if db.execute(self._sql("SELECT 1 FROM teacher_tokens WHERE name = ? AND revoked "
+                                    "IS NULL"), (name,)).fetchone():
                 raise TeacherError(f"there is a teacher {name!r} already: revoke it first to "
                                    "give it a new token")
-            db.execute("INSERT OR REPLACE INTO teacher_tokens (name, digest, created, revoked) "
-                       "VALUES (?, ?, ?, NULL)", (name, digest(token), time.time()))
+            # a revoked teacher's row is reused: the name comes back with a new token
+            db.execute(self._sql("INSERT INTO teacher_tokens (name, digest, created, revoked) "
+                                 "VALUES (?, ?, ?, NULL) ON CONFLICT (name) DO UPDATE SET "
+                                 "digest = EXCLUDED.digest, created = EXCLUDED.created, "
+                                 "revoked = NULL"), (name, digest(token), time.time()))
         return token
 
     def revoke(self, name: str) -> None:
-        with self._connect() as db, db:
-            done = db.execute("UPDATE teacher_tokens SET revoked = ? WHERE name = ? AND "
-                              "revoked IS NULL", (time.time(), name)).rowcount
+        done, _ = self._run("UPDATE teacher_tokens SET revoked = ? WHERE name = ? AND "
+                            "revoked IS NULL", (time.time(), name))
         if not done:
             raise TeacherError(f"no teacher {name[:40]!r} with a token (`autograd-lab "
                                "teachers list` names them)")
 
     def listed(self) -> list[dict]:
-        with self._connect() as db:
-            rows = db.execute("SELECT name, created, revoked FROM teacher_tokens ORDER BY name")
-            return [{"name": n, "created": c, "revoked": r} for n, c, r in rows]
+        _, rows = self._run("SELECT name, created, revoked FROM teacher_tokens ORDER BY name")
+        return [{"name": n, "created": c, "revoked": r} for n, c, r in rows]
 
     def name_of(self, token: str) -> str | None:
         """The name of the teacher whose live token this is, or None."""
         return self._remembered.name_of(token, self._look_up)
 
     def _look_up(self, key: str) -> str | None:
-        with self._connect() as db:
-            row = db.execute("SELECT name FROM teacher_tokens WHERE digest = ? AND revoked IS "
-                             "NULL", (key,)).fetchone()
-        return row[0] if row else None
+        _, rows = self._run("SELECT name FROM teacher_tokens WHERE digest = ? AND revoked IS "
+                            "NULL", (key,))
+        return rows[0][0] if rows else None
 
     def is_live(self, name: str) -> bool:
         """Has teacher `name` a token that is not revoked? (A class a named teacher started is
@@ -125,53 +140,19 @@ class TeacherTokens:
         return bool(self._remembered.answer("name:" + name, self._live))
 
     def _live(self, key: str) -> bool:
-        with self._connect() as db:
-            return db.execute("SELECT 1 FROM teacher_tokens WHERE name = ? AND revoked IS NULL",
-                              (key.removeprefix("name:"),)).fetchone() is not None
+        _, rows = self._run("SELECT 1 FROM teacher_tokens WHERE name = ? AND revoked IS NULL",
+                            (key.removeprefix("name:"),))
+        return bool(rows)
 
 
 class SharedTeacherTokens(TeacherTokens):
     """The same in the shared mode's PostgreSQL (`Database`, schema step 4)."""
 
+    PLACEHOLDER = "%s"
+
     def __init__(self, database) -> None:
         self.database = database
         self._remembered = _Remembered()
 
-    def add(self, name: str) -> str:
-        _checked(name)
-        token = secrets.token_urlsafe(32)
-        with self.database.transaction() as db:
-            if db.execute("SELECT 1 FROM teacher_tokens WHERE name = %s AND revoked IS NULL",
-                          (name,)).fetchone():
-                raise TeacherError(f"there is a teacher {name!r} already: revoke it first to "
-                                   "give it a new token")
-            db.execute("INSERT INTO teacher_tokens (name, digest, created, revoked) VALUES "
-                       "(%s, %s, %s, NULL) ON CONFLICT (name) DO UPDATE SET digest = "
-                       "EXCLUDED.digest, created = EXCLUDED.created, revoked = NULL",
-                       (name, digest(token), time.time()))
-        return token
-
-    def revoke(self, name: str) -> None:
-        with self.database.transaction() as db:
-            done = db.execute("UPDATE teacher_tokens SET revoked = %s WHERE name = %s AND "
-                              "revoked IS NULL", (time.time(), name)).rowcount
-        if not done:
-            raise TeacherError(f"no teacher {name[:40]!r} with a token (`autograd-lab "
-                               "teachers list` names them)")
-
-    def listed(self) -> list[dict]:
-        with self.database.transaction() as db:
-            rows = db.execute("SELECT name, created, revoked FROM teacher_tokens ORDER BY "
-                              "name").fetchall()
-        return [{"name": n, "created": c, "revoked": r} for n, c, r in rows]
-
-    def _look_up(self, key: str) -> str | None:
-        with self.database.transaction() as db:
-            row = db.execute("SELECT name FROM teacher_tokens WHERE digest = %s AND revoked "
-                             "IS NULL", (key,)).fetchone()
-        return row[0] if row else None
-
-    def _live(self, key: str) -> bool:
-        with self.database.transaction() as db:
-            return db.execute("SELECT 1 FROM teacher_tokens WHERE name = %s AND revoked IS "
-                              "NULL", (key.removeprefix("name:"),)).fetchone() is not None
+    def _transaction(self):
+        return self.database.transaction()
