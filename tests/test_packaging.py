@@ -1,4 +1,5 @@
-"""A non-editable install finds its templates, static files and scenarios."""
+"""A non-editable install finds its templates, static files and scenarios, and its runs read
+the packages installed beside it (but not the app)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_wheel_carries_data_folders_and_works_installed(tmp_path):
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The wheel built from this checkout, installed into a folder of its own named as pip's
+    own (site-packages), as in the container image where the app sits beside torch."""
+    tmp_path = tmp_path_factory.mktemp("install")
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
                     str(ROOT)], check=True, timeout=300, capture_output=True)
@@ -24,10 +28,15 @@ def test_wheel_carries_data_folders_and_works_installed(tmp_path):
                      "app/_data/scenarios/reused_layer.py", "app/format/trace.schema.json",
                      "autograd_lab/__init__.py"):  # %load_ext autograd_lab, from an install
         assert required in names
-
-    target = tmp_path / "site"
+    target = tmp_path / "site-packages"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(target), str(wheel)], check=True, timeout=300, capture_output=True)
+    return target
+
+
+@pytest.mark.slow
+def test_wheel_carries_data_folders_and_works_installed(installed, tmp_path):
+    target = installed
     # Run from an empty folder with the installed copy first on the path: the source tree's
     # folders must not be what it finds.
     env = {**os.environ, "PYTHONPATH": str(target)}
@@ -51,6 +60,51 @@ def test_wheel_carries_data_folders_and_works_installed(tmp_path):
     assert templates.startswith(str(target))
     assert statuses == "200 200"
     assert "reused_layer" in scenarios
+
+
+CONFINED = """\
+import sys, tempfile
+from pathlib import Path
+import app
+from app.runner.protocol import app_root
+from app.runner.sandbox.confine import apply_landlock
+assert app.__file__.startswith(sys.argv[1]), app.__file__
+run_dir = Path(tempfile.mkdtemp())
+status = apply_landlock(run_dir, app_root() / "app")
+assert status["enforced"], status
+import lazy_probe  # installed beside the app, imported only now (as torch imports functorch)
+print("lazy", lazy_probe.VALUE)
+try:
+    open(Path(app.__file__)).read()
+    print("app read")
+except OSError as e:
+    print("app refused", type(e).__name__)
+print("said", [p for p in status["read"] if sys.argv[1] in p])
+"""
+
+
+@pytest.mark.slow
+def test_the_sandbox_of_an_installed_copy_reads_the_packages_beside_the_app_but_not_the_app(
+        installed):
+    """Installed, the app is in site-packages with the packages a script imports: the worker's
+    Landlock rules let none of them be read after confinement (a package imported late, as
+    torch imports functorch, was refused: every run of the container image failed so). All
+    but the app now. The worker's own rules, applied in a process that imported the installed
+    copy (a run's own root binds site-packages where it is under the interpreter's prefix, as
+    in the image; this folder is not, so the rules are tried without one)."""
+    from app.runner.sandbox import landlock
+    if landlock.abi_version() < 1:
+        pytest.skip("no Landlock on this machine: nothing is refused")
+    (installed / "lazy_probe").mkdir(exist_ok=True)
+    (installed / "lazy_probe" / "__init__.py").write_text("VALUE = 42\n")
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    done = subprocess.run([sys.executable, "-c", CONFINED, str(installed)], cwd=installed.parent,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["lazy 42", "app refused PermissionError"], lines
+    # the sandbox report says the folder in one line, not its hundred entries
+    assert lines[2] == f"said [{str(installed.resolve()) + ' (all but app)'!r}]", lines[2]
 
 
 def _requirement_names(requirements: list[str]) -> set[str]:

@@ -5,8 +5,11 @@ entries of its `sys.path` (torch, numpy, scipy may import submodules lazily), th
 shared libraries, /proc and the CPU topology in /sys (read by OpenMP and numpy), a few devices,
 and on a machine with an NVIDIA GPU its device files and driver folder (gpu.py).
 Left out on purpose: /etc, /home, /root, and the app's own source tree, which is already
-imported. /etc/passwd and /etc/group are read only in a root of the run's own, where they are
-its own (own_root.py), not the machine's list of accounts. Torch-free.
+imported. Installed (pip install, the container image), the app sits in site-packages beside
+torch: every other entry of that folder is readable, the app's is not (a checkout above the
+app, by contrast, is left out whole: it holds more than packages). /etc/passwd and /etc/group
+are read only in a root of the run's own, where they are its own (own_root.py), not the
+machine's list of accounts. Torch-free.
 """
 
 from __future__ import annotations
@@ -40,8 +43,13 @@ def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False,
                   *[p for p in sys.path if p]]
     for entry in candidates:
         path = Path(entry).resolve()
-        # a sys.path entry above the app (a source checkout) would expose its files
-        if not path.is_dir() or _within(app_dir, path) or _within(path, run_dir):
+        if not path.is_dir() or _within(path, run_dir):
+            continue
+        if _within(app_dir, path):
+            # a sys.path entry above the app: a package folder gives all but the app (torch
+            # imports functorch and others lazily, after this); a source checkout nothing
+            if _is_package_folder(path):
+                read += [p for p in _all_but(path, app_dir) if p not in read]
             continue
         if str(path) not in read:
             read.append(str(path))
@@ -54,6 +62,40 @@ def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False,
             "device_files": gpu.device_files()}
 
 
+def _is_package_folder(path: Path) -> bool:
+    """Is `path` where an installer puts packages (site-packages, Debian's dist-packages)?"""
+    import sysconfig
+    installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}
+    return path in installed or path.name in ("site-packages", "dist-packages")
+
+
+def _all_but(folder: Path, hidden: Path) -> list[str]:
+    """Every entry of `folder` except `hidden` (a folder beneath it, at any depth)."""
+    kept: list[str] = []
+    for child in sorted(folder.iterdir()):
+        if child == hidden:
+            continue
+        if _within(hidden, child):
+            kept += _all_but(child, hidden)
+        else:
+            kept.append(str(child))
+    return kept
+
+
+def _folded(granted: list[str], app_dir: Path) -> list[str]:
+    """The granted paths as the sandbox report says them: the entries of a package folder
+    that holds the app as one line (some hundred paths would crowd the worker's READY line)."""
+    app_dir = app_dir.resolve()
+    folded: list[str] = []
+    for path in granted:
+        above = next((str(p) for p in Path(path).parents
+                      if _within(app_dir, p) and _is_package_folder(p)), None)
+        shown = f"{above} (all but {app_dir.relative_to(above)})" if above else path
+        if shown not in folded:
+            folded.append(shown)
+    return folded
+
+
 def apply_landlock(run_dir: Path, app_dir: Path, private_shm: bool = False,
                    own_root: bool = False) -> dict:
     """Confine this process for good; the result (or why not) goes into the sandbox report.
@@ -61,7 +103,9 @@ def apply_landlock(run_dir: Path, app_dir: Path, private_shm: bool = False,
     the process is in a root of the run's own (own_root.py)."""
     rules = landlock_rules(run_dir, app_dir, private_shm, own_root)
     try:
-        return {"enforced": True, **landlock.restrict(**rules)}
+        enforced = landlock.restrict(**rules)
+        enforced["read"] = _folded(enforced["read"], app_dir)
+        return {"enforced": True, **enforced}
     except OSError as exc:
         return {"enforced": False, "reason": str(exc)}
 
