@@ -42,6 +42,7 @@ __all__ = ["GRACE", "MAX_LOG", "START_TIMEOUT", "Child", "Outcome"]
 GRACE = 3.0          # seconds between SIGTERM (the worker reports its line) and SIGKILL
 STOP_GRACE = 1.0     # the same when a person stops the run: they are waiting
 MAX_LOG = 16 * 1024  # bytes kept of the worker's raw output (its tail)
+MAX_LAUNCHER_LOG = 4096  # ... and of what the launcher (unshare, enter.py) said on its own pipe
 START_TIMEOUT = 120.0  # importing torch takes seconds; on a loaded machine, more
 WORKER = "app.runner.worker"
 # the programs the fork server runs in its children (fork_server_process.PROGRAMS)
@@ -55,7 +56,7 @@ class Outcome:
     returncode: int | None
     timed_out: bool
     elapsed: float
-    log: str
+    log: str  # the worker's stdout and stderr, the script's once it runs: the script's words
     log_bytes: int
     too_large: bool = False
     status: dict = field(default_factory=dict)  # the sandbox as the worker reported it
@@ -70,6 +71,9 @@ class Outcome:
     ready: bool = True
     starts: int = 1
     slow_start: bool = False  # not ready within the start timeout, still alive: not retried
+    # what util-linux `unshare` (and the launcher before it exec'd the worker) wrote on a pipe
+    # of its own that no process of the run holds: the only text here a script cannot write
+    launcher_log: str = ""
 
     @property
     def signal(self) -> str | None:
@@ -78,8 +82,8 @@ class Outcome:
             return None
         if code < 0:
             return _signal_name(-code)
-        if 128 < code <= 128 + 64:
-            return _signal_name(code - 128)  # `unshare` passes a signal on as 128+n
+        # never an exit status of 128+N: that is what `os._exit(137)` in a script gives too.
+        # `unshare --fork` and the fork server end with the worker's signal itself
         return None
 
 
@@ -127,6 +131,29 @@ class _Drain(threading.Thread):
             del self.tail[:-MAX_LOG]
 
 
+class _Tail(threading.Thread):
+    """Reads the launcher's own stderr (not the worker's): keeps its last MAX_LAUNCHER_LOG."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True, name="autograd-lab-launcher-output")
+        self.stream = stream
+        self.tail = bytearray()
+        self.ended = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while chunk := os.read(self.stream.fileno(), 65536):
+                self.tail += chunk
+                del self.tail[:-MAX_LAUNCHER_LOG]
+        except OSError:
+            pass
+        finally:
+            self.ended.set()
+
+    def text(self) -> str:
+        return bytes(self.tail).decode("utf-8", errors="replace")
+
+
 class Child:
     """A worker process in its own run folder, under the sandbox `policy` allows here."""
 
@@ -145,6 +172,7 @@ class Child:
         self._fork_server = fork_server
         self.forked = False  # started by the fork server rather than exec'd
         self._drain: _Drain | None = None
+        self._launcher: _Tail | None = None  # the launcher's stderr, exec'd workers only
         self._used = False
         self._dir_fd = -1  # the run folder as the worker sees it (its private tmpfs)
         self.stopped = False
@@ -209,11 +237,16 @@ class Child:
             cmd = namespaces.unshare_prefix() + cmd
         launcher_env = {"PYTHONPATH": str(app_root()), "LANG": "C.UTF-8",
                         "PYTHONDONTWRITEBYTECODE": "1"}
+        # stderr a pipe of its own: `unshare` writes there (its lines say how the worker
+        # ended), and the launcher makes the worker's stderr its stdout before it exec's it
+        # (enter.py), so no process of the run holds this pipe and a script cannot write on it
         self.proc = subprocess.Popen(cmd, cwd=self.run_dir, env=launcher_env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.PIPE, start_new_session=True)
         self._drain = _Drain(self.proc.stdout)
         self._drain.start()
+        self._launcher = _Tail(self.proc.stderr)
+        self._launcher.start()
 
     def _fork(self, plan: LaunchPlan, worker_opts: dict) -> bool:
         """Ask the fork server for this worker; False when it cannot (then exec afresh)."""
@@ -274,7 +307,17 @@ class Child:
         return dict(self._drain.status) if self._drain else {}
 
     def log_tail(self) -> str:
-        return bytes(self._drain.tail).decode("utf-8", errors="replace") if self._drain else ""
+        """The worker's output; before its READY line (no script has run: all of it is the
+        machine's), followed by what the launcher said, which then says why it never was."""
+        worker = bytes(self._drain.tail).decode("utf-8", errors="replace") if self._drain else ""
+        if self._launcher is not None and not self._drain.ready.is_set():
+            said = self.launcher_tail()
+            return f"{worker}{said}" if not worker or worker.endswith("\n") else \
+                f"{worker}\n{said}"
+        return worker
+
+    def launcher_tail(self) -> str:
+        return self._launcher.text() if self._launcher is not None else ""
 
     def _find_worker_pid(self) -> int:
         """The worker's pid as the server sees it: unshare's only child, or the process itself
@@ -382,6 +425,8 @@ class Child:
                  unreadable=None, checked: bool = True) -> Outcome:
         self._terminate()
         self._drain.ended.wait(2.0)
+        if self._launcher is not None:
+            self._launcher.ended.wait(2.0)
         status = self.status
         if getattr(self, "status_ns", None):
             status["namespaces"] = self.status_ns
@@ -393,7 +438,8 @@ class Child:
                        log_bytes=self._drain.total, too_large=too_large, status=status,
                        unreadable=unreadable, oom_kills=oom_kills,
                        oom_all_runs=bool(oom_kills) and not self.cgroups.own_limit_hit(),
-                       stopped=self.stopped, checked=checked and document is not None)
+                       stopped=self.stopped, checked=checked and document is not None,
+                       launcher_log=self.launcher_tail())
 
     def _terminate(self) -> None:
         with self._kill_lock:
@@ -427,7 +473,10 @@ class Child:
         try:
             self._terminate()
         finally:
-            for stream in (self.proc.stdin, self.proc.stdout) if self.proc else ():
+            for stream in (self.proc.stdin, self.proc.stdout,
+                           getattr(self.proc, "stderr", None)) if self.proc else ():
+                if stream is None:
+                    continue
                 try:
                     stream.close()
                 except OSError:

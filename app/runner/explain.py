@@ -39,13 +39,16 @@ SUPERVISOR_KINDS = frozenset({"SandboxFailed", "WorkerFailed", "WorkerCrashed", 
                               "Stopped"})
 
 
-def _script_named(doc: dict) -> None:
+def _script_named(doc: dict, timed_out: bool) -> None:
     """A report's error of a kind only the server names, by the full name of the script's own
     class of that name (its module's, the script's `__main__`, and its own), as
-    `SandboxFailed.__module__` and `__qualname__` say: `__main__.SandboxFailed`."""
+    `SandboxFailed.__module__` and `__qualname__` say: `__main__.SandboxFailed`. A Timeout
+    too, unless the supervisor saw the run reach its time limit: the worker names one only
+    after the supervisor's SIGTERM, so any other is the script's own `class Timeout`."""
     error = doc.get("error")
-    if isinstance(error, dict) and error.get("type") in SUPERVISOR_KINDS:
-        error["type"] = f"__main__.{error['type']}"
+    kind = error.get("type") if isinstance(error, dict) else None
+    if kind in SUPERVISOR_KINDS or (kind == "Timeout" and not timed_out):
+        error["type"] = f"__main__.{kind}"
 
 
 def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimits) -> Trace:
@@ -58,7 +61,7 @@ def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimi
         except InvalidTrace as exc:
             problem = str(exc)
     if problem is None and doc is not None:
-        _script_named(doc)
+        _script_named(doc, outcome.timed_out)
     if problem is not None:
         # the script can write the worker's report itself: a forged one is not shown
         doc = new_document(name, source, device, None)
@@ -192,10 +195,12 @@ def _no_document(o: Outcome, timeout: float, limits: ResourceLimits, script_file
     if sig:
         return error_record("WorkerCrashed", f"The script's process was killed by {sig}{at} "
                             "before it could report.", line, log=o.log)
-    if o.returncode == 1 and _LAUNCHER_LOST_A_SIGNAL.search(o.log):
+    if o.returncode == 1 and _LAUNCHER_LOST_A_SIGNAL.search(o.launcher_log):
         # util-linux's unshare, whose child (the worker) a signal ended, passes it on by
         # raising it on itself; where that fails it exits 1 with this line: the worker was
-        # killed, not the script's own doing (seen from batch jobs near the time limit)
+        # killed, not the script's own doing (seen from batch jobs near the time limit).
+        # Read on unshare's own stderr (child.py), never the worker's: a script writes that
+        # line and exits 1 as easily
         if o.elapsed >= timeout:
             return error_record("Timeout", _timeout_message(timeout, line), line, log=o.log)
         return error_record(

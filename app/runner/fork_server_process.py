@@ -35,9 +35,9 @@ three descriptors: the run's own socket (for the reply), its stdin and its stdou
 only while it has one thread (checked at start: torch's thread pools are not created with one
 thread each), so a child never inherits a lock held by a thread that does not exist in it. The
 reply on the run's socket is the child's pid; its exit status follows when the child ends, as
-`unshare --fork` reports it (128+N for a signal). When the supervisor closes a run's socket,
-the run is killed; when the server's end of the pair closes (the server died), every run is
-killed and the fork server exits.
+`Popen.returncode` has it (-N for a signal N: never 128+N, a status a script can exit with).
+When the supervisor closes a run's socket, the run is killed; when the server's end of the
+pair closes (the server died), every run is killed and the fork server exits.
 
 What a fork shares and an exec would not: the fork server's memory layout (library addresses,
 the stack canary) is the same in every run. Nothing in a run parses another run's data, and
@@ -89,8 +89,8 @@ def _check(result: int, what: str) -> None:
 
 
 def _exit_code(status: int) -> int:
-    code = os.waitstatus_to_exitcode(status)
-    return 128 - code if code < 0 else code  # a signal N as `unshare` reports it: 128 + N
+    """-N for a signal N (the wait status itself says so), else the exit status."""
+    return os.waitstatus_to_exitcode(status)
 
 
 # ---- the child: from a fork of this process to a confined worker ------------------------------
@@ -178,7 +178,18 @@ def _pass_status_on(worker: int) -> None:
             os._exit(70)
         except InterruptedError:
             continue
-    os._exit(_exit_code(status))
+    code = _exit_code(status)
+    if code >= 0:
+        os._exit(code)
+    # ended by a signal: end by the same one, as `unshare --fork` does, so the fork server's
+    # wait sees a signal (an exit status of 128+N would be the script's to forge). No core
+    # file of this copy of the fork server
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(-code, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {-code})
+    os.kill(os.getpid(), -code)
+    os._exit(70)  # a signal that does not end a process (SIGCHLD): not the script's to send
 
 
 def _fresh_process_state(plan: LaunchPlan) -> None:

@@ -18,7 +18,7 @@ from app.render import KINDS
 from app.render.legend import UNIT_KINDS
 from app.resources import resource_dir
 from app.runner import SelfTest
-from app.web.audit import install_audit_log
+from app.web.audit import REFUSALS, install_audit_log
 from app.web.classes.classroom import Classroom
 from app.web.classes.in_process import InProcessClassroom
 from app.web.classes.shared import SharedClassroom
@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
             yield
         finally:
             listening.cancel()
+            REFUSALS.flush()  # the refusals held back in windows still open are said
             app.state.traces.stop()
             mode.queue.close()
             app.state.store.close()

@@ -31,7 +31,7 @@ import secrets
 from fastapi import Request
 
 from app.format.notebook import notebook_bound
-from app.web.audit import audit
+from app.web.audit import refused
 from app.web.http.clients import client_address, client_key
 from app.web.http.guards import forwarded
 from app.web.runs.sandbox_status import sandbox_status
@@ -135,7 +135,8 @@ def _require_token(request: Request, doing: str, or_else: str = "") -> None:
     """401 unless the request carries the token, when this server has one."""
     if request.app.state.settings.token and not has_token(request):
         if request.headers.get("authorization"):  # a token was given, and it is not this one
-            audit("token_refused", path=request.url.path, address=client_address(request))
+            # bounded per address: a stranger's wrong tokens cannot fill the log (audit.py)
+            refused("token_refused", client_address(request), path=request.url.path)
         raise AppError(401, f"{doing} needs the server's token: send the header "
                             "'Authorization: Bearer TOKEN' (the page asks for it once)"
                             + or_else, "token_needed", headers={"WWW-Authenticate": "Bearer"})

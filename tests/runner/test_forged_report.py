@@ -24,7 +24,15 @@ def test_a_report_written_by_the_script_is_refused():
     assert doc["events"] == []  # nothing of the forged report is kept
 
 
-def _forging(claim: dict, kind: str = "RuntimeError") -> str:
+WRITE = "with open('trace.json', 'w') as f:\n    json.dump(report, f)\nos._exit(0)\n"
+# the same, once the run's time limit reaches it (the worker's SIGTERM raises into the script,
+# which catches it): a real time-out, as the supervisor sees it, with the script's report
+AT_THE_LIMIT = ("import time\ntry:\n    while True:\n        time.sleep(0.05)\n"
+                "except BaseException:\n" + "".join(f"    {line}\n"
+                                                      for line in WRITE.splitlines()))
+
+
+def _forging(claim: dict, kind: str = "RuntimeError", then: str = WRITE) -> str:
     """A script that writes a schema-valid report of its own: a failure explained with a fix
     that edits the script's line `x = 1`, and a `tried` that claims it was verified."""
     import json
@@ -37,8 +45,7 @@ def _forging(claim: dict, kind: str = "RuntimeError") -> str:
         "scenario": None, "fix": {"say": "forged", "edits": [
             {"line": 3, "before": "x = 1", "after": "x = 2"}], "tried": claim}})
     text = json.dumps(json.dumps(doc))
-    return ("import json, os\nreport = json.loads(" + text + ")\nx = 1\n"
-            "with open('trace.json', 'w') as f:\n    json.dump(report, f)\nos._exit(0)\n")
+    return "import json, os\nreport = json.loads(" + text + ")\nx = 1\n" + then
 
 
 def test_a_report_cannot_claim_its_fix_was_verified():
@@ -54,9 +61,22 @@ def test_a_report_cannot_claim_its_fix_was_verified():
 
 
 def test_a_fix_no_trial_runs_for_keeps_no_claim():
-    """A failure the server does not try (a time-out): the report's "verified" is dropped and
-    nothing stands in its place, so the page says the change was not run."""
+    """A failure the server does not try (a time-out, one the supervisor saw: the run reached
+    its limit): the report's "verified" is dropped and nothing stands in its place, so the
+    page says the change was not run."""
     claim = {"ran": True, "error": None, "message": None, "backwards": 1}
-    doc = trace_in_sandbox(source=_forging(claim, kind="Timeout"), name="forge.py", timeout=30)
+    doc = trace_in_sandbox(source=_forging(claim, kind="Timeout", then=AT_THE_LIMIT),
+                           name="forge.py", timeout=3)
     assert doc["error"]["type"] == "Timeout", doc["error"]
     assert "tried" not in doc["error"]["explanation"]["fix"]
+
+
+def test_a_timeout_the_supervisor_did_not_see_is_the_scripts_own():
+    """A report's Timeout from a run that ended at once is the script's own class of that
+    name (`__main__.Timeout`): an exception like any other, its fix tried as any other's
+    (and the claim dropped), never the server's time limit."""
+    claim = {"ran": True, "error": None, "message": None, "backwards": 1}
+    doc = trace_in_sandbox(source=_forging(claim, kind="Timeout"), name="forge.py", timeout=30)
+    assert doc["error"]["type"] == "__main__.Timeout", doc["error"]
+    tried = doc["error"]["explanation"]["fix"]["tried"]
+    assert tried != claim and tried["ran"] is True, tried

@@ -110,3 +110,27 @@ def test_a_worker_still_starting_when_its_time_runs_out_is_not_tried_again():
     assert "still starting" in doc["error"]["message"]
     assert spawned == []
     assert counted.counts() == {"pool": 0, "run": 0, "gave_up": 1}
+
+
+
+def test_an_execd_workers_stderr_is_not_its_launchers(tmp_path):
+    """The script's stderr is the worker's output; `unshare`'s (and the launcher's) is a pipe
+    of the supervisor's own: a line the script writes there is in the run's log only, so it
+    cannot read as unshare's word on how the worker ended (explain.py)."""
+    import subprocess
+    import sys
+
+    from app.runner.protocol import Job
+
+    line = "unshare: sigprocmask unblock failed"
+    source = f"import os\nos.write(2, b{line + chr(10)!r})\nos._exit(1)\n"
+    (tmp_path / "lost.py").write_text(source)
+    plain = subprocess.run([sys.executable, str(tmp_path / "lost.py")], capture_output=True,
+                           timeout=60, check=False)
+    child = Child.spawn(Policy(limits=TEST_LIMITS))  # exec'd: no fork server here
+    assert not child.forked
+    outcome = child.execute(Job(script="lost.py", name="lost.py", timeout=30),
+                            {"lost.py": source}, 30)
+    assert outcome.ready and outcome.returncode == plain.returncode == 1
+    assert line in outcome.log and line in plain.stderr.decode()
+    assert line not in outcome.launcher_log, outcome.launcher_log

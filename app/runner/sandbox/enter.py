@@ -188,11 +188,17 @@ def main(argv: list[str]) -> None:
         # the supervisor reads this line from the worker's output and names the failing layer
         print(f"autograd-lab sandbox launcher failed: {exc}", file=sys.stderr, flush=True)
         os._exit(70)
+    # the worker's stderr is its stdout: the launcher's own stderr (shared with `unshare`) is
+    # the supervisor's, and no process of the run may hold it (child.py reads unshare's lines
+    # on how the worker ended there, words a script must not be able to write)
+    launcher_stderr = os.dup(2)
+    os.set_inheritable(launcher_stderr, False)
+    os.dup2(1, 2)
     try:
         os.execve(program[0], program, plan.env)
     except OSError as exc:
-        print(f"autograd-lab sandbox launcher failed: cannot start {program[0]}: {exc}",
-              file=sys.stderr, flush=True)
+        os.write(launcher_stderr, f"autograd-lab sandbox launcher failed: cannot start "
+                 f"{program[0]}: {exc}\n".encode())
         os._exit(70)
 
 

@@ -110,3 +110,28 @@ def test_runs_are_forked_without_root_and_healthz_says_so(base):
     assert doc["sandbox"]["forked"] is True
     # the run's root is the server's user (nobody) and nothing else: a user namespace of its own
     assert doc["stdout"].split() == ["0", str(NOBODY), "1"], doc["stdout"]
+
+
+# a fault, not a kill(): the worker is PID 1 of its namespace, which a signal from inside with
+# no handler does not end
+@pytest.mark.parametrize("ending", ["os._exit(137)", "import ctypes\nctypes.string_at(0)"])
+def test_a_forked_runs_end_is_told_as_plain_python_ends_it(base, ending, tmp_path):
+    """Without root the forked worker is waited for by a parent of its own, which passes its
+    end on: a signal as that signal, an exit status as itself. An exit status of 128+9 is the
+    script's, not a SIGKILL (a script could otherwise read as killed at a limit)."""
+    import signal
+    import subprocess
+    import sys
+
+    source = f"import os\n{ending}\n"
+    (tmp_path / "end.py").write_text(source)
+    plain = subprocess.run([sys.executable, str(tmp_path / "end.py")], capture_output=True,
+                           timeout=60, check=False)
+    error = post(base, source)["error"]
+    if plain.returncode < 0:
+        name = signal.Signals(-plain.returncode).name
+        assert error["type"] == "WorkerCrashed" and f"({name})" in error["message"], error
+    else:
+        assert error["type"] == "WorkerFailed", error
+        assert f"exit status {plain.returncode})" in error["message"], error
+    assert post(base, SMALL)["error"] is None  # and the next run works

@@ -1,0 +1,121 @@
+"""Wrong tokens cannot fill the audit log (issue 38): each was a line, and a stranger can send
+them as fast as the server answers. Against a real server and its real log: hundreds of wrong
+tokens from one address write PER_ADDRESS lines and one line that counts the rest; another
+address has its own share; the teacher's action right after is written, and works, and a
+normal run still works."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from app.web.audit import PER_ADDRESS, RefusalLog
+from tests.server import ARTIFACTS, serve
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "refusals-s3cret"
+WRONG = 300  # per address
+NORMAL = ("import torch\nw = torch.tensor([1.0, 2.0], requires_grad=True)\n"
+          "(w * w).sum().backward()\nprint(w.grad.tolist())\n")
+
+
+def _lines(name: str, event: str) -> list[str]:
+    return [line for line in (ARTIFACTS / f"{name}.log").read_text().splitlines()
+            if f" audit {event} " in line]
+
+
+def _from(base: str, address: str) -> httpx.Client:
+    return httpx.Client(base_url=base, timeout=60,
+                        transport=httpx.HTTPTransport(local_address=address))
+
+
+def test_wrong_tokens_write_a_bounded_number_of_lines(tmp_path):
+    name = "refused-tokens-server"
+    # loopback addresses apart: 127.0.0.2 and 127.0.0.3 stand for two machines
+    with serve(tmp_path, name=name, TOKEN=TOKEN, POOL_SIZE="0", WARM_SCENARIOS="false",
+               SELFTEST="false", UPLOAD_WORKERS="1", LOOPBACK_ADDRESSES_APART="true") as base:
+        for address in ("127.0.0.2", "127.0.0.3"):
+            with _from(base, address) as stranger:
+                for i in range(WRONG):
+                    path, method = [("/api/classes", "POST"), ("/api/admin", "GET"),
+                                    ("/api/runs", "POST")][i % 3]
+                    answer = stranger.request(method, path, json={},
+                                              headers={"Authorization": f"Bearer guess{i}"})
+                    assert answer.status_code == 401, (path, answer.text)
+        during = {a: len([line for line in _lines(name, "token_refused")
+                          if f"address={a} " in line]) for a in ("127.0.0.2", "127.0.0.3")}
+        # the teacher right after, from the first stranger's address even: written, and works
+        with _from(base, "127.0.0.2") as teacher:
+            assert teacher.get("/").status_code == 200  # the class is tied to its cookie
+            started = teacher.post("/api/classes", json={},
+                                   headers={"Authorization": f"Bearer {TOKEN}"})
+            assert started.status_code == 201, started.text
+            code = started.json()["code"]
+            ran = teacher.post("/api/runs", json={"source": NORMAL, "name": "normal.py"},
+                               headers={"Authorization": f"Bearer {TOKEN}"}, timeout=180)
+        assert ran.status_code == 200, ran.text
+        assert ran.json()["error"] is None, ran.json()["error"]
+        (start,) = _lines(name, "class_started")  # written at once, not held back
+        assert f"code={code} by=token" in start
+    plain = subprocess.run([sys.executable, "-c", NORMAL], capture_output=True, text=True,
+                           timeout=120, check=True)
+    assert ran.json()["stdout"].strip() == plain.stdout.strip()
+    assert during == {"127.0.0.2": PER_ADDRESS, "127.0.0.3": PER_ADDRESS}, during
+    # the rest, counted: said when the window ended (here, when the server stopped)
+    more = _lines(name, "token_refused_more")
+    for address in ("127.0.0.2", "127.0.0.3"):
+        (said,) = [line for line in more if f"address={address} " in line]
+        assert int(re.search(r"count=(\d+)", said).group(1)) == WRONG - PER_ADDRESS, said
+    assert len(_lines(name, "token_refused")) == 2 * PER_ADDRESS
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_the_refusal_log_is_bounded_per_window_and_in_all():
+    """Per address a window; in all, `overall` addresses a window, the others counted
+    together: many addresses (an IPv6 host has many /64s to hand) cannot fill it either."""
+    clock = _Clock()
+    refusals = RefusalLog(per_address=2, window_s=60, overall=3, clock=clock)
+    audit_log = logging.getLogger("autograd_lab.audit")
+    caplog = _Kept()
+    level = audit_log.level
+    audit_log.addHandler(caplog)
+    audit_log.setLevel(logging.INFO)
+    try:
+        for _ in range(10):
+            refusals.refused("token_refused", "a", path="/x")
+        for address in ("b", "c", "d", "e"):
+            refusals.refused("token_refused", address, path="/x")
+        assert [r.getMessage().split()[0] for r in caplog.records] == ["token_refused"] * 3
+        clock.now += 61  # the window is over: the next refusal says what was held back
+        refusals.refused("token_refused", "a", path="/x")
+    finally:
+        audit_log.removeHandler(caplog)
+        audit_log.setLevel(level)
+    said = [r.getMessage() for r in caplog.records]
+    assert "token_refused_more count=8 address=a within_s=60 request=-" in said
+    # b was written; c past the overall bound: counted with d and e
+    assert "token_refused_more count=3 address=others within_s=60 request=-" in said
+    assert said[-1].startswith("token_refused path=/x address=a ")
+    assert len(refusals._windows) <= 3
