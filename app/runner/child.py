@@ -292,6 +292,15 @@ class Child:
                         pass
                     try:
                         self._open_folder()
+                    except PermissionError as exc:
+                        # reaching a process of another uid through /proc/PID/root needs
+                        # CAP_SYS_PTRACE, which root in a container lacks unless given it
+                        self._drain.tail += (f"the server cannot open the worker's run folder "
+                                             f"through /proc/PID/root ({exc.strerror}): give "
+                                             "the server the SYS_PTRACE capability (in a "
+                                             "container: cap_add, deploy/compose.yaml)\n"
+                                             ).encode()
+                        return False
                     except OSError:
                         return False  # it died just now: the outcome will say how
                 return True

@@ -8,14 +8,19 @@ session, as the OOM killer or an operator would) while they still import torch."
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from app.runner import Policy, StartFailures, trace_in_sandbox
 from app.runner.child import Child
+from app.runner.protocol import app_root
 from app.runner.sandboxed_trace import START_ATTEMPTS
 
 from .conftest import TEST_LIMITS
@@ -134,3 +139,25 @@ def test_an_execd_workers_stderr_is_not_its_launchers(tmp_path):
     assert outcome.ready and outcome.returncode == plain.returncode == 1
     assert line in outcome.log and line in plain.stderr.decode()
     assert line not in outcome.launcher_log, outcome.launcher_log
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root and util-linux setpriv to start a server without a "
+                    "capability")
+def test_a_server_without_sys_ptrace_says_so(tmp_path):
+    """Root in a container lacks CAP_SYS_PTRACE unless given it, and the server cannot then
+    open a worker's run folder through its /proc/PID/root (the worker is another uid): no
+    worker starts (found running the image under podman). The run says which capability to
+    give, not unshare's line about the worker it then killed. The CLI, started without it."""
+    (tmp_path / "x.py").write_text("import torch\nw = torch.ones(3, requires_grad=True)\n"
+                                   "(w * w).sum().backward()\n")
+    done = subprocess.run(
+        ["setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", sys.executable,
+         "-m", "app.cli", "trace", "x.py", "-o", "out.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(app_root())})
+    assert done.returncode == 1, done.stderr[-2000:]
+    error = json.loads((tmp_path / "out.json").read_text())["error"]
+    assert error["type"] == "SandboxFailed", error
+    assert "SYS_PTRACE" in error["message"] and "None of the script ran" in error["message"]
