@@ -359,9 +359,10 @@ class SharedClassroom(ProcessStreams):
         while self.retention_days > 0:
             try:
                 gone = await self._off_loop(self.prune_ended)
-            except Exception:  # noqa: BLE001 - the database away: tried again next round
+            except Exception:  # noqa: BLE001 - the database away: tried again in a minute
                 log.debug("could not delete the long-ended classes", exc_info=True)
-                gone = None
+                await asyncio.sleep(60.0)
+                continue
             await asyncio.sleep(1.0 if gone == PRUNE_BATCH else PRUNE_EVERY_S)
 
     async def _listen(self, psycopg) -> None:
