@@ -130,6 +130,7 @@ class Pool:
                 backoff = min(backoff * 2, 30.0)
                 continue
             backoff = 1.0
+            self.start_failures.started()
             if self._stopped.is_set():
                 child.discard()
                 return

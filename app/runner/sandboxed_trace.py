@@ -157,6 +157,8 @@ def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cp
             started(child)
         outcome = child.execute(job, {script_file: source}, timeout,
                                 start_timeout=start_timeout)
+        if outcome.ready:
+            start_failures.started()
         # one still starting after START_TIMEOUT is not tried again: its person has waited
         if outcome.ready or outcome.stopped or outcome.slow_start or respawn is None or \
                 starts >= START_ATTEMPTS:
