@@ -365,9 +365,15 @@ class Child:
 
     def stop(self) -> None:
         """End the run now, from any thread: SIGTERM so the worker reports the line it was on,
-        then, STOP_GRACE later, SIGKILL to everything of the run. `execute` returns then."""
+        then, STOP_GRACE later, SIGKILL to everything of the run. `execute` returns then.
+        A worker not yet READY has no line to report (none of the script ran): everything of
+        it is killed at once, rather than a SIGTERM its launcher may not act on until torch is
+        imported."""
         self.stopped = True
         if self.proc is None or self.proc.poll() is not None:
+            return
+        if self._drain is None or not self._drain.ready.is_set():
+            self._kill_everything()
             return
         _kill(self.worker_pid or self.proc.pid, signal.SIGTERM)
         timer = threading.Timer(STOP_GRACE, self._kill_everything)

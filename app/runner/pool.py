@@ -130,6 +130,7 @@ class Pool:
                 backoff = min(backoff * 2, 30.0)
                 continue
             backoff = 1.0
+            self.start_failures.started()
             if self._stopped.is_set():
                 child.discard()
                 return
@@ -139,15 +140,23 @@ class Pool:
         """Workers ready right now."""
         return self._ready.qsize()
 
-    def acquire(self, timeout: float | None = None) -> Child | None:
-        """A ready worker (yours to run one job on, then it is gone), or None after `timeout`.
-        Its replacement starts at once."""
+    def acquire(self, timeout: float | None = None,
+                cancel: threading.Event | None = None) -> Child | None:
+        """A ready worker (yours to run one job on, then it is gone), or None after `timeout`
+        or as soon as `cancel` is set (its run was stopped meanwhile). Its replacement starts at
+        once."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if cancel is not None and cancel.is_set():
+                return None
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if cancel is not None:  # looked at again every tenth of a second
+                remaining = 0.1 if remaining is None else min(remaining, 0.1)
             try:
                 child = self._ready.get(timeout=remaining)
             except queue.Empty:
+                if cancel is not None and (deadline is None or time.monotonic() < deadline):
+                    continue
                 return None
             self._room.release()
             if child.alive():

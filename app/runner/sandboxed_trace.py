@@ -17,13 +17,14 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from app.format import Trace
 
 from . import sandbox
-from .child import START_TIMEOUT, Child
+from .child import START_TIMEOUT, Child, Outcome
 from .explain import to_document
 from .fix_trial import fixes_to_try, forget_trials, try_fixes
 from .fork_server import ForkServer
@@ -60,7 +61,8 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
                      started: Callable[[Child], None] | None = None,
                      fork_server: ForkServer | None = None, threads: int = 1,
                      watch_all: bool = False,
-                     start_failures: StartFailures = START_FAILURES) -> Trace:
+                     start_failures: StartFailures = START_FAILURES,
+                     cancel: threading.Event | None = None) -> Trace:
     """Trace a script given as a path or as source text; always returns a Trace document.
 
     With a running `pool` (and no `policy` of its own), a pre-started worker of the pool's is
@@ -69,7 +71,10 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
     `child.stop()` from another thread ends the run. `watch_all`: every operation is watched
     to the end, not only through the kept passes (slower; a late failure is then explained).
     A worker that ends before its READY line is replaced (trace_in) and counted in
-    `start_failures` (the web server's own, for its metrics; this process's by default)."""
+    `start_failures` (the web server's own, for its metrics; this process's by default).
+    `cancel`, set when the run is stopped, ends the wait for a worker: for a pooled one, and for
+    a fork server still importing torch (seconds, tens of seconds on a loaded machine). A run
+    stopped before it had a worker is told Stopped without one being started."""
     if (script is None) == (source is None):
         raise ValueError("give either a script path or its source")
     if script is not None:
@@ -89,7 +94,12 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
 
     child = None
     if pool is not None and policy is None and pool.running:
-        child = pool.acquire(timeout=wait)
+        child = pool.acquire(timeout=wait, cancel=cancel)
+    if child is None and fork_server is not None and fork_server.started():
+        fork_server.settle(cancel=cancel)  # the stop is heard while it imports torch
+    if child is None and cancel is not None and cancel.is_set():
+        return stopped_before_a_worker(source=source, name=name, args=args, device=device,
+                                       timeout=timeout, limits=run_policy.limits)
     if child is None:
         child = fresh()
     doc = trace_in(child, source=source, name=name, args=args, device=device, timeout=timeout,
@@ -107,6 +117,16 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
 
         try_fixes(doc, source, again)
     return doc
+
+
+def stopped_before_a_worker(*, source: str, name: str, args, device: str, timeout: float,
+                            limits) -> Trace:
+    """The Trace of a run stopped while it waited for a worker: Stopped, none of it ran."""
+    job = Job(script=_script_file(name), name=name, device=device, args=list(args),
+              timeout=timeout)
+    outcome = Outcome(document=None, returncode=None, timed_out=False, elapsed=0.0, log="",
+                      log_bytes=0, stopped=True, ready=False)
+    return to_document(outcome, job=job, source=source, limits=limits)
 
 
 def plain_threads() -> int:
@@ -137,6 +157,8 @@ def trace_in(child: Child, *, source: str, name: str, args=(), device: str = "cp
             started(child)
         outcome = child.execute(job, {script_file: source}, timeout,
                                 start_timeout=start_timeout)
+        if outcome.ready:
+            start_failures.started()
         # one still starting after START_TIMEOUT is not tried again: its person has waited
         if outcome.ready or outcome.stopped or outcome.slow_start or respawn is None or \
                 starts >= START_ATTEMPTS:

@@ -162,7 +162,8 @@ def _mode(settings: Settings, traces: TraceService, drawings: Drawings,
         store = PostgresRunStore(settings.database_url, *bounds,
                                  people_per_address=settings.per_address_people)
         classroom = SharedClassroom(store.database, settings.max_classes,
-                                    people_per_address=settings.per_address_people)
+                                    people_per_address=settings.per_address_people,
+                                    retention_days=settings.ended_class_retention_days)
         queue = SharedQueue(store, *share, settings.queue_size, settings.per_address_people,
                             classroom.people_at, settings.wait_for_upload_hosts)
         traces.shared_scenarios = store

@@ -141,6 +141,12 @@ class Settings:
         "memory (or of the server's own cgroup's), the rest for the server and the system",
         shown="0 (auto)")
     max_classes: int = setting(50, "class sessions open at once")
+    ended_class_retention_days: float = setting(
+        30.0, "in the shared mode (database_url), days an ended class's row (its members, "
+        "questions, answers, the runs sent to its teacher) is kept after its last change, "
+        "then deleted, with its followers' counts, by the web processes within the hour; 0 "
+        "keeps them for ever. The runs themselves are their senders' and are bounded by the "
+        "store's settings. On one machine an ended class is forgotten at once")
     per_address_people: int = setting(
         4, "people one network address may stand for: a browser's limits (runs running and "
         "waiting, answers to a question, pages following a class, runs sent to the teacher) "
@@ -255,6 +261,9 @@ class Settings:
                                 f"({self.run_memory_mb}), not {self.all_runs_memory_mb}")
         if self.max_classes < 1:
             raise SettingsError(f"max_classes must be at least 1, not {self.max_classes}")
+        if not 0 <= self.ended_class_retention_days < 100_000:
+            raise SettingsError(f"ended_class_retention_days must be 0 (keep for ever) or a "
+                                f"number of days, not {self.ended_class_retention_days}")
         if self.request_read_timeout <= 0 or self.send_timeout <= 0:
             raise SettingsError(f"request_read_timeout and send_timeout must be positive, not "
                                 f"{self.request_read_timeout} and {self.send_timeout}")

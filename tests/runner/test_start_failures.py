@@ -60,6 +60,8 @@ def test_a_worker_that_dies_before_ready_is_replaced_and_the_run_goes_on():
     assert grads == [plain_grad()]
     assert counted.counts() == {"pool": 0, "run": 1, "gave_up": 0}
     assert counted.report()["last"]["stage"] == "run"
+    # its replacement reached READY: workers start again (/healthz is not degraded)
+    assert counted.failing() is False and counted.report()["failed_in_a_row"] == 0
 
 
 @pytest.mark.slow
@@ -78,6 +80,9 @@ def test_a_worker_that_keeps_dying_before_ready_is_the_sandboxs_failure_with_its
     assert "log" in error  # the last worker's own output, for whoever reads the run
     assert not doc.get("events")
     assert counted.counts() == {"pool": 0, "run": START_ATTEMPTS - 1, "gave_up": 1}
+    # no worker started since: /healthz says degraded
+    assert counted.failing() is True
+    assert counted.report()["failed_in_a_row"] == START_ATTEMPTS
 
 
 def test_a_launcher_that_fails_before_ready_is_told_with_its_own_line():

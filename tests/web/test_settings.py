@@ -102,6 +102,15 @@ def test_the_store_and_the_classroom_take_their_defaults_from_the_declarations()
     assert inspect.signature(Classroom).parameters["max_sessions"].default == s.max_classes
 
 
+def test_ended_class_retention_is_days_or_zero_for_ever():
+    assert Settings.from_env({}).ended_class_retention_days == 30
+    assert Settings.from_env({"AUTOGRAD_LAB_ENDED_CLASS_RETENTION_DAYS": "0"}
+                             ).ended_class_retention_days == 0
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SettingsError, match="ended_class_retention_days"):
+            Settings.from_env({"AUTOGRAD_LAB_ENDED_CLASS_RETENTION_DAYS": bad})
+
+
 def test_all_runs_share_three_quarters_of_the_machine_unless_told_otherwise():
     from app.web.runs.trace_service import TraceService
 

@@ -65,14 +65,22 @@ WAITING_MAX = 64
 FOLLOWERS_EVERY_S = 2.0
 FOLLOWERS_KEEP_S = 10.0
 FOLLOWERS_SEEN_S = 30
+# ended classes past their retention are looked for at start and this often after, by one web
+# process at a time (the others skip that round), at most PRUNE_BATCH rows a transaction so
+# that a backlog (a retention just shortened) holds no lock for long; a full batch is followed
+# at once by the next
+PRUNE_EVERY_S = 3600.0
+PRUNE_BATCH = 500
 
 
 class SharedClassroom(ProcessStreams):
     def __init__(self, database: Database, max_sessions: int = default_of("max_classes"),
                  idle_hours: float = 12,
-                 people_per_address: int = default_of("per_address_people")) -> None:
+                 people_per_address: int = default_of("per_address_people"),
+                 retention_days: float = default_of("ended_class_retention_days")) -> None:
         super().__init__()
         self.database = database
+        self.retention_days = retention_days  # 0: ended classes are kept for ever
         self.max_sessions = max_sessions
         self.people_per_address = people_per_address
         self.idle_seconds = idle_hours * 3600
@@ -174,8 +182,10 @@ class SharedClassroom(ProcessStreams):
         with self._transaction() as db:
             lock(db, Lock.CLASS_START)
             # a class idle for longer than the idle time ends, as one machine's would
-            db.execute("UPDATE classes SET ended = true, state = jsonb_set(state, '{ended}', "
-                       "'true') WHERE NOT ended AND updated < now() - make_interval(secs => %s)",
+            # (`updated` then says when it ended: its retention counts from there)
+            db.execute("UPDATE classes SET ended = true, updated = now(), state = "
+                       "jsonb_set(state, '{ended}', 'true') WHERE NOT ended AND "
+                       "updated < now() - make_interval(secs => %s)",
                        (self.idle_seconds,))
             mine = db.execute("SELECT state FROM classes WHERE teacher = %s AND NOT ended "
                               "LIMIT 1", (teacher,)).fetchone()
@@ -312,10 +322,48 @@ class SharedClassroom(ProcessStreams):
         import psycopg
 
         reporting = asyncio.create_task(self._report_followers())
+        pruning = asyncio.create_task(self._prune_now_and_then())
         try:
             await self._listen(psycopg)
         finally:
             reporting.cancel()
+            pruning.cancel()
+
+    # ---- retention of ended classes ------------------------------------------------------------
+
+    def prune_ended(self) -> int | None:
+        """In a thread: delete up to PRUNE_BATCH classes that ended more than the retention
+        ago (their row's last change: an ended class changes no more), with their rows in
+        `class_followers`. Never an open class, however old; never a run (the runs sent to a
+        teacher are their senders', bounded by the store). How many were deleted; None when
+        another process was pruning (or retention is 0: kept for ever)."""
+        if self.retention_days <= 0:
+            return None
+        with self._transaction() as db:
+            if not lock(db, Lock.PRUNE_CLASSES, wait=False):
+                return None
+            gone = [code for (code,) in db.execute(
+                "DELETE FROM classes WHERE code IN (SELECT code FROM classes WHERE ended AND "
+                "updated < now() - make_interval(secs => %s) ORDER BY updated LIMIT %s) "
+                "RETURNING code", (self.retention_days * 86400, PRUNE_BATCH)).fetchall()]
+            if gone:
+                db.execute("DELETE FROM class_followers WHERE code = ANY(%s)", (gone,))
+        if gone:
+            log.info("deleted %d classes ended more than %g days ago", len(gone),
+                     self.retention_days)
+        return len(gone)
+
+    async def _prune_now_and_then(self) -> None:
+        """Until cancelled: `prune_ended` at start and every PRUNE_EVERY_S, batch after batch
+        while batches come back full."""
+        while self.retention_days > 0:
+            try:
+                gone = await self._off_loop(self.prune_ended)
+            except Exception:  # noqa: BLE001 - the database away: tried again in a minute
+                log.debug("could not delete the long-ended classes", exc_info=True)
+                await asyncio.sleep(60.0)
+                continue
+            await asyncio.sleep(1.0 if gone == PRUNE_BATCH else PRUNE_EVERY_S)
 
     async def _listen(self, psycopg) -> None:
         while True:

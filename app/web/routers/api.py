@@ -55,7 +55,9 @@ def healthz(settings: SettingsDep, selftest: SelfTestDep, traces: TracesDep,
     `store` where runs are kept and whether it answers (a shared store's database may be down:
     the status is then "degraded", and scenarios are still served); `uploads` who runs
     uploads and how their line stands: in the shared mode the live upload hosts, and the status
-    is "degraded" while there are none, since an upload would then run nowhere."""
+    is "degraded" while there are none, since an upload would then run nowhere. It is also
+    "degraded" while this process's workers fail to start (`workers.start_failures.failing`:
+    the last start failed and none reached READY since; app/runner/start_failures.py)."""
     reachable, where = store.reachable()
     line = {"reachable": False, "detail": where}  # a shared line is in that database
     if reachable:
@@ -63,11 +65,13 @@ def healthz(settings: SettingsDep, selftest: SelfTestDep, traces: TracesDep,
             line = uploads.line()
         except StoreUnavailable as exc:
             line = {"reachable": False, "detail": str(exc)}
+    workers = traces.workers()
     working = reachable and line.get("reachable", True) and \
-        not ("upload_hosts" in line and not line["upload_hosts"])
+        not ("upload_hosts" in line and not line["upload_hosts"]) and \
+        not workers["start_failures"]["failing"]
     return {"status": "ok" if working else "degraded",
             "sandbox": sandbox_status(settings, selftest),
-            "workers": traces.workers(), "scenarios": traces.warmth(),
+            "workers": workers, "scenarios": traces.warmth(),
             "uploads": line,
             "connections": connection_report(),
             "store": {"reachable": reachable, "detail": where}}

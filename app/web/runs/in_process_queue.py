@@ -67,7 +67,7 @@ class InProcessQueue:
             try:
                 with self.book.slot(job):
                     doc = self.lane.run(run.source, run.name, [], run.device,
-                                        started=job.attach)
+                                        started=job.attach, cancel=job.stop_event)
             except Stopped:  # stopped while it waited: the script is kept, with what happened
                 outcome = "stopped"
                 doc = new_document(run.name, run.source, run.device, None)

@@ -325,10 +325,16 @@ class SharedQueue:
                         line.job_manager.cancel_job_by_id(job.id, abort=False)
             return self.status(run_id)
         # running on some upload host: Procrastinate tells it to abort; it kills the run and
-        # stores what the run recorded
-        if row["job_id"] is not None:
+        # stores what the run recorded. Its job is read again: an upload host that took the
+        # run since the first read (which then still said queued, with no job) wrote it, and
+        # without it the stop was lost and the run went on to its limit
+        job_id = row["job_id"]
+        if job_id is None:
+            again = self._row(run_id)
+            job_id = None if again is None else again["job_id"]
+        if job_id is not None:
             with self._line() as line:
-                line.job_manager.cancel_job_by_id(row["job_id"], abort=True)
+                line.job_manager.cancel_job_by_id(job_id, abort=True)
         ends = time.monotonic() + wait
         while time.monotonic() < ends:
             status = self.status(run_id)

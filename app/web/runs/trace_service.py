@@ -111,10 +111,11 @@ class Lane:
             self.pool = None
 
     def run(self, source: str, name: str, args: list[str], device: str,
-            started: Callable | None = None) -> Trace:
+            started: Callable | None = None, cancel: threading.Event | None = None) -> Trace:
         doc = trace_in_sandbox(source=source, name=name, args=args, device=device,
                                timeout=self.timeout, pool=self.pool,
                                policy=None if self.pool else self.policy, started=started,
+                               cancel=cancel,
                                fork_server=self.fork_server,
                                threads=plain_threads() if self.alone() else 1,
                                **self._counted())

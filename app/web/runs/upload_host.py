@@ -152,7 +152,8 @@ class UploadHost:
             # counts the runs going on, so a run alone on the machine gets a plain run's
             # threads and one among others gets one thread, as in a web process's lane
             with lane.gate.enter():
-                doc = lane.run(source, name, [], device, started=job.attach)
+                doc = lane.run(source, name, [], device, started=job.attach,
+                               cancel=job.stop_event)
             if doc.get("error") and doc["error"]["type"] == "Stopped":
                 state = "stopped"
         except DeviceError as exc:  # asked for a device this machine lacks: said in its Trace

@@ -60,6 +60,7 @@ class Lock(IntEnum):
     QUEUE = 0x6167_6C61_6203  # a person's share and the line's capacity, checked and booked
     CLASS_START = 0x6167_6C61_6206  # a teacher's one class, and the server's cap on classes
     LOOK_FOR_DEAD = 0x6167_6C61_6207  # one upload host at a time puts dead upload hosts' runs back
+    PRUNE_CLASSES = 0x6167_6C61_6208  # one web process at a time deletes long-ended classes
 
 
 def lock(db, key: Lock, wait: bool = True) -> bool:

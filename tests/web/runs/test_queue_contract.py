@@ -132,11 +132,11 @@ def queue(under_test) -> Iterator[RunQueue]:
             under_test.queue.cancel(run_id)
         except (RunEnded, UnknownRun):
             pass
-        # a stop reaches a worker still starting only once it has imported torch: on a loaded
-        # 2-core machine that took past 30 s (a side-by-side proof), and the run left behind
-        # counted against the next tests' person (TooMany). The bound is the slowest start.
+        # a stop ends a run whose worker is still starting at once (it no longer waits for
+        # the fork server to import torch: test_stop_while_starting_server.py); a run left
+        # behind would count against the next tests' person (TooMany)
         wait_for(lambda run_id=run_id: state(under_test.queue, run_id) not in ("queued", "running"),
-                 120)
+                 30)
 
 
 def test_a_run_gives_its_trace_stored_and_says_done(queue, under_test):
