@@ -569,9 +569,10 @@ def test_arrow_keys_walk_the_widget_s_graph_along_pytorch_s_edges(controls):
     try:
         loss = _plain_model()["loss"]
         active = "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex"
-        cell_before = page.evaluate(active)
         # Tab from the Fit button: the graph is one Tab stop, its output node (the loss)
         widget.locator("button#zoom-fit").click()
+        # (the click makes the widget's cell the active one: run alone, it was the last cell)
+        cell_before = page.evaluate(active)
         page.keyboard.press("Tab")
         focused = widget.evaluate(FOCUSED)
         output = widget.locator(".widget-graph svg g.node.kind-output")
@@ -607,9 +608,10 @@ def test_esc_gives_the_keys_back_to_the_notebook_in_command_mode(controls):
         assert "Esc gives the keys back to the notebook" in widget.locator(
             "p.widget-keys").inner_text()
         widget.locator("button#zoom-fit").click()
-        page.keyboard.press("Tab")  # the graph's output node
-        assert widget.evaluate(FOCUSED)["id"] == widget.locator(
-            ".widget-graph svg g.node.kind-output").get_attribute("id")
+        page.keyboard.press("Tab")  # into the graph: the node it last had (a roving Tab stop)
+        focused = widget.evaluate(FOCUSED)
+        assert focused and widget.locator(
+            f".widget-graph svg g.node[id='{focused['id']}']").count() == 1, focused
         cell = page.evaluate(f"() => {notebook}.activeCellIndex")
         page.keyboard.press("k")  # the graph has the keys: JupyterLab's `k` does nothing
         assert page.evaluate(f"() => {notebook}.activeCellIndex") == cell
