@@ -9,6 +9,7 @@ the output carries no static picture (`draw="browser"` chooses that even where `
 
 from __future__ import annotations
 
+import base64
 import html
 import uuid
 from dataclasses import dataclass, field
@@ -271,9 +272,16 @@ class TraceDisplay:
 
     def _html(self, svg: str | None, lines: list[str], live: bool = False) -> str:
         # every string here may be the person's own (a node label, a script name, an error)
-        # the SVG is graphviz's, from DOT whose every string app/render escaped; inline in HTML
-        # it starts at <svg> (no XML declaration or DOCTYPE)
-        inline = svg[svg.find("<svg"):] if svg and "<svg" in svg else ""
+        # the picture is an <img> of the SVG, not the SVG inline: a notebook opened untrusted
+        # (anyone else's) has its HTML sanitized by JupyterLab, which drops an inline <svg>'s
+        # tags and keeps their text (the labels and ids as one run-on paragraph), but keeps an
+        # <img> whose src is a data: URL (it checks the schemes of href and cite only). An
+        # image runs no script of the SVG's either
+        inline = ""
+        if svg:
+            url = "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode()
+            inline = (f'<img class="autograd-lab-picture" src="{url}" '
+                      'alt="The backward graph, drawn by autograd-lab" style="max-width: 100%">')
         # the live view hides this output while it runs (widget.js) by this id
         parts = [f'<div class="autograd-lab" data-autograd-lab-static="{self.static_id}">']
         if live:  # a live view follows: what a reader without it does to get it back

@@ -4,6 +4,7 @@ on a parameter shows its accumulation bars adding up to .grad, and the replay st
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import httpx
@@ -389,6 +391,18 @@ def _saved_cells(base: str, token: str, name: str) -> list[dict]:
     return answer.json()["content"]["cells"]
 
 
+def _drawn(where) -> ET.Element:
+    """The picture shown in `where`: its <img> loaded and on screen, and the SVG it shows."""
+    image = where.locator("img.autograd-lab-picture")
+    image.wait_for()
+    assert image.is_visible()
+    assert image.evaluate("el => el.complete && el.naturalWidth > 0"), "the image did not load"
+    url = image.get_attribute("src")
+    prefix = "data:image/svg+xml;base64,"
+    assert url.startswith(prefix)
+    return ET.fromstring(base64.b64decode(url[len(prefix):]))
+
+
 def _no_widget_error_seen(page, shown: str) -> None:
     """Nothing on screen says a widget could not be shown: JupyterLab's "Error displaying
     widget: model not found" is hidden (the text is in the page, on a node not displayed)."""
@@ -412,12 +426,10 @@ def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture_and_no_er
         page.evaluate(SCROLL_TO_LAST)
         cell = page.locator(f"{shown} .jp-CodeCell").last
         picture = cell.locator(".jp-OutputArea-output [data-autograd-lab-static]")
-        picture.locator("svg g.node").first.wait_for()
-        assert picture.is_visible()
-        drawn = picture.locator("svg g.node")
-        assert drawn.count() >= 8
+        svg = _drawn(picture)
+        assert sum("node" in (g.get("class") or "").split() for g in svg.findall(".//{*}g")) >= 8
         # the parameters of the step the cell ran, the reused layer's among them
-        labels = picture.locator("svg").text_content()
+        labels = "".join(svg.itertext())
         assert "layer.weight" in labels and "head.weight" in labels
         note = picture.locator("p.autograd-lab-rerun")
         assert note.is_visible() and "run this cell" in note.inner_text()
@@ -450,7 +462,7 @@ def test_a_saved_notebook_of_a_kernel_without_graphviz_says_so_when_reopened(bro
         traced.evaluate("el => el.scrollIntoView({block: 'start'})")
         static = traced.locator(".jp-OutputArea-output [data-autograd-lab-static]")
         assert static.is_visible()
-        assert static.locator("svg").count() == 0  # no kernel-made picture
+        assert static.locator("img, svg").count() == 0  # no kernel-made picture
         said = static.inner_text()
         assert "`dot` is not installed where this kernel runs" in said, said
         assert said.startswith("Run this cell to get the interactive view back."), said
@@ -460,6 +472,51 @@ def test_a_saved_notebook_of_a_kernel_without_graphviz_says_so_when_reopened(bro
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopen-no-dot-failed.png"))
+        raise
+    finally:
+        context.close()
+
+
+def test_a_saved_notebook_opened_untrusted_shows_the_picture_and_no_svg_text(browser, lab):
+    """A notebook from someone else (not signed here: JupyterLab opens it untrusted, renders a
+    sanitized text/html and no widget): the traced cell still shows its picture, and not the
+    SVG's labels as loose text (the sanitizer drops <svg> and keeps its text)."""
+    base, token = lab
+    saved = httpx.get(f"{base}/api/contents/saved.ipynb", params={"token": token},
+                      timeout=30).json()["content"]
+    assert any(TRACE_MIMETYPE in o.get("data", {}) for o in saved["cells"][-1]["outputs"]), \
+        "test_a_saved_notebook_reopened... saves saved.ipynb first"
+    for cell in saved["cells"]:
+        cell["metadata"].pop("trusted", None)
+    # another notebook than the one signed here (the notary knows its hash), as a shared one is
+    saved["metadata"]["shared_by"] = "someone else"
+    httpx.put(f"{base}/api/contents/shared.ipynb", params={"token": token}, timeout=30,
+              json={"type": "notebook", "format": "json", "content": saved}).raise_for_status()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    try:
+        page.goto(f"{base}/lab/tree/shared.ipynb?token={token}")
+        page.wait_for_function(READY, arg=[len(CELLS), "shared.ipynb"])
+        shown = _shown(page)
+        assert not page.evaluate("() => window.jupyterapp.shell.currentWidget.content.model"
+                                 ".cells.get(2).trusted")
+        page.evaluate(SCROLL_TO_LAST)
+        cell = page.locator(f"{shown} .jp-CodeCell").last
+        outputs = cell.locator(".jp-OutputArea")
+        svg = _drawn(outputs)
+        labels = "".join(svg.itertext())
+        assert "layer.weight" in labels and "TanhBackward0" in labels
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        outputs.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-untrusted.png"))
+        # none of the drawing's words as loose text, as an inline <svg> left them
+        said = outputs.inner_text()
+        assert "TanhBackward0" not in said and "layer.weight" not in said, said
+        assert "A saved picture: run this cell" in said
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-untrusted-failed.png"))
         raise
     finally:
         context.close()
