@@ -9,6 +9,7 @@ the output carries no static picture (`draw="browser"` chooses that even where `
 
 from __future__ import annotations
 
+import base64
 import html
 import uuid
 from dataclasses import dataclass, field
@@ -43,6 +44,22 @@ NO_DOT = ("graphviz's `dot` is not installed where this kernel runs, so there is
 # the live view's output, as a front end with no widgets (GitHub, nbviewer) says it: the static
 # output above it holds the picture
 LIVE_ONLY = "(the live view of the graph: it needs this notebook's kernel running)"
+
+# the static output's first line, seen only when the live view is not (widget.js hides the
+# static output while the view runs): a notebook reopened, on GitHub or nbviewer
+RERUN_NOTE = "Run this cell to get the interactive view back."
+PICTURE_NOTE = "A saved picture: run this cell to get the interactive view back."
+# JupyterLab keeps a widget's output in a reopened notebook and, with the widget's model gone
+# with its kernel (ipywidgets 8 has no fallback: jupyterlab-manager's WidgetRenderer), writes
+# "Error displaying widget: model not found" there, on the renderer's own node, which it marks
+# .jupyter-widgets (a view that did render is a child of the node, which is not marked). This
+# rule, in the static output's HTML, hides that row when it is the one right after a static
+# output: the note above says what to do instead. JupyterLab applies an output's <style> only
+# in a trusted notebook, which is also the only one where it renders a widget's output (an
+# untrusted one shows its text/plain, LIVE_ONLY).
+NO_MODEL_RULE = (".jp-OutputArea-child:has([data-autograd-lab-static]) + "
+                 ".jp-OutputArea-child:has(> .jp-OutputArea-output.jupyter-widgets) "
+                 "{ display: none; }")
 
 NO_WIDGET = ("No drawing: graphviz's `dot` is not installed where this kernel runs, and the live "
              "view that lays a graph out in the browser needs anywidget: `pip install "
@@ -124,8 +141,7 @@ class TraceDisplay:
         if dropped:
             lines.append(dropped)
         self.static_id = uuid.uuid4().hex
-        static: dict = {"text/plain": "\n".join(lines), TRACE_MIMETYPE: stored,
-                        "text/html": self._html(drawing.svg, lines)}
+        static: dict = {"text/plain": "\n".join(lines), TRACE_MIMETYPE: stored}
         if drawing.svg is not None:
             static["image/svg+xml"] = drawing.svg
         live = None
@@ -137,6 +153,7 @@ class TraceDisplay:
                 live = {**view, "text/plain": LIVE_ONLY}
         except Exception as exc:  # noqa: BLE001 - the static output above is still whole
             static["text/plain"] += f"\n(the live view could not be made: {exc})"
+        static["text/html"] = self._html(drawing.svg, lines, live=live is not None)
         return static, live
 
     def redraw(self, event: int | None, opened: list[str]) -> Drawing:
@@ -253,14 +270,25 @@ class TraceDisplay:
             return grouping
         return choose_grouping(graph, depth=grouping.depth or 0, opened=opened)
 
-    def _html(self, svg: str | None, lines: list[str]) -> str:
+    def _html(self, svg: str | None, lines: list[str], live: bool = False) -> str:
         # every string here may be the person's own (a node label, a script name, an error)
-        # the SVG is graphviz's, from DOT whose every string app/render escaped; inline in HTML
-        # it starts at <svg> (no XML declaration or DOCTYPE)
-        inline = svg[svg.find("<svg"):] if svg and "<svg" in svg else ""
+        # the picture is an <img> of the SVG, not the SVG inline: a notebook opened untrusted
+        # (anyone else's) has its HTML sanitized by JupyterLab, which drops an inline <svg>'s
+        # tags and keeps their text (the labels and ids as one run-on paragraph), but keeps an
+        # <img> whose src is a data: URL (it checks the schemes of href and cite only). An
+        # image runs no script of the SVG's either
+        inline = ""
+        if svg:
+            url = "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode()
+            inline = (f'<img class="autograd-lab-picture" src="{url}" '
+                      'alt="The backward graph, drawn by autograd-lab" style="max-width: 100%">')
         # the live view hides this output while it runs (widget.js) by this id
-        parts = [f'<div class="autograd-lab" data-autograd-lab-static="{self.static_id}">'
-                 f'{inline}<pre>{html.escape(chr(10).join(lines))}</pre>']
+        parts = [f'<div class="autograd-lab" data-autograd-lab-static="{self.static_id}">']
+        if live:  # a live view follows: what a reader without it does to get it back
+            parts.append(f"<style>{NO_MODEL_RULE}</style>"
+                         f'<p class="autograd-lab-rerun"><em>'
+                         f'{PICTURE_NOTE if inline else RERUN_NOTE}</em></p>')
+        parts.append(f'{inline}<pre>{html.escape(chr(10).join(lines))}</pre>')
         if self.link:
             parts.append(f'<p><a href="{html.escape(self.link, quote=True)}" target="_blank" '
                          'rel="noopener noreferrer">Open this run in autograd-lab</a></p>')

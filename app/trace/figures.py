@@ -30,12 +30,17 @@ DPI = 100
 class FigureCapture:
     """`with FigureCapture(line_of) as figures: ...run...; figures.finish()`."""
 
-    def __init__(self, line_of: Callable[[], int | None], load: bool = True) -> None:
+    def __init__(self, line_of: Callable[[], int | None], load: bool = True,
+                 show: bool = False) -> None:
         """`load`: import matplotlib (with the Agg backend) if nothing has yet. Off in a kernel:
         importing pyplot took 1.8 s of a first traced cell that draws nothing, and the kernel's
-        own backend (inline) is the person's; a kernel that has pyplot is watched as it is."""
+        own backend (inline) is the person's; a kernel that has pyplot is watched as it is.
+        `show`: the figures are kept and also shown as without autograd-lab (a kernel: its
+        `plt.show()` draws inline, and what is open at the end is left open for the kernel's
+        backend to show after the cell, as it does after a plain cell)."""
         self.line_of = line_of
         self.load = load
+        self.show = show
         self.records: list[FigureRecord] = []
         self._dropped: set[int] = set()  # ids of figures not kept: past MAX_FIGURES, too
         # large, or failing to draw
@@ -45,6 +50,7 @@ class FigureCapture:
         self._originals: tuple[Any, Any] | None = None
         self._taken: dict[int, str] = {}  # id(figure) -> the digest of its last PNG kept
         self._finished = False  # the script has ended: nothing more is its figure
+        self._left_open: set[int] = set()  # `show`: the script's figures open at its end
 
     def __enter__(self) -> FigureCapture:
         if not self.load and "matplotlib.pyplot" not in sys.modules:
@@ -67,6 +73,8 @@ class FigureCapture:
         def shown(*args, **kwargs):
             for number in capture._numbers():
                 capture.take(plt.figure(number), "show")
+            if capture.show:  # the kernel's backend draws it where a plain cell's would be
+                return show(*args, **kwargs)
             return None  # Agg shows nothing: the page does
 
         def saved(figure, *args, **kwargs):
@@ -79,6 +87,11 @@ class FigureCapture:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.show and self._finished:
+            # what autograd-lab drew after the script (finish) is not the person's to see
+            for number in self._numbers():
+                if number not in self._left_open:
+                    self._plt.close(number)
         if self._originals is not None:
             from matplotlib.figure import Figure
 
@@ -99,8 +112,11 @@ class FigureCapture:
             return
         for number in self._numbers():
             self.take(self._plt.figure(number), "open at the end", line=None)
-        for number in self._numbers():
-            self._plt.close(number)
+        if self.show:  # shown, they are the kernel's backend's to show and close
+            self._left_open = set(self._numbers())
+        else:
+            for number in self._numbers():
+                self._plt.close(number)
         # what autograd-lab does after the script (calling its torch.func function again on
         # copies, after_work.py) may plot too: those figures are ours, not the script's
         self._finished = True

@@ -81,7 +81,8 @@ def run_traced(doc: Trace, source: str, script_path: str,
                after_script: Callable[[], None] | None = None,
                deadline: float | None = None, anomaly_reports: list[str] | None = None,
                cell_files: dict[str, int] | None = None,
-               load_matplotlib: bool = True, echo: bool = False) -> Trace:
+               load_matplotlib: bool = True, show_figures: bool = False,
+               echo: bool = False) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
@@ -89,9 +90,10 @@ def run_traced(doc: Trace, source: str, script_path: str,
     `anomaly_reports` gets each forward traceback anomaly mode wrote when a backward failed,
     as it stands in the Trace's stderr: a kernel keeps them in the Trace and leaves them out
     of the stderr it echoes (55 lines of its own frames above the explanation).
-    `load_matplotlib`: see FigureCapture (off in a kernel). `echo`: what the code prints
-    also goes to this process's stdout and stderr as it is printed (a kernel's, so that a
-    cell's prints arrive while it runs), anomaly mode's reports excepted."""
+    `load_matplotlib`, `show_figures`: see FigureCapture (a kernel: off, on). `echo`: what
+    the code prints also goes to this process's stdout and stderr as it is printed (a
+    kernel's, so that a cell's prints arrive while it runs), anomaly mode's reports
+    excepted."""
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
@@ -120,7 +122,8 @@ def run_traced(doc: Trace, source: str, script_path: str,
         compile_calls = stack.enter_context(CompileCalls(recorder.current_line).patched())
         scalers = stack.enter_context(ScalerWatch(recorder).patched())
         figures = stack.enter_context(FigureCapture(recorder.current_line,
-                                                          load=load_matplotlib))
+                                                          load=load_matplotlib,
+                                                          show=show_figures))
         sys.stdout, sys.stderr = out, err
         try:
             try:

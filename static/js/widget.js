@@ -72,11 +72,23 @@ async function render({ model, el }) {
   hideStaticTwin(model.get("static_id"));
   // JupyterLab's keyboard shortcuts (arrows move between cells) leave the widget's keys alone
   el.setAttribute("data-lm-suppress-shortcuts", "true");
+  // ...so Esc hands the keyboard back: the focus goes to this output's cell, which JupyterLab
+  // takes as command mode on that cell (its _evtFocusIn), where its shortcuts work again
+  el.addEventListener("keydown", (e) => {
+    const cell = el.closest(".jp-Cell");
+    if (e.key !== "Escape" || !cell) return; // outside JupyterLab, Esc is the page's
+    e.preventDefault();
+    e.stopPropagation();
+    cell.focus({ preventScroll: true });
+  });
   const root = el.attachShadow ? el.attachShadow({ mode: "open" }) : el;
   const style = document.createElement("style");
   style.textContent = model.get("css");
   const graphBox = h("div.graph.widget-graph", { tabindex: "0",
-    "aria-label": "Backward graph: drag to pan, click it then wheel or +/− to zoom, Tab to the nodes" });
+    "aria-label": "Backward graph: drag to pan, click it then wheel or +/− to zoom, Tab to the nodes, Esc back to the notebook" });
+  // the keys, as the page says its own (trace_page.js), with the one that leaves the widget
+  const keys = h("p.hint.widget-keys", {},
+    "Keys: Tab into the graph, then ↑ ↓ ← → walk its nodes · Esc gives the keys back to the notebook.");
   const status = h("p.replay-status", { "aria-live": "polite" }); // over the graph, as on the page
   const title = h("h2.widget-details-title", {}, "Details");
   const details = h("div.widget-details-body");
@@ -110,7 +122,7 @@ async function render({ model, el }) {
       link ? [" · ", h("a", { href: link, target: "_blank", rel: "noopener" }, "open the run on its server")] : null),
     findings, h("div.widget-toolbar", {}, events, controls, zoomButtons), layoutBar,
     h("div.widget-body", {}, h("div.graph-box", {}, graphBox, status),
-      h("aside.widget-details", {}, title, details))));
+      h("aside.widget-details", {}, title, details)), keys));
 
   const doc = await inflate(model.get("trace_gz"));
   setScript(doc.script); // a notebook's lines are said as its cells'

@@ -4,6 +4,7 @@ on a parameter shows its accumulation bars adding up to .grad, and the replay st
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import httpx
@@ -89,7 +91,8 @@ DEEP_CELL = ("%%autograd_lab\nchain = nn.Sequential(*[nn.Linear(4, 4) for _ in r
              "chain(x).sum().backward()")
 CONTROL_CELLS = [MODEL_CELL, TRAIN_CELL, DEEP_CELL]
 NOTEBOOKS = {"train.ipynb": CELLS, "no_dot.ipynb": NO_DOT_CELLS, "failing.ipynb": FAILING_CELLS,
-             "saved.ipynb": CELLS, "controls.ipynb": CONTROL_CELLS}
+             "saved.ipynb": CELLS, "saved_no_dot.ipynb": NO_DOT_CELLS,
+             "controls.ipynb": CONTROL_CELLS}
 
 
 # the notebook open with all its cells and its kernel started and idle (the one asked for:
@@ -331,38 +334,32 @@ def test_a_failed_cell_says_its_explanation_after_its_prints_on_its_own_lines_an
         context.close()
 
 
-def _saved_outputs(base: str, token: str, name: str) -> list[dict]:
-    """The traced cell's outputs as the file on disk holds them (the contents API)."""
-    answer = httpx.get(f"{base}/api/contents/{name}", params={"token": token}, timeout=30)
-    answer.raise_for_status()
-    return answer.json()["content"]["cells"][-1]["outputs"]
-
-
-def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture(browser, lab):
-    """Issue 37, point 3: run, save, stop the kernel, open the file again in a new page (a new
-    kernel: none of the widgets' models): the graph is still drawn, from the static output;
-    while the live view ran, that static twin was hidden (one graph on screen)."""
-    base, token = lab
+def _run_save_and_reopen(browser, base: str, token: str, name: str):
+    """Run `name`, save it, stop every kernel, open the file again in a new page (a new kernel:
+    none of the widgets' models). While the live view ran, its static twin was hidden (one
+    graph on screen). Returns (context, page, the shown notebook's selector), the last traced
+    cell's output scrolled into view."""
+    cells = NOTEBOOKS[name]
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(90_000)
     static = ".jp-OutputArea-output [data-autograd-lab-static]"
     try:
-        _run_all(page, base, token, "saved.ipynb")
-        page.wait_for_function(DONE, arg=len(CELLS))
+        _run_all(page, base, token, name)
+        page.wait_for_function(DONE, arg=len(cells))
         shown = _shown(page)
-        static = f"{shown} {static}"
         page.locator(f"{shown} .autograd-lab-widget .widget-graph svg g.node").first.wait_for()
-        assert page.locator(static).count() == 1 and not page.locator(static).is_visible()
+        first = page.locator(f"{shown} {static}").first
+        assert not first.is_visible()
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
         deadline = time.monotonic() + 60
         while not any(TRACE_MIMETYPE in o.get("data", {})
-                      for o in _saved_outputs(base, token, "saved.ipynb")):
+                      for c in _saved_cells(base, token, name) for o in c["outputs"]):
             assert time.monotonic() < deadline, "the notebook was not saved with its outputs"
             time.sleep(0.5)
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab-save-failed.png"))
+        page.screenshot(path=str(ARTIFACTS / f"jupyterlab-save-failed-{name}.png"))
         raise
     finally:
         context.close()
@@ -372,27 +369,154 @@ def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture(browser, 
     page = context.new_page()
     page.set_default_timeout(90_000)
     try:
-        page.goto(f"{base}/lab/tree/saved.ipynb?token={token}")
-        page.wait_for_function(READY, arg=[len(CELLS), "saved.ipynb"])
+        page.goto(f"{base}/lab/tree/{name}?token={token}")
+        page.wait_for_function(READY, arg=[len(cells), name])
+        # the new kernel is idle and the widget manager has looked for the models: what a
+        # missing model makes JupyterLab say is on the page by now (it waits 2 s for one)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.jp-OutputArea-output')].every(o =>"
+            " !o.textContent.startsWith('Loading widget'))")
+        return context, page, _shown(page)
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"jupyterlab-reopen-failed-{name}.png"))
+        context.close()
+        raise
+
+
+def _saved_cells(base: str, token: str, name: str) -> list[dict]:
+    """The notebook's cells as the file on disk holds them (the contents API)."""
+    answer = httpx.get(f"{base}/api/contents/{name}", params={"token": token}, timeout=30)
+    answer.raise_for_status()
+    return answer.json()["content"]["cells"]
+
+
+def _drawn(where) -> ET.Element:
+    """The picture shown in `where`: its <img> loaded and on screen, and the SVG it shows."""
+    image = where.locator("img.autograd-lab-picture")
+    image.wait_for()
+    assert image.is_visible()
+    assert image.evaluate("el => el.complete && el.naturalWidth > 0"), "the image did not load"
+    url = image.get_attribute("src")
+    prefix = "data:image/svg+xml;base64,"
+    assert url.startswith(prefix)
+    return ET.fromstring(base64.b64decode(url[len(prefix):]))
+
+
+def _no_widget_error_seen(page, shown: str) -> None:
+    """Nothing on screen says a widget could not be shown: JupyterLab's "Error displaying
+    widget: model not found" is hidden (the text is in the page, on a node not displayed)."""
+    assert "Error displaying widget" not in page.locator("body").inner_text()
+    assert "Error displaying widget" not in page.locator(shown).inner_text()
+    errors = page.locator(f"{shown} .jp-OutputArea-output.jupyter-widgets")
+    assert errors.count() >= 1, "JupyterLab found the widget's model: nothing was tested"
+    for i in range(errors.count()):
+        assert "model not found" in errors.nth(i).text_content()
+        assert not errors.nth(i).is_visible()
+
+
+def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture_and_no_error(
+        browser, lab):
+    """Issue 37, point 3: reopened with a new kernel, the traced cell shows the picture stored
+    in its static output, one line saying to run the cell for the interactive view, and not
+    JupyterLab's "Error displaying widget: model not found" where the live view was."""
+    base, token = lab
+    context, page, shown = _run_save_and_reopen(browser, base, token, "saved.ipynb")
+    try:
         page.evaluate(SCROLL_TO_LAST)
-        picture = page.locator(f"{_shown(page)} .jp-OutputArea-output [data-autograd-lab-static]")
-        picture.locator("svg g.node").first.wait_for()
-        assert picture.is_visible()
-        drawn = picture.locator("svg g.node")
-        assert drawn.count() >= 8
+        cell = page.locator(f"{shown} .jp-CodeCell").last
+        picture = cell.locator(".jp-OutputArea-output [data-autograd-lab-static]")
+        svg = _drawn(picture)
+        assert sum("node" in (g.get("class") or "").split() for g in svg.findall(".//{*}g")) >= 8
         # the parameters of the step the cell ran, the reused layer's among them
-        labels = picture.locator("svg").text_content()
+        labels = "".join(svg.itertext())
         assert "layer.weight" in labels and "head.weight" in labels
+        note = picture.locator("p.autograd-lab-rerun")
+        assert note.is_visible() and "run this cell" in note.inner_text()
+        _no_widget_error_seen(page, shown)
+        # what the cell's outputs say, top to bottom: the note, the picture, the summary
+        said = cell.locator(".jp-OutputArea").inner_text()
+        assert said.strip().startswith("A saved picture: run this cell"), said
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         picture.evaluate("el => el.scrollIntoView({block: 'start'})")
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened.png"))
-        # and what JupyterLab says where the live view was, below the picture
-        last = page.locator(f"{_shown(page)} .jp-CodeCell").last.locator(".jp-OutputArea-child")
-        last.last.evaluate("el => el.scrollIntoView({block: 'end'})")
+        # and where the live view was, below the picture and its summary: nothing
+        picture.locator("pre").evaluate("el => el.scrollIntoView({block: 'center'})")
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-live-view.png"))
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopen-failed.png"))
+        raise
+    finally:
+        context.close()
+
+
+def test_a_saved_notebook_of_a_kernel_without_graphviz_says_so_when_reopened(browser, lab):
+    """Issue 37, point 3: a kernel with no `dot` stores no picture; reopened, its traced cell
+    says so where it is seen (not only in text/plain, which JupyterLab hid behind the widget),
+    with the note to run the cell, and no widget error."""
+    base, token = lab
+    context, page, shown = _run_save_and_reopen(browser, base, token, "saved_no_dot.ipynb")
+    try:
+        traced = page.locator(f"{shown} .jp-CodeCell").nth(NO_DOT_CELLS.index(CELLS[2]))
+        traced.evaluate("el => el.scrollIntoView({block: 'start'})")
+        static = traced.locator(".jp-OutputArea-output [data-autograd-lab-static]")
+        assert static.is_visible()
+        assert static.locator("img, svg").count() == 0  # no kernel-made picture
+        said = static.inner_text()
+        assert "`dot` is not installed where this kernel runs" in said, said
+        assert said.startswith("Run this cell to get the interactive view back."), said
+        _no_widget_error_seen(page, shown)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-no-dot.png"))
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopen-no-dot-failed.png"))
+        raise
+    finally:
+        context.close()
+
+
+def test_a_saved_notebook_opened_untrusted_shows_the_picture_and_no_svg_text(browser, lab):
+    """A notebook from someone else (not signed here: JupyterLab opens it untrusted, renders a
+    sanitized text/html and no widget): the traced cell still shows its picture, and not the
+    SVG's labels as loose text (the sanitizer drops <svg> and keeps its text)."""
+    base, token = lab
+    saved = httpx.get(f"{base}/api/contents/saved.ipynb", params={"token": token},
+                      timeout=30).json()["content"]
+    assert any(TRACE_MIMETYPE in o.get("data", {}) for o in saved["cells"][-1]["outputs"]), \
+        "test_a_saved_notebook_reopened... saves saved.ipynb first"
+    for cell in saved["cells"]:
+        cell["metadata"].pop("trusted", None)
+    # another notebook than the one signed here (the notary knows its hash), as a shared one is
+    saved["metadata"]["shared_by"] = "someone else"
+    httpx.put(f"{base}/api/contents/shared.ipynb", params={"token": token}, timeout=30,
+              json={"type": "notebook", "format": "json", "content": saved}).raise_for_status()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(90_000)
+    try:
+        page.goto(f"{base}/lab/tree/shared.ipynb?token={token}")
+        page.wait_for_function(READY, arg=[len(CELLS), "shared.ipynb"])
+        shown = _shown(page)
+        assert not page.evaluate("() => window.jupyterapp.shell.currentWidget.content.model"
+                                 ".cells.get(2).trusted")
+        page.evaluate(SCROLL_TO_LAST)
+        cell = page.locator(f"{shown} .jp-CodeCell").last
+        outputs = cell.locator(".jp-OutputArea")
+        svg = _drawn(outputs)
+        labels = "".join(svg.itertext())
+        assert "layer.weight" in labels and "TanhBackward0" in labels
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        outputs.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-untrusted.png"))
+        # none of the drawing's words as loose text, as an inline <svg> left them
+        said = outputs.inner_text()
+        assert "TanhBackward0" not in said and "layer.weight" not in said, said
+        assert "A saved picture: run this cell" in said
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-untrusted-failed.png"))
         raise
     finally:
         context.close()
@@ -502,9 +626,10 @@ def test_arrow_keys_walk_the_widget_s_graph_along_pytorch_s_edges(controls):
     try:
         loss = _plain_model()["loss"]
         active = "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex"
-        cell_before = page.evaluate(active)
         # Tab from the Fit button: the graph is one Tab stop, its output node (the loss)
         widget.locator("button#zoom-fit").click()
+        # (the click makes the widget's cell the active one: run alone, it was the last cell)
+        cell_before = page.evaluate(active)
         page.keyboard.press("Tab")
         focused = widget.evaluate(FOCUSED)
         output = widget.locator(".widget-graph svg g.node.kind-output")
@@ -527,6 +652,38 @@ def test_arrow_keys_walk_the_widget_s_graph_along_pytorch_s_edges(controls):
         assert _named(widget.evaluate(FOCUSED)["label"]) == type(loss.grad_fn).__name__
     except Exception:
         _shot(page, "jupyterlab-widget-keys-failed.png")
+        raise
+
+
+def test_esc_gives_the_keys_back_to_the_notebook_in_command_mode(controls):
+    """JupyterLab's shortcuts are off while the widget has the keys (its arrows are the
+    graph's); Esc hands them back: the widget's cell, in command mode, where `k` selects the
+    cell above, as JupyterLab's own shortcut does."""
+    page, widget = controls
+    notebook = "window.jupyterapp.shell.currentWidget.content"
+    try:
+        assert "Esc gives the keys back to the notebook" in widget.locator(
+            "p.widget-keys").inner_text()
+        widget.locator("button#zoom-fit").click()
+        page.keyboard.press("Tab")  # into the graph: the node it last had (a roving Tab stop)
+        focused = widget.evaluate(FOCUSED)
+        assert focused and widget.locator(
+            f".widget-graph svg g.node[id='{focused['id']}']").count() == 1, focused
+        cell = page.evaluate(f"() => {notebook}.activeCellIndex")
+        page.keyboard.press("k")  # the graph has the keys: JupyterLab's `k` does nothing
+        assert page.evaluate(f"() => {notebook}.activeCellIndex") == cell
+        page.keyboard.press("Escape")
+        assert widget.evaluate(FOCUSED) is None  # nothing in the widget has the focus
+        assert page.evaluate(f"() => {notebook}.mode") == "command"
+        assert page.evaluate(f"() => {notebook}.activeCellIndex") == cell
+        assert page.evaluate(f"() => document.activeElement === {notebook}.activeCell.node")
+        page.keyboard.press("k")  # now JupyterLab's: the cell above
+        assert page.evaluate(f"() => {notebook}.activeCellIndex") == cell - 1
+        _shot(page, "jupyterlab-widget-esc.png")
+        page.keyboard.press("j")
+        assert page.evaluate(f"() => {notebook}.activeCellIndex") == cell
+    except Exception:
+        _shot(page, "jupyterlab-widget-esc-failed.png")
         raise
 
 

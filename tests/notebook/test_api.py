@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 
@@ -80,8 +82,13 @@ def test_show_of_a_trace_dict_draws_it_and_carries_it():
     nodes = backward_events(doc)[0]["graph"]["nodes"]
     assert {n["id"] for n in nodes} <= drawn  # node ids are the Trace's (app/render)
     assert "1 backward" in bundle["text/plain"] and "4 parameter(s)" in bundle["text/plain"]
-    # the picture inline in HTML too: what JupyterLab shows of a saved notebook's output
-    assert bundle["text/html"].count("<svg") == 1
+    # the picture in the HTML too, what JupyterLab shows of a saved notebook's output: the
+    # same SVG, as an image (an inline <svg> is text soup once an untrusted notebook's HTML is
+    # sanitized)
+    assert "<svg" not in bundle["text/html"]
+    (url,) = re.findall(r'<img class="autograd-lab-picture" src="data:image/svg\+xml;base64,'
+                        r'([A-Za-z0-9+/=]+)"', bundle["text/html"])
+    assert base64.b64decode(url).decode("utf-8") == bundle["image/svg+xml"]
 
 
 def test_show_of_a_tensor_names_parameters_from_the_callers_modules():

@@ -352,3 +352,66 @@ def test_what_a_traced_cell_prints_arrives_while_it_runs(tmp_path_factory):
     assert "".join(printed) == "waiting\nfile seen\n"
     assert trace is not None and trace["stdout"] == "waiting\nfile seen\n"
     assert [e["kind"] for e in trace["events"]] == ["backward"]
+
+
+# issue 37: a figure a traced cell shows is drawn inline as the same cell's is without the magic
+# (it was kept only in the Trace); shown by plt.show(), and left open to the kernel's backend
+PLOTTED = """\
+w = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+(w * w).sum().backward()
+plt.figure(figsize=(3, 2))
+plt.plot(w.grad.tolist())
+plt.show()
+print("after show")
+"""
+LEFT_OPEN = "plt.figure(figsize=(3, 2))\n_ = plt.plot([3, 1, 2])\n"
+FIGURE_CELLS = [
+    "%load_ext autograd_lab",
+    "%matplotlib inline\nimport matplotlib.pyplot as plt\nimport torch",
+    # the same lines, plainly (2, 4) then traced (3, 5); the magic's line stands where the
+    # plain cell's comment does
+    "# plainly\n" + PLOTTED,
+    "%%autograd_lab --whole\n" + PLOTTED,
+    "# plainly\n" + LEFT_OPEN,
+    "%%autograd_lab --whole\n" + LEFT_OPEN + "torch.ones(1, requires_grad=True).sum().backward()",
+]
+
+
+def _before_the_trace(cell) -> list[tuple[str, str]]:
+    """The cell's outputs up to autograd-lab's own: (output type, a PNG's bytes or the text)."""
+    said = []
+    for o in _shown(cell):
+        data = o.get("data", {})
+        if TRACE in data or any("widget" in k for k in data):
+            break
+        said.append((o["output_type"], data["image/png"] if "image/png" in data else
+                     o.get("text", "")))
+    return said
+
+
+def _pngs(cell) -> list[str]:
+    return [o["data"]["image/png"] for o in cell.outputs if "image/png" in o.get("data", {})]
+
+
+def test_a_figure_a_traced_cell_shows_is_drawn_inline_as_the_plain_cell_draws_it(
+        tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("figures")
+    with kernel_installed(tmp):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in FIGURE_CELLS]
+        nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
+                                resources={"metadata": {"path": str(tmp)}}).execute()
+    plain, traced = _before_the_trace(nb.cells[2]), _before_the_trace(nb.cells[3])
+    # the plain cell: its figure (PyTorch's .grad plotted), then its print
+    assert [kind for kind, _ in plain] == ["display_data", "stream"], plain
+    assert plain[1][1] == "after show\n"
+    assert traced == plain  # the same picture, byte for byte, in the same place
+    # and the Trace keeps it too, with the line that showed it
+    (figure,) = _data(nb.cells[3], TRACE)["figures"]
+    assert figure["via"] == "show" and figure["line"] == PLOTTED.split("\n").index("plt.show()") + 2
+    # a figure left open: the kernel's backend shows it after the cell (so after the graph)
+    plain, traced = _pngs(nb.cells[4]), _pngs(nb.cells[5])
+    assert len(plain) == 1 and traced == plain
+    assert "image/png" in nb.cells[5].outputs[-1]["data"]
+    (figure,) = _data(nb.cells[5], TRACE)["figures"]
+    assert figure["via"] == "open at the end"
