@@ -67,7 +67,7 @@ const PAGE_LABELS = 12.5;
 const status = $("status");
 const progress = new Progress($("progress"), $("progress-text"));
 const graph = new GraphView($("graph"), {
-  onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null }),
+  onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null, vs: null }),
   // a phone's details sheet lies over the bottom of the graph
   coveredFrom: () => (document.body.classList.contains("sheet-open") ? $("details").getBoundingClientRect().top : Infinity),
 });
@@ -81,7 +81,7 @@ const controls = subject.fixed ? null : new Controls($("controls"), subject, {
 
 function changeRun(next) {
   run = next;
-  view = { ...view, step: null, cell: null, event: null, node: null, line: null };
+  view = { ...view, step: null, cell: null, event: null, node: null, line: null, vs: null };
   // presenter mode stays on the step it was at, with that step's highlights in the new run
   loadRun(true).then(() => { if (view.present && view.say && doc && !pending) say(view.say); });
 }
@@ -116,19 +116,21 @@ function selectNode(id) {
   const node = nodeById(id);
   if (!node) return;
   const param = node.param && doc.params[node.param] ? node.param : null;
-  update({ node: id, param, line: null, cell: param === view.param ? view.cell : null }, { reveal: id });
+  update({ node: id, param, line: null, cell: param === view.param ? view.cell : null,
+    vs: param === view.param ? view.vs : null }, { reveal: id });
 }
 
 function selectParam(name) {
   userPicked = true;
   const node = shown && shown.graph.nodes.find((n) => n.param === name);
-  update({ param: name, node: node ? node.id : null, line: null, cell: name === view.param ? view.cell : null },
+  update({ param: name, node: node ? node.id : null, line: null, cell: name === view.param ? view.cell : null,
+    vs: name === view.param ? view.vs : null },
     { reveal: node ? node.id : null });
 }
 
 function selectLine(line) {
   userPicked = true;
-  update({ line, node: null, param: null, cell: null });
+  update({ line, node: null, param: null, cell: null, vs: null });
 }
 
 // ---- a big graph, drawn by module ----------------------------------------------------------
@@ -639,6 +641,14 @@ function renderPanel(ev, node, diagnostics, replay) {
     compiledRegions: doc && doc.compiled_regions,
     lineText: (n) => source.text(n), onLine: selectLine, onNode: selectNode, onReplay: setStep, onEvent: selectEvent,
     onCell: (cell) => update({ cell }),
+    // a parameter's .grad after two passes (grad_compare.js); opened, it is brought into view
+    compare: view.vs,
+    onCompare: (vs) => {
+      const opening = Boolean(vs && !view.vs);
+      userPicked = true;
+      update({ vs });
+      if (opening) requestAnimationFrame(revealCompare);
+    },
     onHover: (id) => { hinted = id; highlight(); },
     onPickNode: (id) => update({}, { reveal: id }),
   };
@@ -713,6 +723,12 @@ function revealDetails() {
   if (box.top < 0 || box.top > window.innerHeight - 120) panel.scrollIntoView({ block: "nearest" });
 }
 
+/** The compare just opened, in sight: in the phone's sheet, or the page scrolled to it. */
+function revealCompare() {
+  const section = document.querySelector("#details .grad-compare");
+  if (section) section.scrollIntoView({ block: "nearest" });
+}
+
 function pickDiagnostic(d) {
   if (d.event !== null && d.event !== undefined && d.event !== view.event) {
     selectEvent(d.event).then(() => pickDiagnostic({ ...d, event: null }));
@@ -740,7 +756,7 @@ installKeys({
   step: () => view.step ?? 0,
   toStep: setStep,
   toEnd: () => setStep(shown ? shown.order.length : 0),
-  clear: () => update({ node: null, param: null, line: null, step: null, cell: null }),
+  clear: () => update({ node: null, param: null, line: null, step: null, cell: null, vs: null }),
   zoomIn: () => graph.zoomIn(),
   zoomOut: () => graph.zoomOut(),
   fit: () => graph.fit(),
@@ -760,7 +776,7 @@ $("present-toggle").addEventListener("click", () => present(!view.present));
 $("presenter-next").addEventListener("click", () => presentKey(true));
 $("presenter-prev").addEventListener("click", () => presentKey(false));
 $("presenter-exit").addEventListener("click", () => present(false));
-$("details-close").addEventListener("click", () => update({ node: null, param: null, line: null, cell: null }));
+$("details-close").addEventListener("click", () => update({ node: null, param: null, line: null, cell: null, vs: null }));
 // a folded sheet (renderSheet) opens with a tap anywhere on it
 $("details").addEventListener("click", (e) => {
   if (!document.body.classList.contains("sheet-folded") || e.target.closest("#details-close")) return;
