@@ -586,6 +586,8 @@ function render() {
   renderPresenter($("presenter"), steps, view, replay && { step: view.step, total: shown ? shown.order.length : 0 }, {
     doc, event: ev, lineText: (n) => source.text(n),
     variants: subject.fixed ? null : variants, variant: run.variant, onVariant: changeVariant,
+    // a phone's step text opened or folded: the graph below it takes the rest of the screen
+    onResize: () => { if (shown && opened) openingView(); },
   });
   $("present-toggle").setAttribute("aria-pressed", view.present ? "true" : "false");
   renderSheet();
