@@ -164,7 +164,10 @@ function parkFocus(box) {
 export function renderPresenter(box, steps, view, replay, ctx) {
   const entering = box.hidden && Boolean(view.present);
   box.hidden = !view.present;
-  if (!view.present) document.body.style.removeProperty("--present-fit");
+  if (!view.present) {
+    document.body.style.removeProperty("--present-fit");
+    document.body.classList.remove("presenting-wide");
+  }
   document.body.classList.toggle("presenting", Boolean(view.present));
   // a step that names a parameter shows its bars beside the graph (the details panel, large)
   document.body.classList.toggle("presenting-param", Boolean(view.present && view.param));

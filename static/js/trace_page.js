@@ -321,16 +321,51 @@ function stepFocus(n) {
  *  always whole; a big graph readable from its output (graph.js initialView). */
 function openingView() {
   if (!shown) return;
+  // the step's column as wide as it is made (widen() may narrow it again for this step)
+  if (document.body.classList.contains("presenting-wide")) {
+    document.body.classList.remove("presenting-wide");
+    if (view.present) fitToScreen();
+  }
   graph.resized(); // the graph area first: the layout may have changed (presenter mode)
   if (shown.graph.nodes.length > READABLE_NODES || units.size) {
     graph.initialView();
   } else {
     const floor = view.present ? presenterLabels() : PAGE_LABELS;
     const { focus, must } = view.present && view.say ? stepFocus(view.say) : pageFocus();
-    graph.open({ focus, must, floor, comfy: floor * 1.2, most: floor * 1.6 });
+    const open = () => graph.open({ focus, must, floor, comfy: floor * 1.2, most: floor * 1.6 });
+    const cut = widen(open(), open, floor);
+    if (cut === null) {
+      graph.resized();
+      open();
+    }
   }
   const state = replayState(shown, view.step);
   if (state && state.current) graph.revealNow(state.current);
+}
+
+/** A presenter's step whose bars are not beside the graph, where the view's sides cut nodes
+ *  of the rows on show (a graph wider than its area at the labels' floor: checkpointing's
+ *  reentrant step 3 at 1280 x 720): the step's column is made narrower (app.css
+ *  .presenting-wide) if the graph then cuts fewer nodes and the step's text, shrunk to fit
+ *  the screen (fitToScreen), still reads at the graph's labels' size. `cut`: the nodes cut
+ *  now; `open()` opens the view again and says how many it cuts. Returns the cut it kept, or
+ *  null where the narrower column was tried and given up (the caller opens the view again). */
+function widen(cut, open, floor) {
+  if (!cut || !view.present || view.param || phone.matches) return cut;
+  document.body.classList.add("presenting-wide");
+  fitToScreen();
+  const text = document.querySelector("#presenter .presenter-text > p");
+  const fit = parseFloat(getComputedStyle(document.body).getPropertyValue("--present-fit")) || 1;
+  const reads = (!text || parseFloat(getComputedStyle(text).fontSize) * fit >= floor) &&
+    document.documentElement.scrollHeight <= window.innerHeight + 1; // and it all fits
+  if (reads) {
+    graph.resized();
+    const wider = open();
+    if (wider < cut) return wider;
+  }
+  document.body.classList.remove("presenting-wide");
+  fitToScreen();
+  return null;
 }
 
 /** → and ← in presenter mode: the narration's steps, then the backward replay. */
