@@ -214,7 +214,8 @@ function compact(box, key, onResize) {
   const text = box.querySelector(".presenter-text");
   const first = text.querySelector(":scope > p");
   const hidden = [...text.querySelectorAll(":scope > *, .presenter-line")].some((el) => !el.getClientRects().length);
-  const cut = folded && (hidden || Boolean(first && first.scrollHeight > first.clientHeight + 1));
+  const long = [...text.querySelectorAll(".presenter-line code")].some((c) => c.scrollWidth > c.clientWidth + 1);
+  const cut = folded && (hidden || long || Boolean(first && first.scrollHeight > first.clientHeight + 1));
   more.hidden = !narrow.matches || (folded && !cut);
   more.textContent = folded ? "More ▾" : "Less ▴";
   more.setAttribute("aria-expanded", folded ? "false" : "true");

@@ -16,6 +16,7 @@ import pytest
 from app.catalog import load_catalog
 from tests.conftest import SCENARIOS
 
+from .axe import audit, said, serious
 from .conftest import Watched, api_trace, box, open_scenario, screen, settled
 from .conftest import inside as on_screen
 from .test_class import followers, join, room, start_class  # noqa: F401 (room: a fixture)
@@ -86,7 +87,7 @@ def test_a_phone_following_a_presenter_sees_the_graph_under_a_strip_of_text(room
 
 def test_more_opens_the_whole_step_and_less_folds_it(browser, server):
     context = browser.new_context(viewport={"width": PHONE[0], "height": PHONE[1]},
-                                  is_mobile=True, has_touch=True)
+                                  is_mobile=True, has_touch=True, bypass_csp=True)  # for axe
     page = context.new_page()
     page.set_default_timeout(60_000)
     w = Watched(page, server, "phone-presenter-more")
@@ -102,6 +103,8 @@ def test_more_opens_the_whole_step_and_less_folds_it(browser, server):
         assert whole > folded + 10, "pick a step longer than the strip"
         more = page.locator("#presenter .presenter-more")
         assert more.inner_text().startswith("More")
+        found = serious(audit(page))
+        assert not found, said(found)
         more.click()
         page.wait_for_function("() => document.querySelector('#presenter .presenter-more')"
                                ".getAttribute('aria-expanded') === 'true'")
