@@ -63,7 +63,7 @@ export function gradStory(doc, name, a, b) {
   for (const e of seen) {
     const { before, after } = e.grads[name];
     if (!sameGrad(held, before)) {
-      if (cleared(before) && !cleared(held)) {
+      if (cleared(before)) { // None, or zeros: from whatever it held (zeros to None too)
         clear = { before: e.index, none: !before };
         added.length = 0; // what was there before it is gone
         changed.length = 0;
