@@ -45,7 +45,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 # takes the first three): a scenario option may not be called any of these, since every other
 # query parameter is an option (`?k=2`).
 RESERVED_QUERY_NAMES = ("variant", "device", "event", "node", "param", "line", "step", "cell",
-                        "present", "say", "layout", "depth", "open",
+                        "present", "say", "layout", "depth", "open", "vs",
                         # the graph API's own (not in a page's address)
                         "fold", "view", "font")
 # what a `Show:` line may name: each one presenter mode brings on screen (static/js/presenter.js),

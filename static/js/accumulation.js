@@ -4,21 +4,15 @@
 // change next to the gradient that caused it.
 
 import { h, fmt, num, shapeText, richText } from "./dom.js";
-import { heatmap, maxAbs, colourBar, valueAt, matrix, MAX_VALUES } from "./heatmap.js";
+import { heatmap, maxAbs, colourBar, valueAt, matrix, measure, MAX_VALUES } from "./heatmap.js";
+import { gradCompare } from "./grad_compare.js";
+
+export { measure };
 import { waterfall } from "./waterfall.js";
 import { lineLabel } from "./lines.js";
 import { checkSentence, plainRatio, ruleSentences, settingsText } from "./step_rule.js";
 
 const MAP_WIDTH = 150; // two heat maps side by side in the panel
-
-/** One number per tensor that adds up across uses: the sum of all entries, or one entry. */
-export function measure(summary, cell) {
-  if (!summary) return 0;
-  if (cell) return valueAt(summary, cell) ?? NaN;
-  const mat = matrix(summary);
-  if (mat) return mat.data.reduce((a, b) => a + b, 0);
-  return num(summary.mean) * (summary.numel ?? 1);
-}
 
 /**
  * The panel body for parameter `name` in `event`.
@@ -70,7 +64,7 @@ function backwardView(doc, event, name, hooks) {
   } else if (!contribs.length) {
     out.append(h("p.notice.notice-warning", {}, `Not used in backward #${event.index}: no gradient reaches it, so `,
       h("code", {}, ".grad"), grads.after ? " keeps its earlier value." : " stays None."));
-    if (!grads.after) return out;
+    if (!grads.after) return withCompare(out, doc, event, name, hooks);
   }
   const cell = hooks.cell && grads.after && valueAt(grads.after, hooks.cell) !== null ? hooks.cell : null;
   const what = cell ? `entry [${cell.join(", ")}]` : "sum of all entries";
@@ -135,6 +129,9 @@ function backwardView(doc, event, name, hooks) {
         diags.length ? " — they differ (see the note above)." :
           ` — they differ by ${fmt(total - sum, 3)}, and autograd-lab does not know why.`));
 
+  // .grad after this pass next to after another one: what the passes between added, or cleared
+  if (!returns) withCompare(out, doc, event, name, hooks);
+
   const tensors = [grads.after, grads.before, ...contribs.map((c) => c.grad), ...shares.map((s) => s.grad)];
   const scale = maxAbs(...tensors);
   if (matrix(grads.after)) {
@@ -157,6 +154,12 @@ function backwardView(doc, event, name, hooks) {
       h("button.link", { type: "button", onclick: () => hooks.onEvent(e.index) },
         `step #${e.index} (${e.optimizer}): weights before and after`))));
   }
+  return out;
+}
+
+function withCompare(out, doc, event, name, hooks) {
+  const compare = gradCompare(doc, event, name, hooks);
+  if (compare) out.append(compare);
   return out;
 }
 

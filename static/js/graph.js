@@ -374,15 +374,18 @@ export class GraphView {
    * `most` px. `must` (node ids; by default the first of `focus`) are the nodes the view is
    * about: each lies whole, with its badges, inside the part of the graph area that is seen
    * (a phone's sheet covers its bottom), even where that takes labels below `floor`.
+   * Returns how many nodes the view's left and right sides cut.
    */
   open(options = {}) {
     this.opening = true;
+    let cut = 0;
     try {
-      this.openNow(options);
+      cut = this.openNow(options) || 0;
     } finally {
       this.opening = false;
     }
     this.moved = false;
+    return cut;
   }
 
   openNow({ focus = [], must = focus.slice(0, 1), floor = 12, comfy = floor * 1.25, most = floor * 1.6 } = {}) {
@@ -470,6 +473,11 @@ export class GraphView {
     this.panZoom.zoom(this.panZoom.getZoom() * (zoom / sizes.realZoom));
     const now = this.panZoom.getSizes().realZoom; // within the library's bounds
     this.panZoom.pan({ x: sizes.width / 2 - cx * now, y: height / 2 - cy * now });
+    // the nodes the view's sides cut (its edges, not the room kept free inside them), for a
+    // caller that can make the graph area wider
+    const edge = { w: sizes.width / 2 / now, h: height / 2 / now };
+    return outlines.filter((o) => o.y1 > cy - edge.h && o.y0 < cy + edge.h &&
+      ((o.x0 < cx - edge.w && o.x1 > cx - edge.w) || (o.x0 < cx + edge.w && o.x1 > cx + edge.w))).length;
   }
 
   /** A node's box with its badges, in the drawing's units (contentBox). */

@@ -60,6 +60,15 @@ export function valueAt(summary, index) {
   return Array.isArray(v) ? null : num(v);
 }
 
+/** One number per tensor that adds up across uses: the sum of all entries, or one entry. */
+export function measure(summary, cell) {
+  if (!summary) return 0;
+  if (cell) return valueAt(summary, cell) ?? NaN;
+  const mat = matrix(summary);
+  if (mat) return mat.data.reduce((a, b) => a + b, 0);
+  return num(summary.mean) * (summary.numel ?? 1);
+}
+
 /** A summary carries its values up to this many elements (app/trace/summary.py MAX_VALUES),
  *  while the run's budget of numbers lasts. */
 export const MAX_VALUES = 4096;

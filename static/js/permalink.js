@@ -6,7 +6,7 @@
 import { changedByPerson } from "./view_state.js";
 
 const VIEW_KEYS = ["event", "node", "param", "line", "step", "cell", "present", "say", "layout",
-  "depth", "open"];
+  "depth", "open", "vs"];
 const RUN_KEYS = ["variant", "device"];
 
 /** Read {run, view} from the current URL, given the subject (api.js: its options, default
@@ -39,6 +39,8 @@ export function readUrl(subject, search = location.search) {
     layout: ["flat", "modules"].includes(q.get("layout")) ? q.get("layout") : null,
     depth: int("depth"),
     open: q.get("open") ? q.get("open").split(",").filter(Boolean).slice(0, 200).map(unescapePath) : null,
+    // a parameter's .grad compared after two backward passes (grad_compare.js): "0,2"
+    vs: /^\d+,\d+$/.test(q.get("vs") || "") ? q.get("vs").split(",").map(Number) : null,
   };
   return { run, view };
 }

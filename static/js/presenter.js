@@ -131,6 +131,10 @@ function variantButtons(variants, current, onVariant) {
 }
 
 const oneColumn = window.matchMedia("(max-width: 900px)");
+// a phone (graph.js's test): the step's text is a strip of a few lines above the graph, so the
+// graph and the nodes the step names are on the first screen; "More" opens the whole step
+const narrow = window.matchMedia("(max-width: 600px)");
+let opened = null; // the step whose whole text a phone's reader opened ("say|variant")
 // the least the step's text is shrunk to, so that it and what it points at fit the screen
 const LEAST_FIT = 0.7;
 
@@ -160,7 +164,10 @@ function parkFocus(box) {
 export function renderPresenter(box, steps, view, replay, ctx) {
   const entering = box.hidden && Boolean(view.present);
   box.hidden = !view.present;
-  if (!view.present) document.body.style.removeProperty("--present-fit");
+  if (!view.present) {
+    document.body.style.removeProperty("--present-fit");
+    document.body.classList.remove("presenting-wide");
+  }
   document.body.classList.toggle("presenting", Boolean(view.present));
   // a step that names a parameter shows its bars beside the graph (the details panel, large)
   document.body.classList.toggle("presenting-param", Boolean(view.present && view.param));
@@ -178,10 +185,40 @@ export function renderPresenter(box, steps, view, replay, ctx) {
       n === steps.length ? h("span.presenter-next", {}, " · → replays the backward pass") : null] : "";
   fill(box.querySelector(".presenter-text"), h("p", {}, text), presenterShows(step, view, ctx));
   fill(box.querySelector(".presenter-where"), where);
+  compact(box, `${n}|${ctx.variant}`, ctx.onResize);
   const variants = box.querySelector(".presenter-variants");
   fill(variants, variantButtons(ctx.variants, ctx.variant, ctx.onVariant));
   variants.hidden = !variants.childElementCount;
   fitToScreen();
+}
+
+/** On a phone, the step's text folded to a strip (app.css .is-compact: three lines, the
+ *  step's source line, nothing more) with a button that opens the rest; a new step comes
+ *  folded again. Elsewhere, and where nothing is cut, no button. `onResize`: the presenter's
+ *  height changed (the graph below it is sized to the rest of the screen). */
+function compact(box, key, onResize) {
+  let more = box.querySelector(".presenter-more");
+  if (!more) {
+    more = h("button.presenter-more", { type: "button", "aria-expanded": "false" }, "More");
+    box.querySelector(".presenter-where").after(more);
+  }
+  if (opened !== key) opened = null;
+  const folded = narrow.matches && opened === null;
+  box.classList.toggle("is-compact", folded);
+  more.onclick = () => {
+    opened = opened === key ? null : key;
+    compact(box, key, onResize);
+    if (onResize) onResize();
+  };
+  // the button only where folding hides something (a short step fits its three lines)
+  const text = box.querySelector(".presenter-text");
+  const first = text.querySelector(":scope > p");
+  const hidden = [...text.querySelectorAll(":scope > *, .presenter-line")].some((el) => !el.getClientRects().length);
+  const long = [...text.querySelectorAll(".presenter-line code")].some((c) => c.scrollWidth > c.clientWidth + 1);
+  const cut = folded && (hidden || long || Boolean(first && first.scrollHeight > first.clientHeight + 1));
+  more.hidden = !narrow.matches || (folded && !cut);
+  more.textContent = folded ? "More ▾" : "Less ▴";
+  more.setAttribute("aria-expanded", folded ? "false" : "true");
 }
 
 /** The next variant after the one on show (`by` -1: the one before), round the list. */

@@ -67,7 +67,7 @@ const PAGE_LABELS = 12.5;
 const status = $("status");
 const progress = new Progress($("progress"), $("progress-text"));
 const graph = new GraphView($("graph"), {
-  onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null }),
+  onNode: selectNode, onBackground: () => update({ node: null, param: null, line: null, vs: null }),
   // a phone's details sheet lies over the bottom of the graph
   coveredFrom: () => (document.body.classList.contains("sheet-open") ? $("details").getBoundingClientRect().top : Infinity),
 });
@@ -81,7 +81,7 @@ const controls = subject.fixed ? null : new Controls($("controls"), subject, {
 
 function changeRun(next) {
   run = next;
-  view = { ...view, step: null, cell: null, event: null, node: null, line: null };
+  view = { ...view, step: null, cell: null, event: null, node: null, line: null, vs: null };
   // presenter mode stays on the step it was at, with that step's highlights in the new run
   loadRun(true).then(() => { if (view.present && view.say && doc && !pending) say(view.say); });
 }
@@ -116,19 +116,21 @@ function selectNode(id) {
   const node = nodeById(id);
   if (!node) return;
   const param = node.param && doc.params[node.param] ? node.param : null;
-  update({ node: id, param, line: null, cell: param === view.param ? view.cell : null }, { reveal: id });
+  update({ node: id, param, line: null, cell: param === view.param ? view.cell : null,
+    vs: param === view.param ? view.vs : null }, { reveal: id });
 }
 
 function selectParam(name) {
   userPicked = true;
   const node = shown && shown.graph.nodes.find((n) => n.param === name);
-  update({ param: name, node: node ? node.id : null, line: null, cell: name === view.param ? view.cell : null },
+  update({ param: name, node: node ? node.id : null, line: null, cell: name === view.param ? view.cell : null,
+    vs: name === view.param ? view.vs : null },
     { reveal: node ? node.id : null });
 }
 
 function selectLine(line) {
   userPicked = true;
-  update({ line, node: null, param: null, cell: null });
+  update({ line, node: null, param: null, cell: null, vs: null });
 }
 
 // ---- a big graph, drawn by module ----------------------------------------------------------
@@ -319,16 +321,51 @@ function stepFocus(n) {
  *  always whole; a big graph readable from its output (graph.js initialView). */
 function openingView() {
   if (!shown) return;
+  // the step's column as wide as it is made (widen() may narrow it again for this step)
+  if (document.body.classList.contains("presenting-wide")) {
+    document.body.classList.remove("presenting-wide");
+    if (view.present) fitToScreen();
+  }
   graph.resized(); // the graph area first: the layout may have changed (presenter mode)
   if (shown.graph.nodes.length > READABLE_NODES || units.size) {
     graph.initialView();
   } else {
     const floor = view.present ? presenterLabels() : PAGE_LABELS;
     const { focus, must } = view.present && view.say ? stepFocus(view.say) : pageFocus();
-    graph.open({ focus, must, floor, comfy: floor * 1.2, most: floor * 1.6 });
+    const open = () => graph.open({ focus, must, floor, comfy: floor * 1.2, most: floor * 1.6 });
+    const cut = widen(open(), open, floor);
+    if (cut === null) {
+      graph.resized();
+      open();
+    }
   }
   const state = replayState(shown, view.step);
   if (state && state.current) graph.revealNow(state.current);
+}
+
+/** A presenter's step whose bars are not beside the graph, where the view's sides cut nodes
+ *  of the rows on show (a graph wider than its area at the labels' floor: checkpointing's
+ *  reentrant step 3 at 1280 x 720): the step's column is made narrower (app.css
+ *  .presenting-wide) if the graph then cuts fewer nodes and the step's text, shrunk to fit
+ *  the screen (fitToScreen), still reads at the graph's labels' size. `cut`: the nodes cut
+ *  now; `open()` opens the view again and says how many it cuts. Returns the cut it kept, or
+ *  null where the narrower column was tried and given up (the caller opens the view again). */
+function widen(cut, open, floor) {
+  if (!cut || !view.present || view.param || phone.matches) return cut;
+  document.body.classList.add("presenting-wide");
+  fitToScreen();
+  const text = document.querySelector("#presenter .presenter-text > p");
+  const fit = parseFloat(getComputedStyle(document.body).getPropertyValue("--present-fit")) || 1;
+  const reads = (!text || parseFloat(getComputedStyle(text).fontSize) * fit >= floor) &&
+    document.documentElement.scrollHeight <= window.innerHeight + 1; // and it all fits
+  if (reads) {
+    graph.resized();
+    const wider = open();
+    if (wider < cut) return wider;
+  }
+  document.body.classList.remove("presenting-wide");
+  fitToScreen();
+  return null;
 }
 
 /** → and ← in presenter mode: the narration's steps, then the backward replay. */
@@ -584,6 +621,8 @@ function render() {
   renderPresenter($("presenter"), steps, view, replay && { step: view.step, total: shown ? shown.order.length : 0 }, {
     doc, event: ev, lineText: (n) => source.text(n),
     variants: subject.fixed ? null : variants, variant: run.variant, onVariant: changeVariant,
+    // a phone's step text opened or folded: the graph below it takes the rest of the screen
+    onResize: () => { if (shown && opened) openingView(); },
   });
   $("present-toggle").setAttribute("aria-pressed", view.present ? "true" : "false");
   renderSheet();
@@ -639,6 +678,14 @@ function renderPanel(ev, node, diagnostics, replay) {
     compiledRegions: doc && doc.compiled_regions,
     lineText: (n) => source.text(n), onLine: selectLine, onNode: selectNode, onReplay: setStep, onEvent: selectEvent,
     onCell: (cell) => update({ cell }),
+    // a parameter's .grad after two passes (grad_compare.js); opened, it is brought into view
+    compare: view.vs,
+    onCompare: (vs) => {
+      const opening = Boolean(vs && !view.vs);
+      userPicked = true;
+      update({ vs });
+      if (opening) requestAnimationFrame(revealCompare);
+    },
     onHover: (id) => { hinted = id; highlight(); },
     onPickNode: (id) => update({}, { reveal: id }),
   };
@@ -713,6 +760,12 @@ function revealDetails() {
   if (box.top < 0 || box.top > window.innerHeight - 120) panel.scrollIntoView({ block: "nearest" });
 }
 
+/** The compare just opened, in sight: in the phone's sheet, or the page scrolled to it. */
+function revealCompare() {
+  const section = document.querySelector("#details .grad-compare");
+  if (section) section.scrollIntoView({ block: "nearest" });
+}
+
 function pickDiagnostic(d) {
   if (d.event !== null && d.event !== undefined && d.event !== view.event) {
     selectEvent(d.event).then(() => pickDiagnostic({ ...d, event: null }));
@@ -740,7 +793,7 @@ installKeys({
   step: () => view.step ?? 0,
   toStep: setStep,
   toEnd: () => setStep(shown ? shown.order.length : 0),
-  clear: () => update({ node: null, param: null, line: null, step: null, cell: null }),
+  clear: () => update({ node: null, param: null, line: null, step: null, cell: null, vs: null }),
   zoomIn: () => graph.zoomIn(),
   zoomOut: () => graph.zoomOut(),
   fit: () => graph.fit(),
@@ -760,7 +813,7 @@ $("present-toggle").addEventListener("click", () => present(!view.present));
 $("presenter-next").addEventListener("click", () => presentKey(true));
 $("presenter-prev").addEventListener("click", () => presentKey(false));
 $("presenter-exit").addEventListener("click", () => present(false));
-$("details-close").addEventListener("click", () => update({ node: null, param: null, line: null, cell: null }));
+$("details-close").addEventListener("click", () => update({ node: null, param: null, line: null, cell: null, vs: null }));
 // a folded sheet (renderSheet) opens with a tap anywhere on it
 $("details").addEventListener("click", (e) => {
   if (!document.body.classList.contains("sheet-folded") || e.target.closest("#details-close")) return;

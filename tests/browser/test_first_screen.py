@@ -19,7 +19,7 @@ import pytest
 from app.catalog import load_catalog
 from tests.conftest import SCENARIOS
 
-from .conftest import api_trace, open_scenario, settled
+from .conftest import api_trace, label_px, open_scenario, settled
 
 pytestmark = pytest.mark.browser
 
@@ -29,8 +29,8 @@ SIZES = [(1280, 720), (1920, 1080)]
 LESSONS = [(name, None) for name in load_catalog(SCENARIOS)] + [("checkpointing", "reentrant")]
 
 # boxes on screen: every node's outline, every badge, the graph area less what the window cuts
-# (a phone in presenter mode is one column that scrolls: its graph area is below the step's
-# text, and what it shows is the graph area's box, not the part the first screen holds)
+# (a phone in presenter mode too: the step's text is a strip above the graph, presenter.js
+# compact, so the graph and what the step names are on the first screen)
 _MEASURE = """(scrolls) => {
   const edges = (b) => ({x0: b.left, y0: b.top, x1: b.right, y1: b.bottom});
   const area = document.getElementById('graph').getBoundingClientRect();
@@ -118,7 +118,7 @@ def walk(page, count: int):
                                ".startsWith(`Step ${n} of`)", arg=n)
         page.wait_for_selector("#progress", state="hidden")
         settled(page)
-        yield n, page.evaluate(_MEASURE, page.viewport_size["width"] <= 600), page.url
+        yield n, page.evaluate(_MEASURE, False), page.url
 
 
 @pytest.mark.parametrize("name,variant", LESSONS, ids=[f"{n}-{v or 'first'}" for n, v in LESSONS])
@@ -316,3 +316,38 @@ def test_a_say_link_past_the_steps_lands_on_a_step_there_is(watched, say):
     if near < total:
         page.keyboard.press("ArrowRight")
         page.wait_for_function(f"() => location.search.includes('say={near + 1}')")
+
+
+def side_cut(measured: dict) -> list[str]:
+    """The nodes the graph area's left or right side cuts, among the rows it shows."""
+    seen = measured["seen"]
+    return sorted(node_id for node_id, b in measured["nodes"].items()
+                  if b["y1"] > seen["y0"] and b["y0"] < seen["y1"]
+                  and b["x1"] > seen["x0"] and b["x0"] < seen["x1"]
+                  and (b["x0"] < seen["x0"] - 1 or b["x1"] > seen["x1"] + 1))
+
+
+def test_the_reentrant_checkpoint_s_line_opens_with_no_node_cut_at_its_sides(watched):
+    """checkpointing's reentrant variant, step 3 at 1280 x 720: the rows around the
+    checkpoint's line are wider than the graph area at the projector's labels, and the view
+    cut two parameters at its left side. The step's column gives the graph the width (the
+    step has no bars beside it): no node cut at the sides, labels still at least 18 px, and the
+    step's text no smaller than the labels' floor there (18.5 px: trace_page.js widen)."""
+    page = watched.page
+    page.set_viewport_size({"width": 1280, "height": 720})
+    open_scenario(watched, "checkpointing", "variant=reentrant&present=1&say=3")
+    page.wait_for_function("() => document.querySelector('.presenter-where').textContent"
+                           ".startsWith('Step 3 of')")
+    page.wait_for_timeout(300)
+    settled(page)
+    measured = page.evaluate(_MEASURE, False)
+    assert side_cut(measured) == [], side_cut(measured)
+    labels = label_px(page)
+    assert labels >= 18, f"labels are {labels:.1f} px"
+    text = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector("
+                         "'#presenter .presenter-text > p')).fontSize) * parseFloat("
+                         "getComputedStyle(document.body).getPropertyValue('--present-fit')"
+                         " || '1')")
+    assert text >= 18.5, f"the step's text is {text:.1f} px"
+    assert page.evaluate("() => document.documentElement.scrollHeight <= innerHeight + 1")
+    watched.shot("reentrant-step3-1280x720", full_page=False)
