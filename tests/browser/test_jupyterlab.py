@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -119,6 +120,20 @@ SCROLL_TO_LAST = """async () => {
 }"""
 
 
+
+@contextmanager
+def _shot_if_it_fails(page, context, name: str):
+    """The page as it was when the block failed (test-artifacts/browser/NAME); the browser
+    context closed in any case."""
+    try:
+        yield
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / name))
+        raise
+    finally:
+        context.close()
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -217,7 +232,7 @@ def test_run_all_then_the_graph_a_parameter_s_bars_and_the_replay(browser, lab):
     foreign: list[str] = []
     page.on("request", lambda r: r.url.startswith("http") and not r.url.startswith(base)
             and foreign.append(r.url))
-    try:
+    with _shot_if_it_fails(page, context, "jupyterlab-failed.png"):
         _run_all(page, base, token, "train.ipynb")
         widget = ".autograd-lab-widget"
         _check_the_reused_layers_bars(page.locator(widget))
@@ -231,12 +246,6 @@ def test_run_all_then_the_graph_a_parameter_s_bars_and_the_replay(browser, lab):
         assert page.locator(f"{widget} .widget-graph svg g.node.is-current").count() == 1
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-widget-replay.png"))
         assert not foreign, foreign
-    except Exception:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab-failed.png"))
-        raise
-    finally:
-        context.close()
 
 
 def test_a_kernel_without_graphviz_gets_its_graphs_laid_out_in_the_browser(browser, lab):
@@ -247,7 +256,7 @@ def test_a_kernel_without_graphviz_gets_its_graphs_laid_out_in_the_browser(brows
     foreign: list[str] = []
     page.on("request", lambda r: r.url.startswith("http") and not r.url.startswith(base)
             and foreign.append(r.url))
-    try:
+    with _shot_if_it_fails(page, context, "jupyterlab-no-dot-failed.png"):
         _run_all(page, base, token, "no_dot.ipynb")
         widgets = page.locator(".autograd-lab-widget")
         _check_the_reused_layers_bars(widgets.first)
@@ -270,12 +279,6 @@ def test_a_kernel_without_graphviz_gets_its_graphs_laid_out_in_the_browser(brows
         assert "Node" in second.locator(".widget-details-title").inner_text()
         second.screenshot(path=str(ARTIFACTS / "jupyterlab-widget-no-dot-view.png"))
         assert not foreign, foreign
-    except Exception:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab-no-dot-failed.png"))
-        raise
-    finally:
-        context.close()
 
 
 def test_a_failed_cell_says_its_explanation_after_its_prints_on_its_own_lines_and_no_wall(
@@ -288,7 +291,7 @@ def test_a_failed_cell_says_its_explanation_after_its_prints_on_its_own_lines_an
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(90_000)
-    try:
+    with _shot_if_it_fails(page, context, "jupyterlab-failing-failed.png"):
         _run_all(page, base, token, "failing.ipynb")
         page.wait_for_function(DONE, arg=len(FAILING_CELLS))
         page.evaluate(SCROLL_TO_LAST)
@@ -326,12 +329,6 @@ def test_a_failed_cell_says_its_explanation_after_its_prints_on_its_own_lines_an
         # reader finds them
         outputs.first.evaluate("el => el.scrollIntoView({block: 'start'})")
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-failed-cell.png"))
-    except Exception:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab-failing-failed.png"))
-        raise
-    finally:
-        context.close()
 
 
 def _run_save_and_reopen(browser, base: str, token: str, name: str):
@@ -422,7 +419,7 @@ def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture_and_no_er
     JupyterLab's "Error displaying widget: model not found" where the live view was."""
     base, token = lab
     context, page, shown = _run_save_and_reopen(browser, base, token, "saved.ipynb")
-    try:
+    with _shot_if_it_fails(page, context, "jupyterlab-reopen-failed.png"):
         page.evaluate(SCROLL_TO_LAST)
         cell = page.locator(f"{shown} .jp-CodeCell").last
         picture = cell.locator(".jp-OutputArea-output [data-autograd-lab-static]")
@@ -443,12 +440,6 @@ def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture_and_no_er
         # and where the live view was, below the picture and its summary: nothing
         picture.locator("pre").evaluate("el => el.scrollIntoView({block: 'center'})")
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-live-view.png"))
-    except Exception:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopen-failed.png"))
-        raise
-    finally:
-        context.close()
 
 
 def test_a_saved_notebook_of_a_kernel_without_graphviz_says_so_when_reopened(browser, lab):
@@ -457,7 +448,7 @@ def test_a_saved_notebook_of_a_kernel_without_graphviz_says_so_when_reopened(bro
     with the note to run the cell, and no widget error."""
     base, token = lab
     context, page, shown = _run_save_and_reopen(browser, base, token, "saved_no_dot.ipynb")
-    try:
+    with _shot_if_it_fails(page, context, "jupyterlab-reopen-no-dot-failed.png"):
         traced = page.locator(f"{shown} .jp-CodeCell").nth(NO_DOT_CELLS.index(CELLS[2]))
         traced.evaluate("el => el.scrollIntoView({block: 'start'})")
         static = traced.locator(".jp-OutputArea-output [data-autograd-lab-static]")
@@ -469,12 +460,6 @@ def test_a_saved_notebook_of_a_kernel_without_graphviz_says_so_when_reopened(bro
         _no_widget_error_seen(page, shown)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-no-dot.png"))
-    except Exception:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopen-no-dot-failed.png"))
-        raise
-    finally:
-        context.close()
 
 
 def test_a_saved_notebook_opened_untrusted_shows_the_picture_and_no_svg_text(browser, lab):
@@ -495,7 +480,7 @@ def test_a_saved_notebook_opened_untrusted_shows_the_picture_and_no_svg_text(bro
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(90_000)
-    try:
+    with _shot_if_it_fails(page, context, "jupyterlab-untrusted-failed.png"):
         page.goto(f"{base}/lab/tree/shared.ipynb?token={token}")
         page.wait_for_function(READY, arg=[len(CELLS), "shared.ipynb"])
         shown = _shown(page)
@@ -514,12 +499,6 @@ def test_a_saved_notebook_opened_untrusted_shows_the_picture_and_no_svg_text(bro
         said = outputs.inner_text()
         assert "TanhBackward0" not in said and "layer.weight" not in said, said
         assert "A saved picture: run this cell" in said
-    except Exception:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab-untrusted-failed.png"))
-        raise
-    finally:
-        context.close()
 
 
 # ---- issue 37, point 4: the page's controls in the widget ---------------------------------
