@@ -75,6 +75,43 @@ def test_wrong_tokens_write_a_bounded_number_of_lines(tmp_path):
     assert len(_lines(name, "token_refused")) == 2 * PER_ADDRESS
 
 
+def test_a_few_addresses_cannot_hide_everyone_elses_refusals(tmp_path):
+    """Attack (issue 38): the overall bound counted lines, not addresses, so 20 addresses that
+    each sent PER_ADDRESS wrong tokens (100 lines) used it up, and for the rest of the minute
+    every other address's refusal was only a count under `address=others`: a stranger with 20
+    IPv6 /64s (a home /56 has 256) hid whoever else was guessing the token. Against a real
+    server: 21 strangers, then one more address's single wrong token is written with its
+    address; the teacher's run right after works."""
+    from app.web.audit import OVERALL
+    name = "refused-tokens-many-addresses"
+    strangers = [f"127.0.1.{i}" for i in range(1, OVERALL // PER_ADDRESS + 2)]
+    with serve(tmp_path, name=name, TOKEN=TOKEN, POOL_SIZE="0", WARM_SCENARIOS="false",
+               SELFTEST="false", UPLOAD_WORKERS="1", LOOPBACK_ADDRESSES_APART="true") as base:
+        for address in strangers:
+            with _from(base, address) as stranger:
+                for i in range(PER_ADDRESS + 1):
+                    answer = stranger.get("/api/admin",
+                                          headers={"Authorization": f"Bearer guess{i}"})
+                    assert answer.status_code == 401, answer.text
+        with _from(base, "127.0.2.1") as other:
+            assert other.get("/api/admin", headers={
+                "Authorization": "Bearer another-guess"}).status_code == 401
+        with _from(base, "127.0.0.1") as teacher:
+            ran = teacher.post("/api/runs", json={"source": NORMAL, "name": "normal.py"},
+                               headers={"Authorization": f"Bearer {TOKEN}"}, timeout=180)
+        assert ran.status_code == 200, ran.text
+        assert ran.json()["error"] is None, ran.json()["error"]
+        written = _lines(name, "token_refused")
+    plain = subprocess.run([sys.executable, "-c", NORMAL], capture_output=True, text=True,
+                           timeout=120, check=True)
+    assert ran.json()["stdout"].strip() == plain.stdout.strip()
+    assert [line for line in written if "address=127.0.2.1 " in line], written[-3:]
+    # every stranger its PER_ADDRESS lines, no more
+    for address in strangers:
+        assert len([line for line in written if f"address={address} " in line]) == \
+            PER_ADDRESS, address
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -107,7 +144,10 @@ def test_the_refusal_log_is_bounded_per_window_and_in_all():
             refusals.refused("token_refused", "a", path="/x")
         for address in ("b", "c", "d", "e"):
             refusals.refused("token_refused", address, path="/x")
-        assert [r.getMessage().split()[0] for r in caplog.records] == ["token_refused"] * 3
+        # a's first two, then b and c: three addresses have windows, d and e none
+        assert [r.getMessage().split()[0] for r in caplog.records] == ["token_refused"] * 4
+        assert [r.getMessage().split()[2] for r in caplog.records][2:] == [
+            "address=b", "address=c"]
         clock.now += 61  # the window is over: the next refusal says what was held back
         refusals.refused("token_refused", "a", path="/x")
     finally:
@@ -115,7 +155,7 @@ def test_the_refusal_log_is_bounded_per_window_and_in_all():
         audit_log.setLevel(level)
     said = [r.getMessage() for r in caplog.records]
     assert "token_refused_more count=8 address=a within_s=60 request=-" in said
-    # b was written; c past the overall bound: counted with d and e
-    assert "token_refused_more count=3 address=others within_s=60 request=-" in said
+    # d and e past the overall bound: counted together
+    assert "token_refused_more count=2 address=others within_s=60 request=-" in said
     assert said[-1].startswith("token_refused path=/x address=a ")
     assert len(refusals._windows) <= 3
