@@ -10,6 +10,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -110,6 +111,55 @@ def test_a_few_addresses_cannot_hide_everyone_elses_refusals(tmp_path):
     for address in strangers:
         assert len([line for line in written if f"address={address} " in line]) == \
             PER_ADDRESS, address
+
+
+LOOP = "import time\nwhile True:\n    time.sleep(0.1)\n"
+
+
+def test_wrong_tokens_sent_to_stop_a_run_are_written_too(tmp_path):
+    """Attack (issue 38): a wrong token was written only where a route required the token.
+    Stopping a run takes its starter's session or the token, and answered 403 for a wrong one
+    with no line: a class member, sending the stop of their own run without their cookie (a
+    program), tried tokens as fast as the server answered, a 403 each until the right one
+    stopped the run, and the log said nothing. Against a real server: the guesses are written
+    (bounded as any refusal), the right token still stops the run, a normal run works."""
+    from tests.server import browsers_of
+    name = "refused-tokens-stop"
+    guesses = 3 * PER_ADDRESS
+    # the sandbox self-test on: members' runs go only to a sandbox that held
+    with serve(tmp_path, name=name, TOKEN=TOKEN, POOL_SIZE="0", WARM_SCENARIOS="false",
+               UPLOAD_WORKERS="1", start_timeout=300) as base, browsers_of(base) as browser:
+        teacher, member = browser(), browser()
+        code = teacher.post("/api/classes", json={},
+                            headers={"Authorization": f"Bearer {TOKEN}"}).json()["code"]
+        assert member.get(f"/c/{code}").status_code == 200
+        for _ in range(300):  # members run code once the sandbox's self-test has held
+            sent = member.post("/api/runs?wait=false", json={"source": LOOP, "name": "loop.py"})
+            if sent.status_code != 503:
+                break
+            time.sleep(1)
+        assert sent.status_code == 202, sent.text
+        run_id = sent.json()["id"]
+        with httpx.Client(base_url=base, timeout=60) as program:  # no cookie: another client
+            for i in range(guesses):
+                answer = program.delete(f"/api/runs/{run_id}",
+                                        headers={"Authorization": f"Bearer guess{i}"})
+                assert answer.status_code == 403, answer.text
+            stopped = program.delete(f"/api/runs/{run_id}",
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+            assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
+            ran = program.post("/api/runs", json={"source": NORMAL, "name": "normal.py"},
+                               headers={"Authorization": f"Bearer {TOKEN}"}, timeout=180)
+        assert ran.status_code == 200, ran.text
+        assert ran.json()["error"] is None, ran.json()["error"]
+    plain = subprocess.run([sys.executable, "-c", NORMAL], capture_output=True, text=True,
+                           timeout=120, check=True)
+    assert ran.json()["stdout"].strip() == plain.stdout.strip()
+    written = _lines(name, "token_refused")
+    assert len(written) == PER_ADDRESS, written
+    assert all(f"path=/api/runs/{run_id} " in line for line in written), written
+    (more,) = _lines(name, "token_refused_more")
+    assert f"count={guesses - PER_ADDRESS} " in more, more
 
 
 class _Clock:
