@@ -162,6 +162,34 @@ def test_wrong_tokens_sent_to_stop_a_run_are_written_too(tmp_path):
     assert f"count={guesses - PER_ADDRESS} " in more, more
 
 
+def test_held_back_refusals_are_said_when_their_minute_is_over_however_quiet(tmp_path):
+    """Attack (issue 38): the count of the refusals held back was written at the next audit
+    line after the window or when the server stopped: a stranger who sent a burst of wrong
+    tokens and then went quiet left 5 lines and no count, for hours or for good (a server
+    killed, not stopped, never wrote it), though the docs said it came once the minute was
+    over. Against a real server that nobody else speaks to: the count is in the log within
+    seconds of the minute's end, the server still running; a normal run works after."""
+    from app.web.audit import WINDOW_S
+    name = "refused-tokens-quiet"
+    guesses = 4 * PER_ADDRESS
+    with serve(tmp_path, name=name, TOKEN=TOKEN, POOL_SIZE="0", WARM_SCENARIOS="false",
+               SELFTEST="false", UPLOAD_WORKERS="1") as base:
+        with httpx.Client(base_url=base, timeout=60) as stranger:
+            began = time.monotonic()
+            for i in range(guesses):
+                assert stranger.get("/api/admin", headers={
+                    "Authorization": f"Bearer guess{i}"}).status_code == 401
+            deadline = began + WINDOW_S + 20
+            while not _lines(name, "token_refused_more") and time.monotonic() < deadline:
+                time.sleep(1)
+            said = _lines(name, "token_refused_more")
+            ran = stranger.post("/api/runs", json={"source": NORMAL, "name": "normal.py"},
+                                headers={"Authorization": f"Bearer {TOKEN}"}, timeout=180)
+        assert ran.status_code == 200 and ran.json()["error"] is None, ran.text
+    assert len(said) == 1, said
+    assert f"count={guesses - PER_ADDRESS} address=127.0.0.1 " in said[0], said
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 1000.0
