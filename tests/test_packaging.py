@@ -107,6 +107,61 @@ def test_the_sandbox_of_an_installed_copy_reads_the_packages_beside_the_app_but_
     assert lines[2] == f"said [{str(installed.resolve()) + ' (all but app)'!r}]", lines[2]
 
 
+SYSTEM_INSTALL = """\
+import sys, tempfile
+from pathlib import Path
+import app
+from app.runner.protocol import app_root
+from app.runner.sandbox.confine import apply_landlock
+assert app.__file__.startswith(sys.argv[1]), app.__file__
+status = apply_landlock(Path(tempfile.mkdtemp()), app_root() / "app")
+assert status["enforced"], status
+import lazy_probe  # beside the app: still read after confinement
+print("lazy", lazy_probe.VALUE)
+for path in (Path(app.__file__), Path(app.__file__).parent / "_data/scenarios/reused_layer.py"):
+    try:
+        path.read_text()
+        print("read", path.name)
+    except OSError as e:
+        print("refused", path.name, type(e).__name__)
+print("said", [p for p in status["read"] if p.startswith(sys.argv[2])])
+"""
+
+
+@pytest.mark.slow
+def test_an_installed_copy_in_a_system_folder_does_not_let_a_run_read_the_app(installed):
+    """Attack (issue 38): `pip install autograd-lab` without a venv puts the app in
+    /usr/local/lib/python3.X/site-packages (Debian's in /usr/lib/python3/dist-packages), and
+    the worker's Landlock rules grant /usr/local/lib and /usr/lib whole, for the machine's
+    libraries: a run read the app's sources and its scenarios (the lessons' questions and
+    answers). A system folder above the app is now split as site-packages is: all but the app.
+    The installed copy is bound, in a mount namespace of this test's own, under
+    /usr/share/zoneinfo (a system folder the rules grant whole, with nothing Python needs,
+    covered there by an empty tmpfs): the machine's own folders are not touched."""
+    from app.runner.sandbox import landlock
+    if landlock.abi_version() < 1:
+        pytest.skip("no Landlock on this machine: nothing is refused")
+    if os.geteuid() != 0 or not Path("/usr/share/zoneinfo").is_dir():
+        pytest.skip("a mount namespace of the test's own needs root and /usr/share/zoneinfo")
+    (installed / "lazy_probe").mkdir(exist_ok=True)
+    (installed / "lazy_probe" / "__init__.py").write_text("VALUE = 42\n")
+    system = "/usr/share/zoneinfo"
+    there = f"{system}/site-packages"
+    probe = installed.parent / "system_install_probe.py"
+    probe.write_text(SYSTEM_INSTALL)
+    script = (f"mount -t tmpfs tmpfs {system} && mkdir {there} && "
+              f"mount --bind {installed} {there} && "
+              f"exec {sys.executable} {probe} {there} {system}")
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                          cwd=installed.parent, env={**os.environ, "PYTHONPATH": there},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[:3] == ["lazy 42", "refused __init__.py PermissionError",
+                         "refused reused_layer.py PermissionError"], lines
+    assert lines[3] == f"said [{system + ' (all but site-packages/app)'!r}]", lines[3]
+
+
 def _requirement_names(requirements: list[str]) -> set[str]:
     import re
     return {re.split(r"[\[<>=;! ]", r, maxsplit=1)[0].lower() for r in requirements}

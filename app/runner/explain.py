@@ -18,7 +18,7 @@ from app.format import InvalidTrace, Trace, diagnostic, error_record, new_docume
 from app.format.png import figure_problem
 
 from .child import Outcome
-from .protocol import Job
+from .protocol import TIME_LIMIT_MESSAGE, Job
 from .sandbox import ResourceLimits, seccomp
 
 __all__ = ["to_document"]
@@ -39,6 +39,11 @@ SUPERVISOR_KINDS = frozenset({"SandboxFailed", "WorkerFailed", "WorkerCrashed", 
                               "Stopped"})
 
 
+SELF_SIGTERM_MESSAGE = (
+    "the script's process was sent SIGTERM before its time limit, by the script itself or a "
+    "process it started, and stopped at the line shown (run plainly, it would end there, "
+    "killed by that signal)")
+
 def _script_named(doc: dict, timed_out: bool) -> None:
     """A report's error of a kind only the server names, by the full name of the script's own
     class of that name (its module's, the script's `__main__`, and its own), as
@@ -49,6 +54,10 @@ def _script_named(doc: dict, timed_out: bool) -> None:
     kind = error.get("type") if isinstance(error, dict) else None
     if kind in SUPERVISOR_KINDS or (kind == "Timeout" and not timed_out):
         error["type"] = f"__main__.{kind}"
+    if kind == "Timeout" and not timed_out and error.get("message") == TIME_LIMIT_MESSAGE:
+        # the worker's words for the time limit, which had not come: the script (or a process
+        # it started) sent the SIGTERM, or wrote the words itself
+        error["message"] = SELF_SIGTERM_MESSAGE
 
 
 def to_document(outcome: Outcome, *, job: Job, source: str, limits: ResourceLimits) -> Trace:

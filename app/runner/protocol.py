@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "READY", "MAX_JOB_LINE", "RESULT_FILE", "PARTIAL_FILE", "THREAD_VARS", "ALLOWED_ENV", "Job",
+    "READY", "MAX_JOB_LINE", "TIME_LIMIT_MESSAGE", "RESULT_FILE", "PARTIAL_FILE", "THREAD_VARS",
+    "ALLOWED_ENV", "Job",
     "LaunchPlan", "PlanError",
     "app_root", "ready_line", "parse_ready", "worker_env", "write_result",
 ]
@@ -95,6 +96,12 @@ class Job:
                                         "timeout", "threads", "watch_all") if k in data}
         return cls(**own, extra=data)
 
+
+# the worker's words when SIGTERM (the run's time limit) stops the script: explain.py names
+# them the script's own where the supervisor saw no time limit (the script sent the signal)
+TIME_LIMIT_MESSAGE = ("the script ran past its time limit and was stopped; the line shown is "
+                      "where it was (look for an endless loop, a long sleep or too many "
+                      "iterations)")
 
 class PlanError(ValueError):
     """A launch plan that is not one: a key missing, unknown or of the wrong type (named)."""

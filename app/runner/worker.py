@@ -35,7 +35,15 @@ import sys
 import time
 from pathlib import Path
 
-from .protocol import MAX_JOB_LINE, PARTIAL_FILE, RESULT_FILE, THREAD_VARS, Job, ready_line
+from .protocol import (
+    MAX_JOB_LINE,
+    PARTIAL_FILE,
+    RESULT_FILE,
+    THREAD_VARS,
+    TIME_LIMIT_MESSAGE,
+    Job,
+    ready_line,
+)
 
 _script_ended = False  # set the moment the script ends: a SIGTERM after it is no longer its
 
@@ -52,9 +60,7 @@ def _on_term(signum, frame):
         return
     from app.trace.as_main import TimeLimitExceeded
 
-    raise TimeLimitExceeded(
-        "the script ran past its time limit and was stopped; the line shown is where it was "
-        "(look for an endless loop, a long sleep or too many iterations)")
+    raise TimeLimitExceeded(TIME_LIMIT_MESSAGE)
 
 
 REPORT_MARGIN = 256 * 1024  # below the bound: the supervisor adds the sandbox's report

@@ -68,10 +68,12 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         # the shared mode's classes: every web process's changes, heard here (on one machine
         # there is nothing to hear, and listen returns at once)
         listening = asyncio.create_task(app.state.classroom.listen())
+        sweeping = asyncio.create_task(_sweep_refusals())
         try:
             yield
         finally:
             listening.cancel()
+            sweeping.cancel()
             REFUSALS.flush()  # the refusals held back in windows still open are said
             app.state.traces.stop()
             mode.queue.close()
@@ -147,6 +149,18 @@ class Mode:
     store: RunStore
     classroom: Classroom
     queue: RunQueue
+
+
+async def _sweep_refusals() -> None:
+    """Until cancelled: the counts of refusals held back are written within seconds of their
+    window's end, not at the next audit line (a stranger who goes quiet after a burst would
+    leave no count for hours, or none if the server is killed) (audit.py)."""
+    while True:
+        await asyncio.sleep(REFUSAL_SWEEP_S)
+        REFUSALS.sweep()
+
+
+REFUSAL_SWEEP_S = 5.0
 
 
 def _mode(settings: Settings, traces: TraceService, drawings: Drawings,

@@ -6,7 +6,10 @@ Refusals are bounded (`refused`): a stranger can send wrong tokens as fast as th
 answers, and each was a line, so the log (and the disk under it) was theirs to fill. Per
 address (client_keys.py's place), the first PER_ADDRESS in a WINDOW_S-second window are
 written, the rest counted and said in one `token_refused_more` line once the window is over;
-at most OVERALL addresses' lines a window, the others counted together (`address=others`).
+at most OVERALL addresses have windows at once, the others' refusals are counted together
+(`address=others`). So at most OVERALL * PER_ADDRESS lines a window, and OVERALL addresses'
+worth of memory. The bound is on addresses, not lines: counted in lines, 20 addresses sending 5
+each hid every other address's refusals for a minute (an attacker's read, issue 38).
 Actions are always written.
 
 A line is `EVENT key=value ... request=ID`. Values come from requests (a path, an alias), so
@@ -44,7 +47,7 @@ def _write(event: str, fields: dict, request: str) -> None:
 
 PER_ADDRESS = 5    # refusals written per address and window
 WINDOW_S = 60.0
-OVERALL = 100      # addresses tracked (and refusal lines written) per window, all together
+OVERALL = 100      # addresses tracked at once (each its own window), all together
 OTHERS = "others"  # the address of the count of refusals past OVERALL
 
 
@@ -59,24 +62,22 @@ class RefusalLog:
         self._lock = threading.Lock()
         # address -> [window start, lines written, refusals held back], oldest window first
         self._windows: OrderedDict[str, list] = OrderedDict()
-        self._all = [clock(), 0, 0]  # the same for all addresses together
+        self._others = [clock(), 0]  # [window start, refusals] of addresses past `overall`
 
     def refused(self, event: str, address: str, **fields: object) -> None:
         now = self.clock()
         with self._lock:
             summaries = self._close(now)
             window = self._windows.get(address)
-            if window is None and self._all[1] < self.overall:
+            if window is None and len(self._windows) < self.overall:
                 window = self._windows[address] = [now, 0, 0]
-            write = window is not None and window[1] < self.per_address and \
-                self._all[1] < self.overall
+            write = window is not None and window[1] < self.per_address
             if write:
                 window[1] += 1
-                self._all[1] += 1
             elif window is not None:
                 window[2] += 1
             else:
-                self._all[2] += 1
+                self._others[1] += 1
         for line in summaries:
             _write(*line)
         if write:
@@ -106,12 +107,10 @@ class RefusalLog:
             del self._windows[address]
             if more:
                 lines.append(self._summary(address, more))
-        if self._all[0] + self.window_s <= now:
-            if self._all[2]:
-                lines.append(self._summary(OTHERS, self._all[2]))
-            # what is still tracked keeps its lines counted against the new window
-            self._all = [now if now != float("inf") else self.clock(),
-                         sum(w[1] for w in self._windows.values()), 0]
+        if self._others[0] + self.window_s <= now:
+            if self._others[1]:
+                lines.append(self._summary(OTHERS, self._others[1]))
+            self._others = [now if now != float("inf") else self.clock(), 0]
         return lines
 
     def _summary(self, address: str, more: int) -> tuple:

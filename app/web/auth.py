@@ -123,7 +123,19 @@ def token_holder(request: Request) -> str | None:
     if secrets.compare_digest(value.encode(), token.encode()):
         return "token"
     name = request.app.state.teachers.name_of(value[:200])
+    if name is None:
+        _refused_once(request)
     return f"teacher:{name}" if name else None
+
+
+def _refused_once(request: Request) -> None:
+    """Write a wrong token's refusal, once a request, wherever it is judged: not only where a
+    route requires the token (a stop of someone's run, the upload policy also answer by it,
+    and were a silent way to try tokens). Bounded per address (audit.py)."""
+    if getattr(request.state, "token_refused", False):
+        return
+    request.state.token_refused = True
+    refused("token_refused", client_address(request), path=request.url.path)
 
 
 def has_token(request: Request) -> bool:
@@ -135,8 +147,7 @@ def _require_token(request: Request, doing: str, or_else: str = "") -> None:
     """401 unless the request carries the token, when this server has one."""
     if request.app.state.settings.token and not has_token(request):
         if request.headers.get("authorization"):  # a token was given, and it is not this one
-            # bounded per address: a stranger's wrong tokens cannot fill the log (audit.py)
-            refused("token_refused", client_address(request), path=request.url.path)
+            _refused_once(request)  # (a Basic one too: token_holder reads Bearer only)
         raise AppError(401, f"{doing} needs the server's token: send the header "
                             "'Authorization: Bearer TOKEN' (the page asks for it once)"
                             + or_else, "token_needed", headers={"WWW-Authenticate": "Bearer"})

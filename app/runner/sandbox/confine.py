@@ -7,9 +7,10 @@ and on a machine with an NVIDIA GPU its device files and driver folder (gpu.py).
 Left out on purpose: /etc, /home, /root, and the app's own source tree, which is already
 imported. Installed (pip install, the container image), the app sits in site-packages beside
 torch: every other entry of that folder is readable, the app's is not (a checkout above the
-app, by contrast, is left out whole: it holds more than packages). /etc/passwd and /etc/group
-are read only in a root of the run's own, where they are its own (own_root.py), not the
-machine's list of accounts. Torch-free.
+app, by contrast, is left out whole: it holds more than packages). The same for a system folder
+granted whole (/usr/local/lib, /usr/lib), where a pip install without a venv puts the app.
+/etc/passwd and /etc/group are read only in a root of the run's own, where they are its own
+(own_root.py), not the machine's list of accounts. Torch-free.
 """
 
 from __future__ import annotations
@@ -55,7 +56,16 @@ def landlock_rules(run_dir: Path, app_dir: Path, private_shm: bool = False,
             read.append(str(path))
     # a GPU's driver, where this machine has one (gpu.py): its libraries and device files
     read += [d for d in gpu.driver_dirs() if d not in read]
-    return {"read": read + _SYSTEM_READ,
+    # a system folder above the app (a pip install without a venv puts it in
+    # /usr/local/lib/python3.X/site-packages, Debian's in /usr/lib/python3/dist-packages) gives
+    # all but the app too: a grant of the whole folder would let a run read the app's sources
+    for folder in _SYSTEM_READ:
+        path = Path(folder).resolve()
+        if _within(app_dir, path) and path.is_dir():
+            read += [p for p in _all_but(path, app_dir) if p not in read]
+        elif folder not in read:
+            read.append(folder)
+    return {"read": read,
             "read_files": _SYSTEM_READ_FILES + (_OWN_ROOT_READ_FILES if own_root else []),
             "write": [str(run_dir)] + (["/dev/shm"] if private_shm else []),
             "write_files": _SYSTEM_WRITE_FILES,
@@ -69,14 +79,20 @@ def _is_package_folder(path: Path) -> bool:
     return path in installed or path.name in ("site-packages", "dist-packages")
 
 
-def _all_but(folder: Path, hidden: Path) -> list[str]:
-    """Every entry of `folder` except `hidden` (a folder beneath it, at any depth)."""
+def _all_but(folder: Path, hidden: Path, _seen: set[Path] | None = None) -> list[str]:
+    """Every entry of `folder` except `hidden` (a folder beneath it, at any depth). An entry
+    is judged by where it leads: Landlock follows a symlink to its target, so a link to the
+    app, or to a folder above it (python3 -> python3.11), is split as the folder itself."""
+    seen = _seen if _seen is not None else set()
+    seen.add(folder)
     kept: list[str] = []
     for child in sorted(folder.iterdir()):
-        if child == hidden:
+        real = child.resolve()
+        if real == hidden:
             continue
-        if _within(hidden, child):
-            kept += _all_but(child, hidden)
+        if _within(hidden, real):
+            if real not in seen:
+                kept += _all_but(real, hidden, seen)
         else:
             kept.append(str(child))
     return kept
@@ -86,10 +102,14 @@ def _folded(granted: list[str], app_dir: Path) -> list[str]:
     """The granted paths as the sandbox report says them: the entries of a package folder
     that holds the app as one line (some hundred paths would crowd the worker's READY line)."""
     app_dir = app_dir.resolve()
+    system = {Path(folder).resolve() for folder in _SYSTEM_READ}
     folded: list[str] = []
     for path in granted:
-        above = next((str(p) for p in Path(path).parents
-                      if _within(app_dir, p) and _is_package_folder(p)), None)
+        # the outermost folder split around the app: a system folder, else a package folder
+        above = next((str(p) for p in reversed(Path(path).parents)
+                      if _within(app_dir, p) and p in system), None) or \
+            next((str(p) for p in Path(path).parents
+                  if _within(app_dir, p) and _is_package_folder(p)), None)
         shown = f"{above} (all but {app_dir.relative_to(above)})" if above else path
         if shown not in folded:
             folded.append(shown)
