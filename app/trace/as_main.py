@@ -150,4 +150,17 @@ def error_from_exception(exc: BaseException, script_path: str) -> ErrorRecord:
     if isinstance(exc, TimeLimitExceeded):
         return error_record("Timeout", str(exc), line, frames=frames)
     message = str(exc).strip() or type(exc).__name__
-    return error_record(type(exc).__name__, message, line, frames=frames)
+    return error_record(_kind_of(type(exc)), message, line, frames=frames)
+
+
+# the kinds the worker names itself (no graph, a report too large, a device missing): a
+# script's own class of one of these names is told by the full name Python gives the class
+# (`__main__.NoGraph`), so the page, the fix trial and the metrics never take it for the
+# worker's word
+WORKER_KINDS = frozenset({"NoGraph", "TraceTooLarge", "DeviceUnavailable"})
+
+
+def _kind_of(cls: type) -> str:
+    if cls.__name__ in WORKER_KINDS:
+        return clip(f"{cls.__module__}.{cls.__qualname__}", 200)
+    return cls.__name__

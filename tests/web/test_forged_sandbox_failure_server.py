@@ -161,3 +161,26 @@ def test_a_scripts_own_timeout_class_is_not_the_servers_time_limit(base, tmp_pat
         assert error["message"] == said.split(": ", 1)[1], error
         _a_normal_run_works(stranger, tmp_path)
     assert 'outcome="Timeout"' not in metrics
+
+
+@pytest.mark.parametrize("kind", ["NoGraph", "TraceTooLarge", "DeviceUnavailable"])
+def test_a_scripts_own_class_of_a_workers_kind_is_told_by_its_full_name(base, tmp_path, kind):
+    """The worker names these kinds itself (no backward pass, a report too large, no such
+    device); a script's own class of that name is told by the full name Python gives the
+    class (its module and qualified name: `__main__.NoGraph`), and counted as the script's
+    error, not as the worker's word."""
+    source = f"class {kind}(Exception):\n    pass\n\nraise {kind}('mine')\n"
+    plain = _plainly(source, tmp_path)
+    assert plain.stderr.decode().strip().splitlines()[-1] == f"{kind}: mine"
+    asked = f"print({kind}.__module__ + '.' + {kind}.__qualname__)"
+    named = _plainly(source.replace(f"raise {kind}('mine')", asked), tmp_path)
+    full = named.stdout.decode().strip()
+    assert full == f"__main__.{kind}", full  # what Python calls the class
+    with httpx.Client(base_url=base, timeout=120) as stranger:
+        ran = stranger.post("/api/runs", json={"source": source, "name": "own.py"})
+        assert ran.status_code == 200, ran.text
+        error = ran.json()["error"]
+        assert (error["type"], error["message"], error["line"]) == (full, "mine", 4), error
+        metrics = stranger.get("/metrics").text
+        assert f'outcome="{kind}"' not in metrics
+        _a_normal_run_works(stranger, tmp_path)
