@@ -104,12 +104,16 @@ def _explained(ex: dict, cells: list[dict] | None = None) -> str:
 
 
 def cmd_trace(args) -> int:
+    from .format.json_text import dumps_indented
+
     doc = _trace(args)
-    text = json.dumps(doc, indent=1)
+    text = dumps_indented(doc) + b"\n"
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        Path(args.output).write_bytes(text)
     else:
-        print(text)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text)
+        sys.stdout.buffer.flush()
     return _report_error(doc)
 
 

@@ -86,6 +86,14 @@ for step in range(40):
     opt.step()
 print(f"{loss.item():.4f}")
 """,
+    # issue 36: what every traced run pays once, whatever its length (the worker's start, one
+    # recorded pass, the report): the part of traced / plain that a longer script dilutes
+    "one backward, the fixed cost": """
+import torch
+w = torch.ones(3, requires_grad=True)
+(w * w).sum().backward()
+print(w.grad)
+""",
     # issue 36: long scripts, where everything after the kept passes should cost what it
     # costs plain (target: traced / plain <= 1.15)
     "mlp, 5000 steps": """

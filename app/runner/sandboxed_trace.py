@@ -29,6 +29,7 @@ from .explain import to_document
 from .fix_trial import fixes_to_try, forget_trials, try_fixes
 from .fork_server import ForkServer
 from .pool import Pool
+from .preload import needs_plotting
 from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
 from .start_failures import START_FAILURES, StartFailures
 
@@ -83,14 +84,16 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         name = name or script.name
     name = name or "script.py"
     run_policy = policy or (pool.policy if pool is not None else sandbox.Policy())
+    # an exec'd worker started for this script loads matplotlib only if it may be used
+    plotting = needs_plotting(source)
 
     def fresh() -> Child:
-        return Child.spawn(run_policy, fork_server=fork_server)
+        return Child.spawn(run_policy, fork_server=fork_server, plotting=plotting)
 
     def exec_afresh() -> Child:
         # in place of one that ended before READY: exec'd, whatever the fork server it may
         # have come from is going through (seconds of CPU, only when something failed)
-        return Child.spawn(run_policy)
+        return Child.spawn(run_policy, plotting=plotting)
 
     child = None
     if pool is not None and policy is None and pool.running:
@@ -110,7 +113,9 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         # the fix the page will offer, run first (fix_trial.py): in a worker of its own, with
         # the same limits, stopped with the run if its person stops it
         def again(edited: str) -> Trace:
-            return trace_in(fresh(), source=edited, name=name, args=args, device=device,
+            trial = Child.spawn(run_policy, fork_server=fork_server,
+                                plotting=plotting or needs_plotting(edited))
+            return trace_in(trial, source=edited, name=name, args=args, device=device,
                             timeout=timeout, max_events=max_events, threads=threads,
                             watch_all=watch_all, respawn=exec_afresh, started=started,
                             start_failures=start_failures)

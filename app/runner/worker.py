@@ -192,9 +192,10 @@ def _normal_thread_stacks() -> None:
         pass  # not glibc: its own default applies
 
 
-def prepare() -> None:
+def prepare(plotting: bool = True) -> None:
     """Everything the script may use is loaded before the doors close (a fork server calls
-    this once, before it forks any run)."""
+    this once, before it forks any run). `plotting=False`: not matplotlib, for a fresh worker
+    whose script does not import it (preload.py)."""
     _normal_thread_stacks()
     for var in THREAD_VARS:
         os.environ.setdefault(var, "1")
@@ -205,7 +206,7 @@ def prepare() -> None:
     import numpy  # noqa: F401
     import torch
 
-    _plotting()
+    _plotting(matplotlib=plotting)
 
     torch.set_num_threads(1)
     try:
@@ -232,10 +233,20 @@ def prepare() -> None:
     gc.freeze()
 
 
-def _plotting() -> None:
+def _plotting(matplotlib: bool = True) -> None:
     """What tutorial scripts import besides torch: matplotlib (drawing to PNG, never a
     window), tqdm and torchviz. matplotlib gets only its own bundled fonts: the system's are
     outside what Landlock lets the script read, and a figure drawn with one would fail."""
+    if matplotlib:
+        _matplotlib()
+    for module in ("tqdm", "torchviz"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+
+
+def _matplotlib() -> None:
     try:
         import matplotlib
 
@@ -253,11 +264,6 @@ def _plotting() -> None:
         plt.close(figure)
     except ImportError:
         pass
-    for module in ("tqdm", "torchviz"):
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass
 
 
 def fresh_seeds() -> None:
@@ -303,8 +309,10 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     faulthandler.register(signal.SIGTERM, all_threads=False, chain=True)
     # a write past the file-size limit fails with EFBIG instead of killing the worker
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # a fresh worker for a script that never imports matplotlib leaves it out (preload.py)
+    plotting = prepared or sandbox.get("plotting", True) is not False
     if not prepared:
-        prepare()
+        prepare(plotting=plotting)
     from app.trace.recorder import RecordingLimits
     from app.trace.tracer import trace_script
 
@@ -355,7 +363,7 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
 
     doc = trace_script(run_dir / job.script, name=job.name, argv=job.args, device=job.device,
                        limits=limits, after_script=script_ended, keep=script_module,
-                       deadline=deadline)
+                       deadline=deadline, load_matplotlib=plotting)
     # a SIGTERM from here on is ignored (_on_term): the report is finished and written within
     # the supervisor's grace rather than lost; its SIGKILL stays the backstop
     if os.getpid() != main_pid:

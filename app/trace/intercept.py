@@ -65,6 +65,11 @@ class _OpMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.recorder._busy:
+            # the recorder's own operations (a pass's statistics, the optimizer rules' checks:
+            # most of the mode's calls in a kept pass) note nothing: after_op and counted_hook
+            # would return at once, after is_compiling and the hook checks had been paid
+            return func(*args, **kwargs)
         if torch.compiler.is_compiling():  # dynamo traces this mode: it adds nothing there
             return func(*args, **kwargs)
         for registrar, call in _TENSOR_HOOK_CALLS:

@@ -51,7 +51,8 @@ _ANOMALY_REPORT = "Traceback of forward call that caused the error"
 def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None = None,
                  device: str = "cpu", limits: RecordingLimits | None = None,
                  after_script: Callable[[], None] | None = None,
-                 keep: list | None = None, deadline: float | None = None) -> Trace:
+                 keep: list | None = None, deadline: float | None = None,
+                 load_matplotlib: bool = True) -> Trace:
     """Run the script at `path` under the recorder and return its Trace document.
     `after_script()` is called the moment the script ends, however it ends (the worker frees
     the memory it kept back for the report). `keep` gets the script's module, which then
@@ -59,7 +60,9 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     whose nodes, once Python has wrapped them (the recorder does), torch frees recursively: a
     million-node chain overflowed the stack in that teardown and lost the report.
     `deadline` (time.monotonic()) is when the run's time limit falls: autograd-lab's own work
-    after the script is bounded by it (after_work.py)."""
+    after the script is bounded by it (after_work.py). `load_matplotlib`: off where the
+    script never imports it (the runner's preload.py): its figures are watched only if it is
+    loaded by the time the script starts."""
     path = Path(path).resolve()
     source = path.read_text(encoding="utf-8", errors="replace")
     doc = new_document(name or path.name, source, device, torch.__version__)
@@ -72,7 +75,8 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
         return module.__dict__, lambda: exec_as_main(path, source, list(argv or []), module)
 
     return run_traced(doc, source, str(path), start, device=device, limits=limits,
-                      after_script=after_script, deadline=deadline)
+                      after_script=after_script, deadline=deadline,
+                      load_matplotlib=load_matplotlib)
 
 
 def run_traced(doc: Trace, source: str, script_path: str,

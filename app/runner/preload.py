@@ -1,0 +1,48 @@
+"""Which of the worker's optional preloads a script needs, read from its source. Torch-free.
+
+A worker loads what a script may use before the sandbox closes (worker.py `prepare`). matplotlib
+is one of them, and the dearest one that a plain run of a script without it never pays: about
+0.6 s of CPU (pyplot, its font list rebuilt in the run's own folder, a first drawing), a fixed
+cost of every traced run (issue 36). A fresh worker started for one known script loads it only
+when the script may import it; a pool's pre-started workers and the fork server, which start
+before any script is known, still load everything.
+
+"May import it" errs towards loading: any import of a module that is not the standard
+library's, torch's or numpy's (a helper module, seaborn, pandas), the word "matplotlib" or
+"pylab" anywhere in the text (an `importlib` call, a notebook's `%matplotlib`), or a source that
+does not parse. A script missed all the same still gets matplotlib, imported by the script
+itself inside the sandbox: the same figures, a little later.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+__all__ = ["needs_plotting"]
+
+# top-level modules known not to import matplotlib when imported
+_WITHOUT_PLOTTING = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "tqdm", "torchviz",
+                                                           "__future__"}
+
+
+def needs_plotting(source: str) -> bool:
+    """Whether a worker for `source` should load matplotlib before its sandbox closes."""
+    if "matplotlib" in source or "pylab" in source:
+        return True
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # a relative import: a package of the script's own
+                return True
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name.partition(".")[0] not in _WITHOUT_PLOTTING for name in names):
+            return True
+    return False
