@@ -103,4 +103,6 @@ def test_the_lock_keys_are_those_the_releases_before_took():
     unused."""
     assert {k.name: k.value for k in Lock} == {
         "SCHEMA": 0x6167_6C61_6201, "PRUNE": 0x6167_6C61_6202, "QUEUE": 0x6167_6C61_6203,
-        "CLASS_START": 0x6167_6C61_6206, "LOOK_FOR_DEAD": 0x6167_6C61_6207}
+        "CLASS_START": 0x6167_6C61_6206, "LOOK_FOR_DEAD": 0x6167_6C61_6207,
+        # new in this release (the ended classes' prune): a key no release before took
+        "PRUNE_CLASSES": 0x6167_6C61_6208}
