@@ -76,16 +76,31 @@ class Watched:
         return path
 
 
-@pytest.fixture
-def watched(browser, server, request):
-    context = browser.new_context(viewport={"width": 1600, "height": 900}, accept_downloads=True)
+@contextlib.contextmanager
+def watched_at(browser, server: str, size: tuple[int, int], name: str, **options):
+    """A Watched page in a fresh context of `size`; a phone's size (600 px wide or less) is a
+    touch phone's. On leaving, it fails the test for a console error or a request to another
+    host. `options` go to the context (bypass_csp=True lets axe in as the test's script)."""
+    width, height = size
+    phone = width <= 600
+    context = browser.new_context(viewport={"width": width, "height": height},
+                                  is_mobile=phone, has_touch=phone, **options)
     page = context.new_page()
     page.set_default_timeout(60_000)  # a cold trace takes seconds on a small machine
-    w = Watched(page, server, request.node.name.replace("test_", "", 1))
-    yield w
-    context.close()
+    w = Watched(page, server, name)
+    try:
+        yield w
+    finally:
+        context.close()
     assert not w.foreign, f"requests to other hosts: {w.foreign}"
     assert not w.errors, f"console errors: {w.errors}"
+
+
+@pytest.fixture
+def watched(browser, server, request):
+    with watched_at(browser, server, (1600, 900), request.node.name.replace("test_", "", 1),
+                    accept_downloads=True) as w:
+        yield w
 
 
 def open_scenario(w: Watched, name: str, query: str = "") -> None:

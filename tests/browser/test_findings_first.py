@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Watched, api_trace, box, inside, open_scenario, screen
+from .conftest import Watched, api_trace, box, inside, open_scenario, screen, watched_at
 
 pytestmark = pytest.mark.browser
 
@@ -35,16 +35,8 @@ def plain_grads() -> dict[str, str]:
 @pytest.fixture(params=SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def sized(browser, server, request):
     width, height = request.param
-    phone = width < 600
-    context = browser.new_context(viewport={"width": width, "height": height},
-                                  is_mobile=phone, has_touch=phone)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    w = Watched(page, server, f"findings-{width}x{height}")
-    yield w
-    context.close()
-    assert not w.foreign, f"requests to other hosts: {w.foreign}"
-    assert not w.errors, f"console errors: {w.errors}"
+    with watched_at(browser, server, request.param, f"findings-{width}x{height}") as w:
+        yield w
 
 
 def test_the_findings_and_the_answer_they_name_are_on_the_first_screen(sized: Watched,

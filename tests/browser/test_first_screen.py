@@ -19,7 +19,7 @@ import pytest
 from app.catalog import load_catalog
 from tests.conftest import SCENARIOS
 
-from .conftest import api_trace, label_px, open_scenario, settled
+from .conftest import api_trace, label_px, open_scenario, settled, watched_at
 
 pytestmark = pytest.mark.browser
 
@@ -221,15 +221,9 @@ PAGE_SIZES = [(1280, 720), (1366, 768), (1920, 1080), (390, 844)]
 @pytest.mark.parametrize("name,query", PICKED, ids=[p[0] for p in PICKED])
 def test_a_picked_parameter_opens_whole_with_its_use_badges(browser, server, request, name, query,
                                                              size):
-    from .conftest import Watched
-
     phone = size[0] <= 600
-    context = browser.new_context(viewport={"width": size[0], "height": size[1]},
-                                  is_mobile=phone, has_touch=phone)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    w = Watched(page, server, request.node.name.replace("test_", "", 1))
-    try:
+    with watched_at(browser, server, size, request.node.name.replace("test_", "", 1)) as w:
+        page = w.page
         param = parse_qs(query)["param"][0]
         event = backward_event(api_trace(w, name, query.split("&param")[0] if "&" in query else ""))
         weight = next(n["id"] for n in event["graph"]["nodes"] if n.get("param") == param)
@@ -255,10 +249,6 @@ def test_a_picked_parameter_opens_whole_with_its_use_badges(browser, server, req
             assert inside(badge["box"], seen), f"{where}: the use badge of {badge['node']} is cut"
         check_badges(measured, where)
         w.shot("opening", full_page=False)
-        assert not w.errors, w.errors
-        assert not w.foreign, w.foreign
-    finally:
-        context.close()
 
 
 def test_a_smaller_window_opens_the_view_again_until_the_graph_is_moved(watched):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from .axe import audit, said, serious
-from .conftest import Watched, box, inside, module_page, open_scenario, screen
+from .conftest import Watched, box, inside, module_page, open_scenario, screen, watched_at
 
 pytestmark = pytest.mark.browser
 torch = pytest.importorskip("torch")
@@ -190,17 +190,10 @@ def plain_batches() -> list[list[float]]:
 @pytest.fixture(params=[(1366, 768), (390, 844)], ids=lambda s: f"{s[0]}x{s[1]}")
 def sized(browser, server, request):
     width, height = request.param
-    phone = width < 600
     # bypass_csp: axe is injected as a script of the test's own
-    context = browser.new_context(viewport={"width": width, "height": height},
-                                  is_mobile=phone, has_touch=phone, bypass_csp=True)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    w = Watched(page, server, f"grad-compare-{width}x{height}")
-    yield w
-    context.close()
-    assert not w.foreign, f"requests to other hosts: {w.foreign}"
-    assert not w.errors, f"console errors: {w.errors}"
+    with watched_at(browser, server, request.param, f"grad-compare-{width}x{height}",
+                    bypass_csp=True) as w:
+        yield w
 
 
 def test_the_compare_is_on_screen_when_opened(sized: Watched, plain_batches):

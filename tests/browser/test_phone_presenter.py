@@ -17,7 +17,7 @@ from app.catalog import load_catalog
 from tests.conftest import SCENARIOS
 
 from .axe import audit, said, serious
-from .conftest import Watched, api_trace, box, open_scenario, screen, settled
+from .conftest import Watched, api_trace, box, open_scenario, screen, settled, watched_at
 from .conftest import inside as on_screen
 from .test_class import followers, join, room, start_class  # noqa: F401 (room: a fixture)
 from .test_first_screen import backward_event, inside, named_nodes
@@ -86,12 +86,9 @@ def test_a_phone_following_a_presenter_sees_the_graph_under_a_strip_of_text(room
 
 
 def test_more_opens_the_whole_step_and_less_folds_it(browser, server):
-    context = browser.new_context(viewport={"width": PHONE[0], "height": PHONE[1]},
-                                  is_mobile=True, has_touch=True, bypass_csp=True)  # for axe
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    w = Watched(page, server, "phone-presenter-more")
-    try:
+    # bypass_csp: for axe
+    with watched_at(browser, server, PHONE, "phone-presenter-more", bypass_csp=True) as w:
+        page = w.page
         steps = named(w, SCENARIO)
         last = len(steps)
         open_scenario(w, SCENARIO, f"present=1&say={last}")
@@ -118,7 +115,3 @@ def test_more_opens_the_whole_step_and_less_folds_it(browser, server):
         page.wait_for_function("() => document.querySelector('#presenter .presenter-more')"
                                ".getAttribute('aria-expanded') === 'false'")
         check_step(w, last, steps[last - 1])  # the graph is back under the strip
-        assert not w.errors, w.errors
-        assert not w.foreign, w.foreign
-    finally:
-        context.close()
