@@ -506,21 +506,29 @@ def page_fits(page) -> dict:
                          " inner: window.innerHeight})")
 
 
+def presenting(room, size: tuple[int, int] | None = None):
+    """(teacher, student, class code): reused_layer's class started, one student following,
+    the teacher's page in presenter mode at its first step (at `size` if given)."""
+    teacher, _relay, new_student = room
+    if size:
+        teacher.page.set_viewport_size({"width": size[0], "height": size[1]})
+    code = start_class(teacher, "reused_layer")
+    student = new_student()
+    join(student, code, "reused_layer")
+    followers(teacher, 1)
+    teacher.page.click("#present-toggle")
+    teacher.page.wait_for_selector("#presenter", state="visible")
+    return teacher, student, code
+
+
 @pytest.mark.parametrize("size", PROJECTORS, ids=["1920x1080", "1280x720"])
 def test_the_class_band_never_pushes_the_graph_off_the_projector(room, size):
     """The scenario's question asked at presenter step 3 (the one that shows the parameter's
     bars): the question and its tally take the class band, whose height does not change, and
     the graph and the bars stay on the screen; the next step puts the question away on the
     teacher's and the student's pages."""
-    teacher, _relay, new_student = room
+    teacher, student, code = presenting(room, size)
     page = teacher.page
-    page.set_viewport_size({"width": size[0], "height": size[1]})
-    code = start_class(teacher, "reused_layer")
-    student = new_student()
-    join(student, code, "reused_layer")
-    followers(teacher, 1)
-    page.click("#present-toggle")
-    page.wait_for_selector("#presenter", state="visible")
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
     page.wait_for_function("() => location.search.includes('say=3')")
@@ -569,14 +577,8 @@ def test_a_question_asked_right_after_a_step_belongs_to_that_step(room):
     answers late): the question asked just after it still belongs to the new step, so it stays
     until the teacher steps again (it was taken as asked at the previous step, and the step's
     late arrival put it away; or, stepping back, it stayed: the proof's flake)."""
-    teacher, _relay, new_student = room
+    teacher, student, code = presenting(room)
     page = teacher.page
-    code = start_class(teacher, "reused_layer")
-    student = new_student()
-    join(student, code, "reused_layer")
-    followers(teacher, 1)
-    page.click("#present-toggle")
-    page.wait_for_selector("#presenter", state="visible")
     page.keyboard.press("ArrowRight")
     page.wait_for_function("() => location.search.includes('say=2')")
     held: list = []
