@@ -22,6 +22,7 @@ from app.web.audit import REFUSALS, install_audit_log
 from app.web.classes.classroom import Classroom
 from app.web.classes.in_process import InProcessClassroom
 from app.web.classes.shared import SharedClassroom
+from app.web.http.access_log import ACCESS_LOG
 from app.web.http.clients import ClientCookie, use_signing_key
 from app.web.http.error_handler import install_error_handlers
 from app.web.http.guards import CrossSiteGuard, HostGuard, SecurityHeaders
@@ -68,13 +69,15 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         # the shared mode's classes: every web process's changes, heard here (on one machine
         # there is nothing to hear, and listen returns at once)
         listening = asyncio.create_task(app.state.classroom.listen())
-        sweeping = asyncio.create_task(_sweep_refusals())
+        ACCESS_LOG.install()
+        sweeping = asyncio.create_task(_sweep_held_back())
         try:
             yield
         finally:
             listening.cancel()
             sweeping.cancel()
             REFUSALS.flush()  # the refusals held back in windows still open are said
+            ACCESS_LOG.uninstall()  # and the access lines
             app.state.traces.stop()
             mode.queue.close()
             app.state.store.close()
@@ -151,16 +154,18 @@ class Mode:
     queue: RunQueue
 
 
-async def _sweep_refusals() -> None:
-    """Until cancelled: the counts of refusals held back are written within seconds of their
-    window's end, not at the next audit line (a stranger who goes quiet after a burst would
-    leave no count for hours, or none if the server is killed) (audit.py)."""
+async def _sweep_held_back() -> None:
+    """Until cancelled: the counts of refusals and access lines held back are written within
+    seconds of their window's end, not at the next line (a stranger who goes quiet after a
+    burst would leave no count for hours, or none if the server is killed) (audit.py,
+    http/access_log.py)."""
     while True:
-        await asyncio.sleep(REFUSAL_SWEEP_S)
+        await asyncio.sleep(HELD_BACK_SWEEP_S)
         REFUSALS.sweep()
+        ACCESS_LOG.sweep()
 
 
-REFUSAL_SWEEP_S = 5.0
+HELD_BACK_SWEEP_S = 5.0
 
 
 def _mode(settings: Settings, traces: TraceService, drawings: Drawings,

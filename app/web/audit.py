@@ -7,10 +7,7 @@ answers, and each was a line, so the log (and the disk under it) was theirs to f
 address (client_keys.py's place), the first PER_ADDRESS in a WINDOW_S-second window are
 written, the rest counted and said in one `token_refused_more` line once the window is over;
 at most OVERALL addresses have windows at once, the others' refusals are counted together
-(`address=others`). So at most OVERALL * PER_ADDRESS lines a window, and OVERALL addresses'
-worth of memory. The bound is on addresses, not lines: counted in lines, 20 addresses sending 5
-each hid every other address's refusals for a minute (an attacker's read, issue 38).
-Actions are always written.
+(`address=others`; http/address_windows.py counts). Actions are always written.
 
 A line is `EVENT key=value ... request=ID`. Values come from requests (a path, an alias), so
 each is cut to 200 characters and written as a JSON string where it holds anything but plain
@@ -21,11 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
+from .http.address_windows import AddressWindows
 from .http.request_ids import request_id
 
 __all__ = ["RefusalLog", "audit", "install_audit_log", "refused"]
@@ -48,74 +44,34 @@ def _write(event: str, fields: dict, request: str) -> None:
 PER_ADDRESS = 5    # refusals written per address and window
 WINDOW_S = 60.0
 OVERALL = 100      # addresses tracked at once (each its own window), all together
-OTHERS = "others"  # the address of the count of refusals past OVERALL
 
 
 class RefusalLog:
-    """Writes refusal lines, bounded per address and in all (module docstring); memory: at
-    most `overall` addresses, each three numbers. Thread-safe; `clock` for tests."""
+    """Writes refusal lines, bounded per address and in all (module docstring; the counting is
+    address_windows.py's). Thread-safe; `clock` for tests."""
 
     def __init__(self, per_address: int = PER_ADDRESS, window_s: float = WINDOW_S,
                  overall: int = OVERALL, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_address, self.window_s, self.overall = per_address, window_s, overall
-        self.clock = clock
-        self._lock = threading.Lock()
-        # address -> [window start, lines written, refusals held back], oldest window first
-        self._windows: OrderedDict[str, list] = OrderedDict()
-        self._others = [clock(), 0]  # [window start, refusals] of addresses past `overall`
+        self.windows = AddressWindows(per_address, window_s, overall, clock)
 
     def refused(self, event: str, address: str, **fields: object) -> None:
-        now = self.clock()
-        with self._lock:
-            summaries = self._close(now)
-            window = self._windows.get(address)
-            if window is None and len(self._windows) < self.overall:
-                window = self._windows[address] = [now, 0, 0]
-            write = window is not None and window[1] < self.per_address
-            if write:
-                window[1] += 1
-            elif window is not None:
-                window[2] += 1
-            else:
-                self._others[1] += 1
-        for line in summaries:
-            _write(*line)
+        write, over = self.windows.admit(address)
+        self._say(over)
         if write:
             _write(event, {**fields, "address": address}, request_id() or "-")
 
     def sweep(self) -> None:
-        """Write the summaries of the windows that are over (an action, shutdown)."""
-        with self._lock:
-            summaries = self._close(self.clock())
-        for line in summaries:
-            _write(*line)
+        """Write the counts of the windows that are over (an action, a timer)."""
+        self._say(self.windows.close())
 
     def flush(self) -> None:
         """End every window now (the server stops): what was held back is said."""
-        with self._lock:
-            summaries = self._close(float("inf"))
-        for line in summaries:
-            _write(*line)
+        self._say(self.windows.close(everything=True))
 
-    def _close(self, now: float) -> list[tuple]:
-        """Windows that are over: removed, and a line for each that held refusals back."""
-        lines = []
-        while self._windows:
-            address, (start, _, more) = next(iter(self._windows.items()))
-            if start + self.window_s > now:
-                break
-            del self._windows[address]
-            if more:
-                lines.append(self._summary(address, more))
-        if self._others[0] + self.window_s <= now:
-            if self._others[1]:
-                lines.append(self._summary(OTHERS, self._others[1]))
-            self._others = [now if now != float("inf") else self.clock(), 0]
-        return lines
-
-    def _summary(self, address: str, more: int) -> tuple:
-        return ("token_refused_more", {"count": more, "address": address,
-                                       "within_s": round(self.window_s)}, "-")
+    def _say(self, over: list[tuple[str, int]]) -> None:
+        for address, held in over:
+            _write("token_refused_more", {"count": held, "address": address,
+                                          "within_s": round(self.windows.window_s)}, "-")
 
 
 REFUSALS = RefusalLog()

@@ -236,4 +236,4 @@ def test_the_refusal_log_is_bounded_per_window_and_in_all():
     # d and e past the overall bound: counted together
     assert "token_refused_more count=2 address=others within_s=60 request=-" in said
     assert said[-1].startswith("token_refused path=/x address=a ")
-    assert len(refusals._windows) <= 3
+    assert len(refusals.windows) <= 3
