@@ -114,7 +114,21 @@ def cmd_trace(args) -> int:
         sys.stdout.flush()
         sys.stdout.buffer.write(text)
         sys.stdout.buffer.flush()
-    return _report_error(doc)
+    status = _report_error(doc)
+    _say_how_to_give_it_longer(doc, args, args.output or "the Trace printed above")
+    return status
+
+
+def _say_how_to_give_it_longer(doc: dict, args, kept_in: str) -> None:
+    """A script stopped at the limit: the option that raises it, and what was kept. On one's
+    own machine a script that runs plainly for minutes is not wrong, only long (issue 36)."""
+    err = doc.get("error") or {}
+    if err.get("type") != "Timeout" or getattr(args, "timeout", None) is None:
+        return
+    passes = sum(1 for e in doc.get("events", ()) if e.get("kind") == "backward")
+    print(f"  It had {args.timeout:g} s (--timeout). To let it finish, run it again with a "
+          f"longer limit, e.g. --timeout {max(2 * args.timeout, 60):g}. What it recorded before "
+          f"the stop is kept in {kept_in}: {passes} backward pass(es).", file=sys.stderr)
 
 
 def cmd_render(args) -> int:
@@ -123,6 +137,7 @@ def cmd_render(args) -> int:
     doc = _trace(args)
     status = _report_error(doc)
     out = Path(args.output)
+    _say_how_to_give_it_longer(doc, args, f"the drawing ({out})")
     fmt = out.suffix.lstrip(".").lower()
     try:
         flat = event_graph(doc, args.event, args.view)

@@ -83,6 +83,27 @@ def test_script_past_its_time_limit_is_stopped_at_its_line(tmp_path):
     assert "Timeout (line" in done.stderr
 
 
+def test_a_stopped_script_says_how_to_give_it_longer_and_keeps_what_it_recorded(tmp_path):
+    """Issue 36: a long script stopped at the CLI's limit is told the option that raises it,
+    and the backward passes it made before the stop are in the Trace: .grad as PyTorch left
+    it after them (the same lines run plainly)."""
+    head = ("import torch\nw = torch.tensor([1.0, -2.0], requires_grad=True)\n"
+            "for k in range(3):\n    (w * w * (k + 1)).sum().backward()\n")
+    script = tmp_path / "long.py"
+    script.write_text(head + "while True:\n    pass\n")
+    done = cli("trace", str(script), "--timeout", "4", "-o", str(tmp_path / "t.json"))
+    assert done.returncode == 1
+    assert "--timeout 60" in done.stderr and "3 backward pass(es)" in done.stderr, done.stderr
+    assert str(tmp_path / "t.json") in done.stderr
+    doc = json.loads((tmp_path / "t.json").read_text())
+    passes = [e for e in doc["events"] if e["kind"] == "backward"]
+    plain: dict = {}
+    exec(head, plain)
+    assert len(passes) == 3
+    assert passes[-1]["grads"]["w"]["after"]["norm"] == pytest.approx(
+        plain["w"].grad.norm().item(), rel=1e-6)
+
+
 def test_errors_name_the_script_line_not_a_traceback(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("import torch\n\nraise KeyError('no such layer')\n")
