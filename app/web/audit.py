@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from .http.address_windows import AddressWindows
+from .http.own_logs import to_stderr_unless_configured
 from .http.request_ids import request_id
 
 __all__ = ["RefusalLog", "audit", "install_audit_log", "refused"]
@@ -88,13 +89,4 @@ def _value(value: object) -> str:
 
 
 def install_audit_log() -> None:
-    """Where nobody configured the audit logger, its lines go to standard error (uvicorn's
-    own logging configures only uvicorn's loggers): an operator's configuration, if any, wins."""
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.INFO)  # a root logger at WARNING would drop every line
-    if log.handlers or logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s audit %(message)s"))
-    log.addHandler(handler)
-    log.propagate = False
+    to_stderr_unless_configured(log, "audit")

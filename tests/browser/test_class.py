@@ -99,10 +99,7 @@ def wait_selected(w: Watched, node_id: str) -> None:
 
 def test_students_follow_the_teacher_and_catch_up_after_the_network_drops(room):
     teacher, relay, new_student = room
-    code = start_class(teacher, "reused_layer")
-    student = new_student()
-    join(student, code, "reused_layer")
-    followers(teacher, 1)
+    student, code = class_of_one(teacher, new_student, "reused_layer")
 
     # a scenario change: the student's page opens the next scenario
     teacher.page.click("nav.neighbours >> text=next →")
@@ -506,16 +503,23 @@ def page_fits(page) -> dict:
                          " inner: window.innerHeight})")
 
 
+def class_of_one(teacher, new_student, scenario: str):
+    """(student, class code): a class started on `scenario`, one student joined and counted
+    among the teacher's followers."""
+    code = start_class(teacher, scenario)
+    student = new_student()
+    join(student, code, scenario)
+    followers(teacher, 1)
+    return student, code
+
+
 def presenting(room, size: tuple[int, int] | None = None):
     """(teacher, student, class code): reused_layer's class started, one student following,
     the teacher's page in presenter mode at its first step (at `size` if given)."""
     teacher, _relay, new_student = room
     if size:
         teacher.page.set_viewport_size({"width": size[0], "height": size[1]})
-    code = start_class(teacher, "reused_layer")
-    student = new_student()
-    join(student, code, "reused_layer")
-    followers(teacher, 1)
+    student, code = class_of_one(teacher, new_student, "reused_layer")
     teacher.page.click("#present-toggle")
     teacher.page.wait_for_selector("#presenter", state="visible")
     return teacher, student, code

@@ -8,17 +8,14 @@ import re
 
 import pytest
 
-from .test_class import followers, join, room, selected, start_class, wait_selected  # noqa: F401
+from .test_class import class_of_one, followers, room, selected, wait_selected  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
 
 def test_following_applies_the_teachers_view_and_back_still_works(room):  # noqa: F811
     teacher, _relay, new_student = room
-    code = start_class(teacher, "stop_gradient")
-    student = new_student()
-    join(student, code, "stop_gradient")
-    followers(teacher, 1)
+    student, code = class_of_one(teacher, new_student, "stop_gradient")
     student.page.evaluate("() => { window.sameDocument = true; }")
 
     # the teacher picks a node: the student's address and drawing follow, without a reload

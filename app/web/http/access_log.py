@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from .address_windows import AddressWindows
+from .own_logs import to_stderr_unless_configured
 
 __all__ = ["ACCESS_LOG", "AccessLogBound"]
 
@@ -41,7 +42,7 @@ class AccessLogBound(logging.Filter):
         self._say(self.windows.close())
 
     def install(self) -> None:
-        _install_handler()
+        to_stderr_unless_configured(log, "access")
         logging.getLogger("uvicorn.access").addFilter(self)  # once: addFilter keeps one copy
 
     def uninstall(self) -> None:
@@ -62,19 +63,6 @@ def _address(record: logging.LogRecord) -> str:
     first = args[0] if isinstance(args, tuple) and args else ""
     host = str(first).rpartition(":")[0] or str(first)
     return host[:64] or "-"
-
-
-def _install_handler() -> None:
-    """Where nobody configured this logger, its lines go to standard error, as the audit
-    log's do: an operator's configuration, if any, wins."""
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.INFO)
-    if log.handlers or logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s access %(message)s"))
-    log.addHandler(handler)
-    log.propagate = False
 
 
 ACCESS_LOG = AccessLogBound()
