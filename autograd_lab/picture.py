@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-__all__ = ["MAX_PICTURE_CHARS", "UnsafePicture", "safe_svg", "too_big"]
+__all__ = ["MAX_PICTURE_BYTES", "UnsafePicture", "safe_svg", "too_big"]
 
-# a notebook keeps this picture twice (as SVG and in the HTML's data URL); the kernel's own
-# drawings of the biggest graphs drawn whole (a 7,000-node encoder) are a few MB. Jupyter's
-# server takes a browser's message of at most 10 MiB (tornado's default)
-MAX_PICTURE_CHARS = 8_000_000
+# in UTF-8. A notebook keeps this picture twice (as SVG and in the HTML's data URL); the
+# kernel's own drawings of the biggest graphs drawn whole (a 7,000-node encoder) are a few MB.
+# Jupyter's server takes a browser's message of at most 10 MiB (tornado's default), so the
+# browser sends a bigger one's size only (widget.js keepPicture measures it as sent, in JSON)
+MAX_PICTURE_BYTES = 8_000_000
 
 SVG = "http://www.w3.org/2000/svg"
 # graphviz's SVG: the elements it draws a graph with, and their attributes
@@ -45,11 +46,11 @@ class UnsafePicture(ValueError):
     """The browser's SVG cannot be kept; the message says why."""
 
 
-def too_big(chars: object) -> UnsafePicture:
-    """What to say of a drawing of `chars` characters, past what an output keeps."""
-    size = f"{chars:,} characters" if isinstance(chars, int) and chars >= 0 else "too big"
-    return UnsafePicture(f"the browser's drawing is {size}, more than the "
-                         f"{MAX_PICTURE_CHARS:,} a notebook output keeps; draw it by module "
+def too_big(size: object) -> UnsafePicture:
+    """What to say of a drawing of `size` bytes, past what an output keeps."""
+    said = f"{size:,} bytes" if isinstance(size, int) and size >= 0 else "too big"
+    return UnsafePicture(f"the browser's drawing is {said}, more than the "
+                         f"{MAX_PICTURE_BYTES:,} a notebook output keeps; draw it by module "
                          "(--layout modules) or install graphviz where the kernel runs")
 
 
@@ -57,8 +58,8 @@ def safe_svg(text: object) -> str:
     """`text` as an SVG of graphviz's drawing elements only, or UnsafePicture."""
     if not isinstance(text, str) or not text:
         raise UnsafePicture("the browser sent no drawing")
-    if len(text) > MAX_PICTURE_CHARS:
-        raise too_big(len(text))
+    if len(text) > MAX_PICTURE_BYTES or len(text.encode("utf-8")) > MAX_PICTURE_BYTES:
+        raise too_big(len(text.encode("utf-8")))
     body = _DOCTYPE.sub("", text, count=1)
     if re.search(r"<!(DOCTYPE|ENTITY|ELEMENT|ATTLIST)", body, re.IGNORECASE):
         raise UnsafePicture("the browser's drawing declares a document type of its own")
@@ -97,7 +98,7 @@ def _local(element: ET.Element) -> str:
 def _attributes(tag: str, attrib: dict[str, str]) -> dict[str, str]:
     kept = {}
     for name, value in attrib.items():
-        if name not in _ALLOWED[tag] or len(value) > MAX_PICTURE_CHARS:
+        if name not in _ALLOWED[tag] or len(value) > MAX_PICTURE_BYTES:
             continue  # xlink:href, on*, style and anything namespaced are not named above
         pattern = _TRANSFORM if name == "transform" else \
             _FONT if name == "font-family" else _PLAIN

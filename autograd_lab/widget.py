@@ -31,7 +31,7 @@ from app.format import json_text
 from app.render import KINDS
 from app.resources import resource_dir
 
-from .picture import MAX_PICTURE_CHARS, too_big
+from .picture import MAX_PICTURE_BYTES, too_big
 
 __all__ = ["TraceWidget", "page_module", "modules_of"]
 
@@ -118,7 +118,7 @@ class TraceWidget(anywidget.AnyWidget):
     problem = traitlets.Unicode("").tag(sync=True)
     # whether the kernel can draw another pass or opening (a view of show(tensor) cannot)
     redraws = traitlets.Bool(False).tag(sync=True)
-    # the most characters of a browser-made SVG the kernel keeps as the static picture; 0 where
+    # the most bytes of a browser-made SVG the kernel keeps as the static picture; 0 where
     # it keeps none (the kernel drew one itself, or its output cannot be updated)
     keep_picture = traitlets.Int(0).tag(sync=True)
 
@@ -143,7 +143,7 @@ class TraceWidget(anywidget.AnyWidget):
                          graphviz_gz=graphviz_gz() if in_browser else b"",
                          units=list(units or []), opened=list(opened or []),
                          redraws=redraw is not None,
-                         keep_picture=MAX_PICTURE_CHARS if self._keep else 0)
+                         keep_picture=MAX_PICTURE_BYTES if self._keep else 0)
         self.on_msg(self._message)
 
     def _message(self, _widget, content, _buffers) -> None:
@@ -154,8 +154,8 @@ class TraceWidget(anywidget.AnyWidget):
             return
         if "picture" in content:
             sent = content["picture"]
-        elif "picture_chars" in content:  # too big to send: the browser says only its size
-            sent = too_big(content["picture_chars"])
+        elif "picture_size" in content:  # too big to send: the browser says only its size
+            sent = too_big(content["picture_size"])
         else:
             return
         keep, self._keep = self._keep, None

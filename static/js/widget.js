@@ -343,13 +343,15 @@ async function render({ model, el }) {
   }
   /** The first drawing, laid out here, sent back to the kernel (widget.py `keep_picture`): it
    *  becomes the cell's static picture, which a notebook saved from now on shows without a
-   *  kernel. Past the size the kernel keeps, only the size goes (it says why there is none). */
+   *  kernel. Past the size the kernel keeps, only the size goes (it says why there is none):
+   *  measured as sent, JSON in UTF-8, since Jupyter's server drops a message past 10 MiB. */
   let kept = false;
   function keepPicture(svg) {
     const most = model.get("keep_picture");
     if (kept || !most || model.get("svg") || model.get("drawn") !== 0) return;
     kept = true;
-    model.send(svg.length <= most ? { picture: svg } : { picture_chars: svg.length });
+    const size = new TextEncoder().encode(JSON.stringify(svg)).length;
+    model.send(size <= most ? { picture: svg } : { picture_size: size });
   }
   model.on("change:drawn", () => { draw(); });
   model.on("change:problem", () => {

@@ -353,6 +353,7 @@ def _run_save_and_reopen(browser, base: str, token: str, name: str):
             "sel => { const s = [...document.querySelectorAll(sel)];"
             " return s.length && s.every(o => o.querySelector('img.autograd-lab-picture')); }",
             arg=f"{shown} {static}")
+        assert not first.is_visible()  # shown again with its picture, still hidden: one graph
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
         deadline = time.monotonic() + 60
         while not any(TRACE_MIMETYPE in o.get("data", {})

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("anywidget")
 
-from autograd_lab.picture import MAX_PICTURE_CHARS, UnsafePicture, safe_svg  # noqa: E402
+from autograd_lab.picture import MAX_PICTURE_BYTES, UnsafePicture, safe_svg  # noqa: E402
 
 
 def _plain():
@@ -112,7 +112,10 @@ def test_what_could_act_or_fetch_is_dropped(drawn, hostile):
      '<svg xmlns="http://www.w3.org/2000/svg"><g><text>&b;</text></g></svg>', "document type"),
     ('<!DOCTYPE svg SYSTEM "file:///etc/passwd"><svg xmlns="http://www.w3.org/2000/svg"><g/>'
      '</svg>', "document type"),
-    ('<svg xmlns="http://www.w3.org/2000/svg"><g/></svg>' + " " * MAX_PICTURE_CHARS, "8,000,000"),
+    ('<svg xmlns="http://www.w3.org/2000/svg"><g/></svg>' + " " * MAX_PICTURE_BYTES, "8,000,000"),
+    # fewer characters than the bound, more bytes (as the browser sends it, in UTF-8)
+    ('<svg xmlns="http://www.w3.org/2000/svg"><g><text>' + "é" * (MAX_PICTURE_BYTES // 2)
+     + "</text></g></svg>", "8,000,0"),
 ])
 def test_what_is_no_graphviz_drawing_is_refused_with_why(text, said):
     with pytest.raises(UnsafePicture, match=said):
@@ -128,7 +131,7 @@ def test_without_dot_the_browser_s_picture_becomes_the_static_output(monkeypatch
     first, live = shown._outputs(updatable=True)
     assert "image/svg+xml" not in first and "keeps its picture here" in first["text/plain"]
     widget = shown.live
-    assert widget.keep_picture == MAX_PICTURE_CHARS
+    assert widget.keep_picture == MAX_PICTURE_BYTES
     sent: list = []
     widget._keep = sent.append  # what display.py's _keep_picture would be handed
     widget._message(widget, {"something": "else"}, [])
@@ -137,6 +140,12 @@ def test_without_dot_the_browser_s_picture_becomes_the_static_output(monkeypatch
     widget._message(widget, {"picture": forged}, [])
     widget._message(widget, {"picture": "<svg/>"}, [])  # a second view's: not taken
     assert sent == [forged]
+    # too big to send: the browser sends its size, which the kernel says
+    shown._outputs(updatable=True)
+    sizes: list = []
+    shown.live._keep = sizes.append
+    shown.live._message(shown.live, {"picture_size": 12_345_678}, [])
+    assert len(sizes) == 1 and "12,345,678 bytes" in str(sizes[0])
 
     static = shown.kept_static(sent[0])
     svg = static["image/svg+xml"]
@@ -163,7 +172,7 @@ def test_a_refused_picture_leaves_the_note_and_says_why(monkeypatch, tmp_path):
     assert "was not kept: the browser's drawing is not an SVG" in static["text/plain"]
     from autograd_lab.picture import too_big
     too = shown.kept_static(too_big(9_000_000))
-    assert "9,000,000 characters" in too["text/html"] and "--layout modules" in too["text/html"]
+    assert "9,000,000 bytes" in too["text/html"] and "--layout modules" in too["text/html"]
 
 
 def test_the_kernel_asks_for_no_picture_where_it_drew_one_or_cannot_show_it_again(
@@ -181,4 +190,4 @@ def test_the_kernel_asks_for_no_picture_where_it_drew_one_or_cannot_show_it_agai
     assert shown.live.keep_picture == 0
     chosen, _ = _shown(monkeypatch, tmp_path, draw="browser")
     chosen._outputs(updatable=True)
-    assert chosen.live.keep_picture == MAX_PICTURE_CHARS
+    assert chosen.live.keep_picture == MAX_PICTURE_BYTES
