@@ -4,8 +4,9 @@ run when it came from a running autograd-lab server.
 
 The kernel's graphviz draws when the kernel's machine has `dot`: the same drawing as the run
 page's, and a static SVG in the output for GitHub and nbviewer. Without it the live view lays the
-same DOT out in the browser (graphviz compiled to WebAssembly, static/js/browser_layout.js), and
-the output carries no static picture (`draw="browser"` chooses that even where `dot` is)."""
+same DOT out in the browser (graphviz compiled to WebAssembly, static/js/browser_layout.js) and
+sends its SVG back, which the static output is shown again with (`draw="browser"` chooses that
+even where `dot` is): either way a saved notebook holds a picture."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from app.render import (
 from app.render.group import Grouping
 
 from .failure import cells_of
+from .picture import UnsafePicture, safe_svg
 from .stored import bounded_trace
 
 __all__ = ["TRACE_MIMETYPE", "LAYOUTS", "DRAWERS", "TraceDisplay"]
@@ -37,13 +39,18 @@ __all__ = ["TRACE_MIMETYPE", "LAYOUTS", "DRAWERS", "TraceDisplay"]
 TRACE_MIMETYPE = "application/vnd.autograd-lab.trace+json"
 LAYOUTS = ("flat", "modules")
 DRAWERS = ("kernel", "browser")  # who lays the graph out: the kernel's `dot`, or the browser's
-NO_DOT = ("graphviz's `dot` is not installed where this kernel runs, so there is no static "
-          "picture for GitHub or nbviewer (`apt-get install graphviz` gives one); the live view "
-          "lays the graph out in the browser.")
+NO_DOT = ("graphviz's `dot` is not installed where this kernel runs, so the kernel draws no "
+          "static picture for GitHub or nbviewer (`apt-get install graphviz` gives one); the "
+          "live view lays the graph out in the browser and keeps its picture here.")
+# ...which it did: the static output shown again (`_keep_picture`) says so instead
+BROWSER_DRAWN = ("This picture was laid out in the browser (graphviz compiled to WebAssembly) "
+                 "by the live view, which kept it here.")
+NO_DOT_DRAWN = f"graphviz's `dot` is not installed where this kernel runs. {BROWSER_DRAWN}"
 
-# the live view's output, as a front end with no widgets (GitHub, nbviewer) says it: the static
-# output above it holds the picture
-LIVE_ONLY = "(the live view of the graph: it needs this notebook's kernel running)"
+# the live view's output, as a front end with no widgets says it (an untrusted notebook in
+# JupyterLab, GitHub, nbviewer): nothing. The static output above it holds the picture and the
+# note to run the cell (RERUN_NOTE), which a second note here only said again
+LIVE_ONLY = ""
 
 # the static output's first line, seen only when the live view is not (widget.js hides the
 # static output while the view runs): a notebook reopened, on GitHub or nbviewer
@@ -124,12 +131,15 @@ class TraceDisplay:
         picture stays. While the live view runs it hides its static twin (widget.js)."""
         from IPython.display import display
 
-        static, live = self._outputs()
-        display(static, raw=True)
+        static, live = self._outputs(updatable=True)
+        # by its id the static output is shown again with the browser's picture (_keep_picture)
+        display(static, raw=True, display_id=self.static_id)
         if live:
             display(live, raw=True)
 
-    def _outputs(self) -> tuple[dict, dict | None]:
+    def _outputs(self, updatable: bool = False) -> tuple[dict, dict | None]:
+        """The static output and the live view's (None where there is none). `updatable`: the
+        static output is shown with its id, so the browser's picture can take its place."""
         drawing = self._drawing()
         if drawing.dot is not None and not _widgets_here():
             drawing.problem = NO_WIDGET
@@ -141,20 +151,50 @@ class TraceDisplay:
         if dropped:
             lines.append(dropped)
         self.static_id = uuid.uuid4().hex
-        static: dict = {"text/plain": "\n".join(lines), TRACE_MIMETYPE: stored}
-        if drawing.svg is not None:
-            static["image/svg+xml"] = drawing.svg
-        live = None
+        live, failed = None, None
         try:
-            widget = self._widget(drawing, lines[0])
+            widget = self._widget(drawing, lines[0],
+                                  keep=self._keep_picture if updatable else None)
             if widget is not None:
                 view = widget._repr_mimebundle_()
                 view = view[0] if isinstance(view, tuple) else view  # (data, metadata) or data
                 live = {**view, "text/plain": LIVE_ONLY}
         except Exception as exc:  # noqa: BLE001 - the static output above is still whole
-            static["text/plain"] += f"\n(the live view could not be made: {exc})"
-        static["text/html"] = self._html(drawing.svg, lines, live=live is not None)
-        return static, live
+            failed = f"(the live view could not be made: {exc})"
+        self._kept = (lines[0], [dropped] if dropped else [], stored)
+        return self._static(drawing.svg, lines, stored, live is not None, failed), live
+
+    def _static(self, svg: str | None, lines: list[str], stored: dict, live: bool,
+                failed: str | None = None) -> dict:
+        static: dict = {"text/plain": "\n".join([*lines, *([failed] if failed else [])]),
+                        TRACE_MIMETYPE: stored}
+        if svg is not None:
+            static["image/svg+xml"] = svg
+        static["text/html"] = self._html(svg, lines, live=live)
+        return static
+
+    def kept_static(self, sent: object) -> dict:
+        """The static output again, with the picture the browser laid out and sent (`sent`,
+        widget.py) made safe (picture.py) where the note that there is none was; or, refused,
+        that note and why."""
+        summary, dropped, stored = self._kept
+        try:
+            if isinstance(sent, UnsafePicture):
+                raise sent
+            svg: str | None = safe_svg(sent)
+            said = [BROWSER_DRAWN if self.draw == "browser" else NO_DOT_DRAWN]
+        except UnsafePicture as exc:
+            svg = None
+            said = [*([] if self.draw == "browser" else [NO_DOT]),
+                    f"The picture the browser laid out was not kept: {exc}."]
+        return self._static(svg, [summary, *said, *dropped], stored, live=True)
+
+    def _keep_picture(self, sent: object) -> None:
+        """Show the static output again, by its id, with the browser's picture: JupyterLab puts
+        it in place of the first, and a notebook saved from then on keeps it."""
+        from IPython.display import update_display
+
+        update_display(self.kept_static(sent), raw=True, display_id=self.static_id)
 
     def redraw(self, event: int | None, opened: list[str]) -> Drawing:
         """The live view's drawing of backward pass `event` with the module and fold paths
@@ -164,9 +204,10 @@ class TraceDisplay:
             return Drawing(problem=f"No drawing: this run has no backward pass {event}.")
         return self._drawing(event, frozenset(opened))
 
-    def _widget(self, drawing: Drawing, summary: str):
+    def _widget(self, drawing: Drawing, summary: str, keep=None):
         """The anywidget of the drawn backward pass or view (widget.py), or None: no anywidget
-        here (the `notebook` extra), or nothing drawn."""
+        here (the `notebook` extra), or nothing drawn. `keep` takes the picture the browser
+        lays out, where it does."""
         if not _widgets_here():
             return None
         from .widget import TraceWidget
@@ -179,7 +220,7 @@ class TraceDisplay:
         self.live = TraceWidget(self.trace, event=index, view=drawing.view, svg=drawing.svg,
                                 dot=drawing.dot, summary=summary, link=self.link,
                                 static_id=self.static_id, units=drawing.units,
-                                opened=drawing.opened,
+                                opened=drawing.opened, keep=keep,
                                 redraw=self.redraw if drawing.view is None else None)
         return self.live
 

@@ -9,7 +9,10 @@ as `:host`, and so does the vendored svg-pan-zoom.
 
 The Trace travels gzipped; the drawing is the kernel's (graphviz, as TraceDisplay draws it), or,
 where the kernel has no `dot`, its DOT and the vendored graphviz compiled to WebAssembly
-(gzipped, sent only then), laid out in the browser by static/js/browser_layout.js.
+(gzipped, sent only then), laid out in the browser by static/js/browser_layout.js. The browser
+then sends its SVG back (a custom message, `{"picture": svg}`): the kernel keeps it, made safe
+(picture.py), as the cell's static picture (display.py), which a notebook saved from then on
+shows without a kernel.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import traitlets
 from app.format import json_text
 from app.render import KINDS
 from app.resources import resource_dir
+
+from .picture import MAX_PICTURE_BYTES, too_big
 
 __all__ = ["TraceWidget", "page_module", "modules_of"]
 
@@ -113,14 +118,19 @@ class TraceWidget(anywidget.AnyWidget):
     problem = traitlets.Unicode("").tag(sync=True)
     # whether the kernel can draw another pass or opening (a view of show(tensor) cannot)
     redraws = traitlets.Bool(False).tag(sync=True)
+    # the most bytes of a browser-made SVG the kernel keeps as the static picture; 0 where
+    # it keeps none (the kernel drew one itself, or its output cannot be updated)
+    keep_picture = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, trace: dict, *, event: int | None, svg: str | None, summary: str,
                  link: str | None = None, dot: str | None = None,
                  view: int | None = None, static_id: str = "", units: list | None = None,
                  opened: list | None = None,
-                 redraw: Callable[[int | None, list[str]], object] | None = None) -> None:
+                 redraw: Callable[[int | None, list[str]], object] | None = None,
+                 keep: Callable[[object], object] | None = None) -> None:
         in_browser = not svg and bool(dot)
         self._redraw = redraw
+        self._keep = keep if in_browser else None
         super().__init__(_esm=page_module("widget.js"), css=_css(), pan_zoom_js=_pan_zoom(),
                          kinds=dict(KINDS),
                          # json_text: NaN as null (a browser's JSON.parse takes no NaN).
@@ -132,7 +142,24 @@ class TraceWidget(anywidget.AnyWidget):
                          dot=dot if in_browser else "", static_id=static_id,
                          graphviz_gz=graphviz_gz() if in_browser else b"",
                          units=list(units or []), opened=list(opened or []),
-                         redraws=redraw is not None)
+                         redraws=redraw is not None,
+                         keep_picture=MAX_PICTURE_BYTES if self._keep else 0)
+        self.on_msg(self._message)
+
+    def _message(self, _widget, content, _buffers) -> None:
+        """The browser's SVG of the first drawing, sent once it is laid out there, or its size
+        where that is past `keep_picture`: handed to `keep` (display.py) once; anything else
+        the front end sends is not for us."""
+        if self._keep is None or not isinstance(content, dict):
+            return
+        if "picture" in content:
+            sent = content["picture"]
+        elif "picture_size" in content:  # too big to send: the browser says only its size
+            sent = too_big(content["picture_size"])
+        else:
+            return
+        keep, self._keep = self._keep, None
+        keep(sent)
 
     @traitlets.observe("asked")
     def _draw_asked(self, change) -> None:

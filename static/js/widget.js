@@ -4,7 +4,8 @@
 // Trace gzipped, its first backward pass drawn by graphviz, the page's stylesheet and
 // svg-pan-zoom; the widget draws inside a shadow root, so the page's styles stay its own. Where
 // the kernel has no `dot`, it sends the DOT and the vendored graphviz-in-WebAssembly instead,
-// and the drawing is laid out here (browser_layout.js).
+// and the drawing is laid out here (browser_layout.js), then sent back to be the cell's
+// static picture (keepPicture).
 
 import { loadGraphviz, layoutSvg } from "./browser_layout.js";
 import { renderDiagnostics } from "./diagnostics.js";
@@ -323,6 +324,7 @@ async function render({ model, el }) {
       return;
     }
     graphBox.hidden = false;
+    keepPicture(svg);
     units = new Map((model.get("units") || []).map((u) => [u.id, u]));
     // the drawn graph: the pass's nodes drawn as they are, and its modules and folds
     event = units.size ? { ...pass, graph: { ...pass.graph, nodes: [...pass.graph.nodes,
@@ -338,6 +340,18 @@ async function render({ model, el }) {
     renderEvents();
     renderLayoutBar();
     update({});
+  }
+  /** The first drawing, laid out here, sent back to the kernel (widget.py `keep_picture`): it
+   *  becomes the cell's static picture, which a notebook saved from now on shows without a
+   *  kernel. Past the size the kernel keeps, only the size goes (it says why there is none):
+   *  measured as sent, JSON in UTF-8, since Jupyter's server drops a message past 10 MiB. */
+  let kept = false;
+  function keepPicture(svg) {
+    const most = model.get("keep_picture");
+    if (kept || !most || model.get("svg") || model.get("drawn") !== 0) return;
+    kept = true;
+    const size = new TextEncoder().encode(JSON.stringify(svg)).length;
+    model.send(size <= most ? { picture: svg } : { picture_size: size });
   }
   model.on("change:drawn", () => { draw(); });
   model.on("change:problem", () => {

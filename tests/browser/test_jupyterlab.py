@@ -334,8 +334,9 @@ def test_a_failed_cell_says_its_explanation_after_its_prints_on_its_own_lines_an
 def _run_save_and_reopen(browser, base: str, token: str, name: str):
     """Run `name`, save it, stop every kernel, open the file again in a new page (a new kernel:
     none of the widgets' models). While the live view ran, its static twin was hidden (one
-    graph on screen). Returns (context, page, the shown notebook's selector), the last traced
-    cell's output scrolled into view."""
+    graph on screen), and it has its picture, the kernel's or the one the browser laid out and
+    sent back (saved only once there). Returns (context, page, the shown notebook's selector),
+    the last traced cell's output scrolled into view."""
     cells = NOTEBOOKS[name]
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
@@ -348,6 +349,11 @@ def _run_save_and_reopen(browser, base: str, token: str, name: str):
         page.locator(f"{shown} .autograd-lab-widget .widget-graph svg g.node").first.wait_for()
         first = page.locator(f"{shown} {static}").first
         assert not first.is_visible()
+        page.wait_for_function(
+            "sel => { const s = [...document.querySelectorAll(sel)];"
+            " return s.length && s.every(o => o.querySelector('img.autograd-lab-picture')); }",
+            arg=f"{shown} {static}")
+        assert not first.is_visible()  # shown again with its picture, still hidden: one graph
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
         deadline = time.monotonic() + 60
         while not any(TRACE_MIMETYPE in o.get("data", {})
@@ -442,24 +448,60 @@ def test_a_saved_notebook_reopened_with_a_new_kernel_shows_the_picture_and_no_er
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-live-view.png"))
 
 
-def test_a_saved_notebook_of_a_kernel_without_graphviz_says_so_when_reopened(browser, lab):
-    """Issue 37, point 3: a kernel with no `dot` stores no picture; reopened, its traced cell
-    says so where it is seen (not only in text/plain, which JupyterLab hid behind the widget),
-    with the note to run the cell, and no widget error."""
+def _plain_backward_names() -> set[str]:
+    """The classes of the backward functions PyTorch makes for CELLS' traced step, run plainly
+    here (the graph walked from the loss's grad_fn)."""
+    ns: dict = {}
+    exec(CELLS[1], ns)  # noqa: S102 - the test's own cells
+    exec(CELLS[2].split("\n", 1)[1].replace("loss.backward()\nopt.step()", ""), ns)  # noqa: S102
+    names, todo, seen = set(), [ns["loss"].grad_fn], set()
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        names.add(type(fn).__name__)
+        todo.extend(f for f, _ in fn.next_functions)
+    return names - {"AccumulateGrad"}  # drawn as the parameters it sums into
+
+
+def test_a_saved_notebook_of_a_kernel_without_graphviz_shows_the_browser_s_picture_reopened(
+        browser, lab):
+    """Issue 37, point 3: a kernel with no `dot` draws no picture; the live view lays the graph
+    out in the browser and sends it back, and the kernel keeps it in the static output.
+    Reopened with a new kernel, the traced cell shows that picture, PyTorch's backward
+    functions in it, under the note to run the cell, and no widget error."""
     base, token = lab
+    names = _plain_backward_names()
+    assert {"AddmmBackward0", "TanhBackward0", "MseLossBackward0"} <= names
     context, page, shown = _run_save_and_reopen(browser, base, token, "saved_no_dot.ipynb")
     with _shot_if_it_fails(page, context, "jupyterlab-reopen-no-dot-failed.png"):
         traced = page.locator(f"{shown} .jp-CodeCell").nth(NO_DOT_CELLS.index(CELLS[2]))
         traced.evaluate("el => el.scrollIntoView({block: 'start'})")
         static = traced.locator(".jp-OutputArea-output [data-autograd-lab-static]")
         assert static.is_visible()
-        assert static.locator("img, svg").count() == 0  # no kernel-made picture
+        svg = _drawn(static)
+        labels = "".join(svg.itertext())
+        assert all(name in labels for name in names), (names, labels)
+        assert "layer.weight" in labels and "head.weight" in labels
         said = static.inner_text()
-        assert "`dot` is not installed where this kernel runs" in said, said
-        assert said.startswith("Run this cell to get the interactive view back."), said
+        assert said.startswith("A saved picture: run this cell"), said
+        assert "laid out in the browser" in said and "draws no static picture" not in said
+        # the file holds it as the kernel's drawing is held: SVG, and the HTML's <img> of it
+        saved = _saved_cells(base, token, "saved_no_dot.ipynb")
+        kept = [o["data"] for o in saved[NO_DOT_CELLS.index(CELLS[2])]["outputs"]
+                if TRACE_MIMETYPE in o.get("data", {})]
+        assert len(kept) == 1 and "<script" not in kept[0]["image/svg+xml"]
+        assert all(name in kept[0]["image/svg+xml"] for name in names)
         _no_widget_error_seen(page, shown)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-no-dot.png"))
+        # the tensor's graph (show(loss)) too
+        page.evaluate(SCROLL_TO_LAST)
+        last = page.locator(f"{shown} .jp-CodeCell").last
+        assert "MseLossBackward0" in "".join(_drawn(last.locator(
+            ".jp-OutputArea-output [data-autograd-lab-static]")).itertext())
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-reopened-no-dot-view.png"))
 
 
 def test_a_saved_notebook_opened_untrusted_shows_the_picture_and_no_svg_text(browser, lab):
@@ -498,7 +540,11 @@ def test_a_saved_notebook_opened_untrusted_shows_the_picture_and_no_svg_text(bro
         # none of the drawing's words as loose text, as an inline <svg> left them
         said = outputs.inner_text()
         assert "TanhBackward0" not in said and "layer.weight" not in said, said
-        assert "A saved picture: run this cell" in said
+        # one note, saying what to do (the live view's output says nothing of its own)
+        assert said.count("run this cell") == 1 and "live view" not in said, said
+        assert said.strip().startswith("A saved picture: run this cell"), said
+        outputs.evaluate("el => el.scrollIntoView({block: 'end'})")
+        page.screenshot(path=str(ARTIFACTS / "jupyterlab-untrusted-end.png"))
 
 
 # ---- issue 37, point 4: the page's controls in the widget ---------------------------------
