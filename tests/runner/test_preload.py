@@ -1,10 +1,11 @@
 """A fresh worker loads matplotlib before its sandbox closes only for a script that may import
 it (preload.py, issue 36: 0.6 s of CPU that a plain run of a torch-only script never pays);
 figures are kept as before, and a script that imports matplotlib in a way the source does not
-show still gets it."""
+show still gets it, and its figures are kept as a plain import's are (on_import.py)."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 
@@ -76,3 +77,31 @@ def test_matplotlib_imported_out_of_sight_still_draws_in_the_sandbox():
     doc = trace_in_sandbox(source=source, name="hidden.py", timeout=60)
     assert doc["error"] is None, doc["error"]
     assert doc["stdout"] == "True\n", doc["stderr"][-2000:]
+
+
+DRAWING = ("plt.figure(figsize=(4, 2))\nplt.plot([1, 2], label='a line')\nplt.legend()\n"
+           "plt.show()\nw = torch.ones(2, requires_grad=True)\n(w * w).sum().backward()\n")
+
+
+@pytest.mark.parametrize("hidden", [
+    "plt = importlib.import_module('matp' + 'lotlib.pyplot')",
+    "plt = __import__('matp' + 'lotlib.pyplot', fromlist=['show'])",
+])
+def test_a_hidden_import_keeps_its_figure_as_plain_matplotlib_draws_it(hidden):
+    source = f"import importlib\nimport torch\n{hidden}\n" + DRAWING
+    assert not needs_plotting(source)  # the worker starts without matplotlib
+    doc = trace_in_sandbox(source=source, name="hidden.py", timeout=60)
+    assert doc["error"] is None, doc["error"]
+    # the same figure drawn by matplotlib itself, outside autograd-lab, at 100 dpi
+    plain = subprocess.run(
+        [sys.executable, "-c", "import io, sys, matplotlib\nmatplotlib.use('Agg')\n"
+         "import matplotlib.pyplot as plt\nimport torch\n" + DRAWING.replace("plt.show()\n", "")
+         + "buf = io.BytesIO()\nplt.gcf().savefig(buf, format='png', dpi=100)\n"
+         "sys.stdout.buffer.write(buf.getvalue())\n"], capture_output=True, check=True)
+    assert [(f["via"], f["line"]) for f in doc["figures"]] == [("show", 7)]  # plt.show()
+    assert base64.b64decode(doc["figures"][0]["png"]) == plain.stdout
+    # and a plain import, preloaded, keeps the very same
+    preloaded = trace_in_sandbox(source="import matplotlib.pyplot as plt\nimport torch\n"
+                                 + DRAWING, name="plain.py", timeout=60)
+    assert [base64.b64decode(f["png"]) for f in preloaded["figures"]] == [plain.stdout]
+
