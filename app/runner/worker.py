@@ -236,10 +236,13 @@ def prepare(plotting: bool = True) -> None:
 def _plotting(matplotlib: bool = True) -> None:
     """What tutorial scripts import besides torch: matplotlib (drawing to PNG, never a
     window), tqdm and torchviz. matplotlib gets only its own bundled fonts: the system's are
-    outside what Landlock lets the script read, and a figure drawn with one would fail."""
+    outside what Landlock lets the script read, and a figure drawn with one would fail.
+    Without matplotlib, torchviz is left out too (0.13 s, most of it distutils): a script
+    that imports it anyway does so inside the sandbox, and the tracer patches its make_dot
+    then (app/trace/on_import.py)."""
     if matplotlib:
         _matplotlib()
-    for module in ("tqdm", "torchviz"):
+    for module in ("tqdm", "torchviz") if matplotlib else ("tqdm",):
         try:
             importlib.import_module(module)
         except ImportError:

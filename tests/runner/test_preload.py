@@ -105,3 +105,28 @@ def test_a_hidden_import_keeps_its_figure_as_plain_matplotlib_draws_it(hidden):
                                  + DRAWING, name="plain.py", timeout=60)
     assert [base64.b64decode(f["png"]) for f in preloaded["figures"]] == [plain.stdout]
 
+
+TORCHVIZ = """\
+import torch
+from torchviz import make_dot
+w = torch.ones(2, requires_grad=True)
+y = (w * w).sum()
+dot = make_dot(y, params={"w": w})
+print(type(dot).__name__, sum("->" in line for line in dot.body), len(dot.body))
+y.backward()
+print(w.grad)
+"""
+
+
+def test_torchviz_left_out_of_the_worker_is_imported_in_the_sandbox_and_recorded(tmp_path):
+    pytest.importorskip("torchviz")
+    assert not needs_plotting(TORCHVIZ)  # a worker without matplotlib, nor torchviz first
+    script = tmp_path / "viz.py"
+    script.write_text(TORCHVIZ)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           check=True)
+    doc = trace_in_sandbox(source=TORCHVIZ, name="viz.py", timeout=60)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"] == plain.stdout  # torchviz drew the same picture, w.grad the same
+    assert [(v["kind"], v["line"], v["names"]) for v in doc["views"]] == \
+        [("make_dot", 5, ["w"])]
