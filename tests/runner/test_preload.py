@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from app.runner import trace_in_sandbox
-from app.runner.preload import needs_plotting
+from app.runner.preload import needs_plotting, needs_warm_up
 
 TORCH_ONLY = """\
 import sys
@@ -130,3 +130,41 @@ def test_torchviz_left_out_of_the_worker_is_imported_in_the_sandbox_and_recorded
     assert doc["stdout"] == plain.stdout  # torchviz drew the same picture, w.grad the same
     assert [(v["kind"], v["line"], v["names"]) for v in doc["views"]] == \
         [("make_dot", 5, ["w"])]
+
+
+OPTIMIZER_OUT_OF_SIGHT = """\
+import torch
+rules = getattr(torch, "op" + "tim")
+w = torch.nn.Parameter(torch.ones(3))
+opt = rules.Adam([w], lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    (w * w).sum().backward()
+    opt.step()
+print(w.detach())
+twice_sin = getattr(torch, "com" + "pile")(lambda x: x.sin() * 2)
+print(twice_sin(torch.ones(2)))
+"""
+
+
+@pytest.mark.parametrize("source", [
+    "import torch\nopt = torch.optim.SGD([w], lr=0.1)\n",
+    "from torch.optim.lr_scheduler import StepLR\n",
+    "import torch\nf = torch.compile(f)\n",
+    "import my_helpers\n",
+    "def broken(:\n",
+])
+def test_a_script_that_may_step_an_optimizer_gets_the_warm_up(source):
+    assert needs_warm_up(source)
+
+
+def test_an_optimizer_the_source_hides_runs_in_the_sandbox_as_plainly(tmp_path):
+    assert not needs_warm_up(OPTIMIZER_OUT_OF_SIGHT) and not needs_warm_up(TORCH_ONLY)
+    script = tmp_path / "hidden_adam.py"
+    script.write_text(OPTIMIZER_OUT_OF_SIGHT)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           check=True)
+    doc = trace_in_sandbox(source=OPTIMIZER_OUT_OF_SIGHT, name="hidden_adam.py", timeout=120)
+    assert doc["error"] is None, doc["error"]
+    assert doc["stdout"] == plain.stdout  # Adam's steps and the compiled function's result
+    assert sum(e["kind"] == "step" for e in doc["events"]) == 3, doc["events"]
