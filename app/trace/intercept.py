@@ -6,7 +6,9 @@ hooks), `Function.apply`, and every torch operation (a TorchFunctionMode), with 
 metadata on so each node knows the script line that created it. Calls that compute gradients
 without a graph this tracer records (`torch.func` transforms, forward-mode AD,
 `torch.autograd.functional`, torchviz's `make_dot_from_trace`) are only noted, with their line
-(`UNRECORDED`). `torchviz.make_dot` calls are recorded as views (`views.py`).
+(`UNRECORDED`). `torchviz.make_dot` calls are recorded as views (`views.py`). A module of
+theirs not imported yet (torchviz, 0.13 s) is not imported for the run: it is patched the moment
+the script imports it (`on_import.py`).
 """
 
 from __future__ import annotations
