@@ -158,9 +158,11 @@ class Child:
     """A worker process in its own run folder, under the sandbox `policy` allows here."""
 
     def __init__(self, policy: sandbox.Policy, program: str = WORKER,
-                 fork_server: ForkServer | None = None, plotting: bool = True) -> None:
+                 fork_server: ForkServer | None = None, plotting: bool = True,
+                 warm_up: bool = True) -> None:
         self.policy = policy
         self.plotting = plotting  # an exec'd worker loads matplotlib first (preload.py)
+        self.warm_up = warm_up  # and steps each common optimizer once first (preload.py)
         self.layers = sandbox.effective(policy)
         # the uid first: with none free (NoFreeUid) there is no run folder to leave behind
         self.lease = identity.lease_uid() if self.layers["uid"] else None
@@ -182,14 +184,16 @@ class Child:
 
     @classmethod
     def spawn(cls, policy: sandbox.Policy | None = None, program: str = WORKER,
-              fork_server: ForkServer | None = None, plotting: bool = True) -> Child:
+              fork_server: ForkServer | None = None, plotting: bool = True,
+              warm_up: bool = True) -> Child:
         """Start a worker: forked from `fork_server` when it is ready (and the program is one it
         serves), exec'd afresh otherwise. A fork server still starting is waited for.
         `plotting=False`: an exec'd worker does not load matplotlib (its script never imports
-        it: preload.py); a forked one has what the fork server loaded."""
+        it: preload.py); `warm_up=False`: nor steps an optimizer first (its script names none);
+        a forked one has what the fork server loaded."""
         if fork_server is not None and fork_server.started():
             fork_server.settle()
-        child = cls(policy or sandbox.Policy(), program, fork_server, plotting)
+        child = cls(policy or sandbox.Policy(), program, fork_server, plotting, warm_up)
         try:
             child._start()
         except BaseException:
@@ -234,6 +238,8 @@ class Child:
             return
         if not self.plotting:
             worker_opts["plotting"] = False
+        if not self.warm_up:
+            worker_opts["warm_up"] = False
         python = sys.executable
         cmd = [python, "-S", "-m", "app.runner.sandbox.enter", plan.to_json(), "--",
                python, "-m", self._program, "--serve", str(self.run_dir),

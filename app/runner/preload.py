@@ -1,4 +1,5 @@
 """Which of the worker's optional preloads a script needs, read from its source. Torch-free.
+matplotlib is one; the optimizer warm-up (`needs_warm_up`) another.
 
 A worker loads what a script may use before the sandbox closes (worker.py `prepare`). matplotlib
 is one of them, and the dearest one that a plain run of a script without it never pays: about
@@ -10,10 +11,12 @@ before any script is known, still load everything.
 "May import it" errs towards loading: any import of a module that is not the standard
 library's, torch's or numpy's (a helper module, seaborn, pandas), the word "matplotlib" or
 "pylab" anywhere in the text (an `importlib` call, a notebook's `%matplotlib`), or a source that
-does not parse. A script missed all the same still gets matplotlib, imported by the script
-itself inside the sandbox, and draws as it would; but its figures are not kept in the Trace
-(the capture is set up with the preload; checked: `plt.show()` after
-`importlib.import_module('matp' + 'lotlib.pyplot')` keeps none, a plain import keeps one).
+does not parse. A script missed all the same imports matplotlib itself, inside the sandbox
+(its font cache and settings go to the run's folder, MPLCONFIGDIR), and its figures are kept as
+a plain import's are: the capture is set up the moment pyplot is imported, however it is
+(app/trace/on_import.py; checked through the sandbox: `importlib.import_module('matp' +
+'lotlib.pyplot')` keeps the same PNG as a preloaded `import matplotlib.pyplot`). Only the
+0.6 s is then paid inside the run, as a plain run pays it.
 """
 
 from __future__ import annotations
@@ -21,16 +24,31 @@ from __future__ import annotations
 import ast
 import sys
 
-__all__ = ["needs_plotting"]
+__all__ = ["needs_plotting", "needs_warm_up"]
 
-# top-level modules known not to import matplotlib when imported
-_WITHOUT_PLOTTING = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "tqdm", "torchviz",
-                                                           "__future__"}
+# top-level modules known not to import matplotlib, nor step an optimizer, when imported
+_KNOWN = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "tqdm", "torchviz", "__future__"}
 
 
 def needs_plotting(source: str) -> bool:
     """Whether a worker for `source` should load matplotlib before its sandbox closes."""
-    if "matplotlib" in source or "pylab" in source:
+    return _may_use(source, ("matplotlib", "pylab"))
+
+
+def needs_warm_up(source: str) -> bool:
+    """Whether a worker for `source` should step each common optimizer once before its sandbox
+    closes (worker.py `_warm_up`): the first step imports torch._dynamo, about 1 s of CPU that
+    a plain run of a script without an optimizer never pays. Any "optim" or "compile" in the
+    text (torch.optim, an lr_scheduler, torch.compile), and the same unknown imports as for
+    matplotlib. A script missed (`getattr(torch, 'op' + 'tim')`, a torch.load, a checkpoint)
+    imports dynamo inside its run, as a plain run does: checked through the sandbox, an Adam
+    and a torch.compile run so print what plain Python prints, with the events, diagnostics
+    and parameters a warmed worker records."""
+    return _may_use(source, ("optim", "compile", "_dynamo"))
+
+
+def _may_use(source: str, words: tuple[str, ...]) -> bool:
+    if any(word in source for word in words):
         return True
     try:
         tree = ast.parse(source)
@@ -45,6 +63,6 @@ def needs_plotting(source: str) -> bool:
             names = [node.module or ""]
         else:
             continue
-        if any(name.partition(".")[0] not in _WITHOUT_PLOTTING for name in names):
+        if any(name.partition(".")[0] not in _KNOWN for name in names):
             return True
     return False

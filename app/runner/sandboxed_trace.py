@@ -29,7 +29,7 @@ from .explain import to_document
 from .fix_trial import fixes_to_try, forget_trials, try_fixes
 from .fork_server import ForkServer
 from .pool import Pool
-from .preload import needs_plotting
+from .preload import needs_plotting, needs_warm_up
 from .protocol import PARTIAL_FILE, RESULT_FILE, Job, worker_env
 from .start_failures import START_FAILURES, StartFailures
 
@@ -86,14 +86,16 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
     run_policy = policy or (pool.policy if pool is not None else sandbox.Policy())
     # an exec'd worker started for this script loads matplotlib only if it may be used
     plotting = needs_plotting(source)
+    warm_up = needs_warm_up(source)  # and steps each common optimizer first only if it may
 
     def fresh() -> Child:
-        return Child.spawn(run_policy, fork_server=fork_server, plotting=plotting)
+        return Child.spawn(run_policy, fork_server=fork_server, plotting=plotting,
+                           warm_up=warm_up)
 
     def exec_afresh() -> Child:
         # in place of one that ended before READY: exec'd, whatever the fork server it may
         # have come from is going through (seconds of CPU, only when something failed)
-        return Child.spawn(run_policy, plotting=plotting)
+        return Child.spawn(run_policy, plotting=plotting, warm_up=warm_up)
 
     child = None
     if pool is not None and policy is None and pool.running:
@@ -114,7 +116,8 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
         # the same limits, stopped with the run if its person stops it
         def again(edited: str) -> Trace:
             trial = Child.spawn(run_policy, fork_server=fork_server,
-                                plotting=plotting or needs_plotting(edited))
+                                plotting=plotting or needs_plotting(edited),
+                                warm_up=warm_up or needs_warm_up(edited))
             return trace_in(trial, source=edited, name=name, args=args, device=device,
                             timeout=timeout, max_events=max_events, threads=threads,
                             watch_all=watch_all, respawn=exec_afresh, started=started,

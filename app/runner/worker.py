@@ -192,10 +192,11 @@ def _normal_thread_stacks() -> None:
         pass  # not glibc: its own default applies
 
 
-def prepare(plotting: bool = True) -> None:
+def prepare(plotting: bool = True, warm_up: bool = True) -> None:
     """Everything the script may use is loaded before the doors close (a fork server calls
     this once, before it forks any run). `plotting=False`: not matplotlib, for a fresh worker
-    whose script does not import it (preload.py)."""
+    whose script does not import it; `warm_up=False`: no optimizer step first, for one whose
+    script names no optimizer (preload.py)."""
     _normal_thread_stacks()
     for var in THREAD_VARS:
         os.environ.setdefault(var, "1")
@@ -221,7 +222,8 @@ def prepare(plotting: bool = True) -> None:
     # never the real package (which fetches runs over the network)
     sys.modules["autograd_lab"] = importlib.import_module("app.trace.sandbox_autograd_lab")
 
-    _warm_up(torch)
+    if warm_up:
+        _warm_up(torch)
     from .sandbox import seccomp
 
     seccomp.preload()
@@ -236,10 +238,13 @@ def prepare(plotting: bool = True) -> None:
 def _plotting(matplotlib: bool = True) -> None:
     """What tutorial scripts import besides torch: matplotlib (drawing to PNG, never a
     window), tqdm and torchviz. matplotlib gets only its own bundled fonts: the system's are
-    outside what Landlock lets the script read, and a figure drawn with one would fail."""
+    outside what Landlock lets the script read, and a figure drawn with one would fail.
+    Without matplotlib, torchviz is left out too (0.13 s, most of it distutils): a script
+    that imports it anyway does so inside the sandbox, and the tracer patches its make_dot
+    then (app/trace/on_import.py)."""
     if matplotlib:
         _matplotlib()
-    for module in ("tqdm", "torchviz"):
+    for module in ("tqdm", "torchviz") if matplotlib else ("tqdm",):
         try:
             importlib.import_module(module)
         except ImportError:
@@ -312,7 +317,7 @@ def serve(run_dir: Path, sandbox: dict, prepared: bool = False) -> int:
     # a fresh worker for a script that never imports matplotlib leaves it out (preload.py)
     plotting = prepared or sandbox.get("plotting", True) is not False
     if not prepared:
-        prepare(plotting=plotting)
+        prepare(plotting=plotting, warm_up=sandbox.get("warm_up", True) is not False)
     from app.trace.recorder import RecordingLimits
     from app.trace.tracer import trace_script
 

@@ -18,6 +18,8 @@ from typing import Any
 from app.format import Figure as FigureRecord
 from app.format.png import png_size
 
+from .on_import import on_import
+
 __all__ = ["FigureCapture", "MAX_FIGURES"]
 
 MAX_FIGURES = 20
@@ -32,9 +34,11 @@ class FigureCapture:
 
     def __init__(self, line_of: Callable[[], int | None], load: bool = True,
                  show: bool = False) -> None:
-        """`load`: import matplotlib (with the Agg backend) if nothing has yet. Off in a kernel:
-        importing pyplot took 1.8 s of a first traced cell that draws nothing, and the kernel's
-        own backend (inline) is the person's; a kernel that has pyplot is watched as it is.
+        """`load`: import matplotlib (with the Agg backend) if nothing has yet. Off in a kernel
+        (importing pyplot took 1.8 s of a first traced cell that draws nothing, and the kernel's
+        own backend, inline, is the person's; a kernel that has pyplot is watched as it is) and
+        in a worker whose script never names it (the runner's preload.py): pyplot is then
+        watched from the moment the code imports it, however it does (on_import.py).
         `show`: the figures are kept and also shown as without autograd-lab (a kernel: its
         `plt.show()` draws inline, and what is open at the end is left open for the kernel's
         backend to show after the cell, as it does after a plain cell)."""
@@ -51,9 +55,15 @@ class FigureCapture:
         self._taken: dict[int, str] = {}  # id(figure) -> the digest of its last PNG kept
         self._finished = False  # the script has ended: nothing more is its figure
         self._left_open: set[int] = set()  # `show`: the script's figures open at its end
+        self._cancels: list[Callable[[], None]] = []  # imports still awaited (on_import.py)
 
     def __enter__(self) -> FigureCapture:
         if not self.load and "matplotlib.pyplot" not in sys.modules:
+            # imported by the script, however it does (a name the source hides, a helper
+            # module's): its figures are watched from then on, as an imported one's are
+            if not self.show:  # a worker's: Agg, set before pyplot picks its backend
+                self._cancels.append(on_import("matplotlib", _drawing_to_png))
+            self._cancels.append(on_import("matplotlib.pyplot", self._watch))
             return self
         try:
             import matplotlib
@@ -61,9 +71,15 @@ class FigureCapture:
             if self.load:  # no display in a worker; a script's own use() still wins
                 matplotlib.use("Agg")
             import matplotlib.pyplot as plt
-            from matplotlib.figure import Figure
         except ImportError:
             return self
+        self._watch(plt)
+        return self
+
+    def _watch(self, plt: Any) -> None:
+        """Patch pyplot's `show` and Figure's `savefig` to keep what they show and save."""
+        from matplotlib.figure import Figure
+
         self._plt = plt
         self._before = set(plt.get_fignums())  # (a test traces several scripts in-process)
         show, savefig = plt.show, Figure.savefig
@@ -84,9 +100,11 @@ class FigureCapture:
 
         plt.show = shown
         Figure.savefig = saved
-        return self
 
     def __exit__(self, *exc) -> None:
+        for cancel in self._cancels:  # an import after the run is not the script's
+            cancel()
+        self._cancels.clear()
         if self.show and self._finished:
             # what autograd-lab drew after the script (finish) is not the person's to see
             for number in self._numbers():
@@ -156,3 +174,9 @@ class FigureCapture:
             # the PNG's own size, not the inches times dpi rounded
             "width": size[0], "height": size[1],
             "png": base64.b64encode(data).decode("ascii")})
+
+
+def _drawing_to_png(matplotlib: Any) -> None:
+    """matplotlib imported inside a worker's run: no display there, PNGs for the page (the
+    worker's MPLBACKEND says so too; a script's own use() after its import still wins)."""
+    matplotlib.use("Agg")

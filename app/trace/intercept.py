@@ -6,7 +6,9 @@ hooks), `Function.apply`, and every torch operation (a TorchFunctionMode), with 
 metadata on so each node knows the script line that created it. Calls that compute gradients
 without a graph this tracer records (`torch.func` transforms, forward-mode AD,
 `torch.autograd.functional`, torchviz's `make_dot_from_trace`) are only noted, with their line
-(`UNRECORDED`). `torchviz.make_dot` calls are recorded as views (`views.py`).
+(`UNRECORDED`). `torchviz.make_dot` calls are recorded as views (`views.py`). A module of
+theirs not imported yet (torchviz, 0.13 s) is not imported for the run: it is patched the moment
+the script imports it (`on_import.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .compiled import ours
 from .func_forward import FuncCalls
 from .gradcheck_events import checked_calls
 from .hooks import KINDS
+from .on_import import on_import
 from .recorder import Recorder
 from .views import keep_picture_local
 
@@ -140,18 +143,11 @@ UNRECORDED = [
 # gradcheck and gradgradcheck are drawn as one representative pass each (gradcheck_events.py)
 
 
-def _unrecorded_calls() -> list[tuple[Any, str, str]]:
-    import importlib
-
-    found = []
-    for module_name, name, call in UNRECORDED:
-        try:
-            owner = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        if callable(getattr(owner, name, None)):
-            found.append((owner, name, call))
-    return found
+def _unrecorded_calls(module_name: str) -> list[tuple[Any, str, str]]:
+    """(owner, name, call) of UNRECORDED that `module_name`, imported by now, holds."""
+    owner = sys.modules.get(module_name)
+    return [(owner, name, call) for module, name, call in UNRECORDED
+            if module == module_name and callable(getattr(owner, name, None))]
 
 
 def _noting(recorder: Recorder, owner: Any, name: str, call: str):
@@ -192,15 +188,13 @@ def _one_pass(x: Any) -> bool:
     return hasattr(x, "__next__") and not isinstance(x, torch.Tensor)
 
 
-def _torchviz_calls(recorder: Recorder) -> list[tuple[Any, str, Any]]:
+def _torchviz_calls(recorder: Recorder, torchviz: Any) -> list[tuple[Any, str, Any]]:
     """(owner, name, replacement) for make_dot wherever torchviz keeps it: `from torchviz
     import make_dot` after this point gets the recording one."""
-    try:
-        import torchviz
-        from torchviz import dot as torchviz_dot
-    except ImportError:
+    torchviz_dot = sys.modules.get("torchviz.dot")
+    original = getattr(torchviz_dot, "make_dot", None)
+    if original is None:
         return []
-    original = torchviz_dot.make_dot
 
     @functools.wraps(original)
     def make_dot(var, params=None, *args, **kwargs):
@@ -294,12 +288,29 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
             recorder._internal_error("copying a Function's inputs", exc)
         return out
 
-    for owner, name, call in _unrecorded_calls():
-        if func_calls is not None:  # torch.func transforms: one ordinary call, to draw
-            patch(owner, name, func_calls.wrap(getattr(owner, name), call))
-        patch(owner, name, _noting(recorder, owner, name, call))
-    for owner, name, value in _torchviz_calls(recorder):
-        patch(owner, name, value)
+    def patch_module(module_name: str, late: bool = False) -> None:
+        """The calls of UNRECORDED (and torchviz's make_dot) that `module_name` holds."""
+        for owner, name, call in _unrecorded_calls(module_name):
+            if func_calls is not None:  # torch.func transforms: one ordinary call, to draw
+                patch(owner, name, func_calls.wrap(getattr(owner, name), call))
+            patch(owner, name, _noting(recorder, owner, name, call))
+            if late:
+                ours(getattr(owner, name))
+        if module_name == "torchviz":
+            for owner, name, value in _torchviz_calls(recorder, sys.modules["torchviz"]):
+                patch(owner, name, value)
+                if late:
+                    ours(value)
+
+    # a module not imported yet (torchviz: 0.13 s of a run that never draws with it; issue
+    # 36) is patched the moment the script imports it, however it does (on_import.py)
+    awaited: list[Callable[[], None]] = []
+    for module_name in dict.fromkeys(module for module, _, _ in UNRECORDED):
+        if module_name in sys.modules:
+            patch_module(module_name)
+        else:
+            awaited.append(on_import(module_name, functools.partial(
+                lambda name, _module: patch_module(name, late=True), module_name)))
     for owner, name, value in checked_calls(recorder, called_by_torch=_called_by_torch,
                                             argument=_argument):
         patch(owner, name, value)
@@ -384,6 +395,8 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
     try:
         yield recorder
     finally:
+        for cancel in awaited:  # an import after the run is not the script's
+            cancel()
         with contextlib.suppress(Exception):
             _leave(depth)
         anomaly.__exit__(None, None, None)

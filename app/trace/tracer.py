@@ -61,8 +61,8 @@ def trace_script(path: Path, *, name: str | None = None, argv: list[str] | None 
     million-node chain overflowed the stack in that teardown and lost the report.
     `deadline` (time.monotonic()) is when the run's time limit falls: autograd-lab's own work
     after the script is bounded by it (after_work.py). `load_matplotlib`: off where the
-    script never imports it (the runner's preload.py): its figures are watched only if it is
-    loaded by the time the script starts."""
+    script never imports it (the runner's preload.py): its figures are watched from the
+    moment it is imported, if it is (FigureCapture)."""
     path = Path(path).resolve()
     source = path.read_text(encoding="utf-8", errors="replace")
     doc = new_document(name or path.name, source, device, torch.__version__)

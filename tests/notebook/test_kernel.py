@@ -415,3 +415,22 @@ def test_a_figure_a_traced_cell_shows_is_drawn_inline_as_the_plain_cell_draws_it
     assert "image/png" in nb.cells[5].outputs[-1]["data"]
     (figure,) = _data(nb.cells[5], TRACE)["figures"]
     assert figure["via"] == "open at the end"
+
+
+def test_a_traced_cell_that_first_imports_pyplot_keeps_and_shows_its_figure(tmp_path_factory):
+    # pyplot imported inside the traced cell, for the first time in this kernel: its figures
+    # are watched from that import on (app/trace/on_import.py), and shown as the same cell
+    # shows them plainly (this kernel's own backend, no `%matplotlib inline`: not at all)
+    first = "%%autograd_lab --whole\nimport matplotlib.pyplot as plt\nimport torch\n" + PLOTTED
+    tmp = tmp_path_factory.mktemp("first_import")
+    with kernel_installed(tmp):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(src) for src in
+                    ["%load_ext autograd_lab", first, "# plainly\n" + PLOTTED]]
+        nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=300,
+                                resources={"metadata": {"path": str(tmp)}}).execute()
+    traced, plain = _before_the_trace(nb.cells[1]), _before_the_trace(nb.cells[2])
+    assert plain[-1] == ("stream", "after show\n"), plain
+    assert traced == plain
+    (figure,) = _data(nb.cells[1], TRACE)["figures"]
+    assert figure["via"] == "show" and figure["line"] == first.split("\n").index("plt.show()") + 1

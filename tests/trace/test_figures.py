@@ -107,3 +107,65 @@ def test_figures_stay_within_a_total_the_report_can_carry(trace_source):
     assert sum(kept) <= 8_000_000
     (note,) = diagnostics(doc, "figures_dropped")
     assert note["message"].startswith(f"{12 - len(kept)} figure(s) were not kept")
+
+
+# traced in a fresh interpreter, where nothing has imported matplotlib or torchviz yet (as in
+# a worker that did not preload them); what it prints after the run is read below
+FIRST_IMPORTED_IN_THE_RUN = '''\
+import json, sys
+from pathlib import Path
+from app.trace.tracer import trace_script
+doc = trace_script(Path(sys.argv[1]), load_matplotlib=False)
+import matplotlib.pyplot as plt
+import torchviz, torchviz.dot
+from matplotlib.figure import Figure
+print(json.dumps({
+    "error": doc["error"], "stdout": doc["stdout"],
+    "figures": [(f["via"], f["line"], f["width"], f["height"]) for f in doc.get("figures", [])],
+    "views": [(v["kind"], v["line"]) for v in doc.get("views", [])],
+    # after the run, nothing of ours is left in the interpreter
+    "hooks left": [type(f).__module__ for f in sys.meta_path
+                   if type(f).__module__.startswith("app.")],
+    "patched left": [f.__module__ for f in (plt.show, Figure.savefig, torchviz.make_dot,
+                                            torchviz.dot.make_dot)
+                     if not f.__module__.startswith(("matplotlib", "torchviz"))]}))
+'''
+HIDDEN_IMPORTS = """\
+import importlib
+import torch
+plt = importlib.import_module("matp" + "lotlib.pyplot")
+make_dot = importlib.import_module("torch" + "viz").make_dot
+w = torch.ones(2, requires_grad=True)
+y = (w * w).sum()
+make_dot(y)
+plt.figure(figsize=(4, 2))
+plt.plot(w.tolist())
+plt.savefig(__file__ + ".png")
+y.backward()
+print(w.grad)
+"""
+
+
+def test_modules_first_imported_during_the_run_are_watched_then_and_left_as_they_were(
+        tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torchviz")
+    script = tmp_path / "hidden.py"
+    script.write_text(HIDDEN_IMPORTS)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           check=True)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", FIRST_IMPORTED_IN_THE_RUN, str(script)],
+                          capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["error"] is None and got["stdout"] == plain.stdout
+    assert got["figures"] == [["savefig", 10, 400, 200]]  # 4 x 2 inches at 100 dpi
+    assert got["views"] == [["make_dot", 7]]
+    assert got["hooks left"] == [] and got["patched left"] == []
