@@ -24,7 +24,7 @@ from .cuts import find_cuts
 from .graph import Walk, walk
 from .hooks import HookCalls
 from .saved_memory import saved_memory
-from .summary import norm_of, summarize
+from .summary import norm_of, summarize, summarize_many
 
 MAX_RECOMPUTED = 2000  # module forwards a checkpoint ran again, per pass (the schema's bound)
 
@@ -64,8 +64,8 @@ class BackwardRecording:
         for _node, (tensor, name) in self.walk.leaves.items():
             self._tracked.setdefault(name, tensor)
         with guard():
-            self._before = {name: summarize(t.grad, budget=budget)
-                            for name, t in self._tracked.items()}
+            self._before = dict(zip(self._tracked, summarize_many(
+                [t.grad for t in self._tracked.values()], budget=budget), strict=True))
         self._leaf_slots = self._slots_into_leaves(nonleaf_inputs or [])
         self.cuts = find_cuts(self.walk, self._tracked, escapes_of)
         # hooked leaves: node id -> (name, leaf, its hooks); their sums, kept as tensors
@@ -282,9 +282,10 @@ class BackwardRecording:
         self.remove_hooks()
         self._returned = _returned_to_hooked(self._hooked.values(), results, inputs)
         with self._guard():
-            grads = {name: {"before": self._before[name],
-                            "after": summarize(t.grad, budget=self._budget)}
-                     for name, t in self._tracked.items()}
+            after = summarize_many([t.grad for t in self._tracked.values()],
+                                   budget=self._budget)
+            grads = {name: {"before": self._before[name], "after": summary}
+                     for name, summary in zip(self._tracked, after, strict=True)}
             result_summaries = None
             if results is not None:
                 result_summaries = [summarize(r, budget=self._budget) for r in results]

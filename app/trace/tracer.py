@@ -39,7 +39,7 @@ from .grad_scaler import ScalerWatch
 from .intercept import instrumented
 from .manual_nodes import HandCalls
 from .recorder import Recorder, RecordingLimits
-from .summary import RUN_VALUES, summarize
+from .summary import RUN_VALUES, summarize_many
 from .views import MAX_VIEWS, VIEW_NODE_BUDGET
 
 __all__ = ["trace_script", "run_traced"]
@@ -352,11 +352,11 @@ def _mark_synthetic(event: dict, how: str, root: torch.Tensor, label: str) -> No
 
 def _params(recorder: Recorder, named: dict) -> dict:
     params = {}
-    for name, (t, kind) in named.items():
+    with recorder.guard():
+        grads = summarize_many([t.grad for t, _kind in named.values()], budget=recorder.values)
+    for (name, (t, kind)), grad in zip(named.items(), grads, strict=True):
         uses = {str(e["index"]): e["uses"].get(name, 0)
                 for e in recorder.events if e["kind"] == "backward"}
-        with recorder.guard():
-            grad = summarize(t.grad, budget=recorder.values)
         params[name] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
                         "device": str(t.device), "requires_grad": bool(t.requires_grad),
                         "kind": kind, "module": recorder.namer.module_of(name), "uses": uses,
