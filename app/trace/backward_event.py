@@ -24,7 +24,7 @@ from .cuts import find_cuts
 from .graph import Walk, walk
 from .hooks import HookCalls
 from .saved_memory import saved_memory
-from .summary import norm_of, summarize, summarize_many
+from .summary import Rounding, norm_of, summarize, summarize_many
 
 MAX_RECOMPUTED = 2000  # module forwards a checkpoint ran again, per pass (the schema's bound)
 
@@ -56,6 +56,8 @@ class BackwardRecording:
         self._edge_grads: dict[tuple[str, int], dict] = {}
         self._handles: list[Any] = []
         self._budget = budget  # summary.ValueBudget: the run's numbers, shared
+        # the uses' values, rounded together when the pass ends (finish)
+        self._rounding = Rounding()
         self.create_graph = create_graph
         # create_graph=True: custom Function nodes whose backward returned a gradient with no
         # graph although the engine was building one (a tensor kept on ctx, not saved)
@@ -172,7 +174,8 @@ class BackwardRecording:
                         use = came if changed else g  # the module's own, before its hook
                         self.contributions.setdefault(leaf, []).append(
                             {"node": node_id, "slot": slot,
-                             "grad": summarize(use, budget=self._budget)})
+                             "grad": summarize(use, budget=self._budget,
+                                               rounding=self._rounding)})
                         # what reaches the leaf's own hooks: after the module's hook (its
                         # share is counted above, not again as theirs); a copy, since a hook
                         # may change g in place
@@ -280,6 +283,8 @@ class BackwardRecording:
         """The event, once the engine has run (or failed). `results`: what torch.autograd.grad
         returned for its `inputs`, in their order."""
         self.remove_hooks()
+        with self._guard():
+            self._rounding.round()
         self._returned = _returned_to_hooked(self._hooked.values(), results, inputs)
         with self._guard():
             after = summarize_many([t.grad for t in self._tracked.values()],

@@ -16,7 +16,7 @@ from app.format import json_number
 
 MAX_VALUES = 4096
 
-__all__ = ["MAX_VALUES", "summarize", "summarize_many", "describe", "norm_of"]
+__all__ = ["MAX_VALUES", "Rounding", "summarize", "summarize_many", "describe", "norm_of"]
 
 
 def describe(t: torch.Tensor) -> dict[str, Any]:
@@ -58,20 +58,46 @@ class ValueBudget:
 
 
 def summarize(t: torch.Tensor | None, with_values: bool = True,
-              budget: ValueBudget | None = None) -> dict[str, Any] | None:
-    """Full summary of `t` (None stays None); its values only while `budget` lasts."""
-    return summarize_many([t], with_values, budget)[0]
+              budget: ValueBudget | None = None,
+              rounding: Rounding | None = None) -> dict[str, Any] | None:
+    """Full summary of `t` (None stays None); its values only while `budget` lasts. With
+    `rounding`, the values are left to it (they are in the summary once it has rounded)."""
+    return summarize_many([t], with_values, budget, rounding)[0]
+
+
+class Rounding:
+    """Summaries whose values wait for their 9-digit rounding: a dozen torch calls, the same
+    for 128 numbers as for 4,096, so done once for them all (`round()`), not once each (a
+    traced encoder step's 50 small parameters paid it 300 times, a third of its summaries).
+    It is elementwise: each number comes out as it would alone. What waits is our own float64
+    copy, at most MAX_VALUES numbers a tensor, within the run's ValueBudget."""
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[dict[str, Any], torch.Tensor]] = []
+
+    def add(self, summary: dict[str, Any], x: torch.Tensor) -> None:
+        self._waiting.append((summary, x))
+
+    def round(self) -> None:
+        if not self._waiting:
+            return
+        waiting, self._waiting = self._waiting, []
+        with torch.no_grad(), _ours():
+            values = _nine_digits(torch.cat([x.reshape(-1) for _one, x in waiting])).tolist()
+        start = 0
+        for one, x in waiting:
+            n = x.numel()
+            _keep_values(one, _nested(values[start:start + n], list(x.shape)))
+            start += n
 
 
 def summarize_many(tensors: list[torch.Tensor | None], with_values: bool = True,
-                   budget: ValueBudget | None = None) -> list[dict[str, Any] | None]:
-    """`summarize` of each of `tensors`, in order (the budget taken in that order too). The
-    values' rounding to 9 digits is a dozen torch calls, the same for 128 numbers as for 4,096:
-    done once for all the tensors, not once each (a step's 50 small parameters and their
-    gradients, a third of a traced encoder step's summaries, paid it 300 times). It is
-    elementwise, so each number comes out as it would alone."""
+                   budget: ValueBudget | None = None,
+                   rounding: Rounding | None = None) -> list[dict[str, Any] | None]:
+    """`summarize` of each of `tensors`, in order (the budget taken in that order too), their
+    values rounded together (Rounding) unless `rounding` is given to round them later."""
     out: list[dict[str, Any] | None] = []
-    rounded: list[tuple[dict[str, Any], torch.Tensor, torch.Size]] = []
+    later = rounding if rounding is not None else Rounding()
     for t in tensors:
         if t is None:
             out.append(None)
@@ -86,19 +112,12 @@ def summarize_many(tensors: list[torch.Tensor | None], with_values: bool = True,
             n = one["numel"]
             if with_values and n <= MAX_VALUES and (budget is None or budget.take(n)):
                 if t.dtype in _SINGLE_OR_LESS and n > _FEW:
-                    rounded.append((one, x, x.shape))  # below, with the others
+                    later.add(one, x)
                 else:
                     kept = _nine_digits(x) if t.dtype in _SINGLE_OR_LESS else x
                     _keep_values(one, kept.tolist())
-    if rounded:
-        with torch.no_grad(), _ours():
-            flat = _nine_digits(torch.cat([x.reshape(-1) for _one, x, _shape in rounded]))
-            values = flat.tolist()
-        start = 0
-        for one, x, shape in rounded:
-            n = x.numel()
-            _keep_values(one, _nested(values[start:start + n], list(shape)))
-            start += n
+    if rounding is None:
+        later.round()
     return out
 
 
@@ -213,8 +232,10 @@ def _chunked_norm(x: torch.Tensor) -> float:
     if n <= _CHUNK:
         return float(torch.linalg.vector_norm(flat, dtype=torch.float32))
     whole = n - n % _CHUNK
-    parts = torch.linalg.vector_norm(flat[:whole].view(-1, _CHUNK), dim=1,
-                                     dtype=torch.float32).double().square().sum()
+    # every edge of a pass pays this: no slice when the chunks fill it. (torch's square root
+    # stays: on a float64 it is not always the nearest double that math.sqrt gives)
+    rows = (flat if whole == n else flat[:whole]).view(-1, _CHUNK)
+    parts = torch.linalg.vector_norm(rows, dim=1, dtype=torch.float32).double().square().sum()
     if whole < n:
         parts = parts + float(torch.linalg.vector_norm(flat[whole:], dtype=torch.float32)) ** 2
     return float(parts.sqrt())
