@@ -36,6 +36,7 @@ from .failures import explain as explain_failure
 from .figures import MAX_FIGURES, FigureCapture
 from .func_forward import FuncCalls, rng_forked
 from .grad_scaler import ScalerWatch
+from .heap_frozen import older_objects_frozen
 from .intercept import instrumented
 from .manual_nodes import HandCalls
 from .recorder import Recorder, RecordingLimits
@@ -98,6 +99,20 @@ def run_traced(doc: Trace, source: str, script_path: str,
     the code prints also goes to this process's stdout and stderr as it is printed (a
     kernel's, so that a cell's prints arrive while it runs), anomaly mode's reports
     excepted."""
+    with older_objects_frozen():  # the garbage collector's work is the run's own
+        return _run_traced(doc, source, script_path, start, device=device, limits=limits,
+                           chosen_root=chosen_root, after_script=after_script,
+                           deadline=deadline, anomaly_reports=anomaly_reports,
+                           cell_files=cell_files, load_matplotlib=load_matplotlib,
+                           show_figures=show_figures, echo=echo)
+
+
+def _run_traced(doc: Trace, source: str, script_path: str,
+                start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str,
+                limits: RecordingLimits | None, chosen_root: bool,
+                after_script: Callable[[], None] | None, deadline: float | None,
+                anomaly_reports: list[str] | None, cell_files: dict[str, int] | None,
+                load_matplotlib: bool, show_figures: bool, echo: bool) -> Trace:
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
