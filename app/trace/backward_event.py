@@ -154,7 +154,9 @@ class BackwardRecording:
                     g is not None and g.is_floating_point() and not g.requires_grad
                     for g in grad_inputs):
                 self.cut_by.append(node_id)
-            with self._guard():
+            # past every __torch_function__: each edge's shape and dtype went through the
+            # recorder's mode (busy, it hands them straight back), two calls an edge
+            with self._guard(), torch._C.DisableTorchFunction():
                 for slot, g in enumerate(grad_inputs):
                     if g is None:
                         continue

@@ -98,16 +98,18 @@ def summarize_many(tensors: list[torch.Tensor | None], with_values: bool = True,
     values rounded together (Rounding) unless `rounding` is given to round them later."""
     out: list[dict[str, Any] | None] = []
     later = rounding if rounding is not None else Rounding()
-    for t in tensors:
-        if t is None:
-            out.append(None)
-            continue
-        one = describe(t)
-        out.append(one)
-        if t.layout != torch.strided or t.device.type == "meta":
-            one["layout"] = str(t.layout).removeprefix("torch.")
-            continue
-        with torch.no_grad(), _ours():
+    # one pass of our own for them all, past every __torch_function__ (reading a tensor's
+    # shape, dtype and device went through the recorder's mode, three calls a summary)
+    with torch.no_grad(), _ours():
+        for t in tensors:
+            if t is None:
+                out.append(None)
+                continue
+            one = describe(t)
+            out.append(one)
+            if t.layout != torch.strided or t.device.type == "meta":
+                one["layout"] = str(t.layout).removeprefix("torch.")
+                continue
             x = _statistics(t, one)
             n = one["numel"]
             if with_values and n <= MAX_VALUES and (budget is None or budget.take(n)):
