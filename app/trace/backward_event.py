@@ -24,7 +24,7 @@ from .cuts import find_cuts
 from .graph import Walk, walk
 from .hooks import HookCalls
 from .saved_memory import saved_memory
-from .summary import Rounding, norm_of, summarize, summarize_many
+from .summary import EdgeNorms, Rounding, norm_of, summarize, summarize_many
 
 MAX_RECOMPUTED = 2000  # module forwards a checkpoint ran again, per pass (the schema's bound)
 
@@ -58,6 +58,7 @@ class BackwardRecording:
         self._budget = budget  # summary.ValueBudget: the run's numbers, shared
         # the uses' values, rounded together when the pass ends (finish)
         self._rounding = Rounding()
+        self._edge_norms = EdgeNorms()  # each edge's grad_norm, finished when the pass ends
         self.create_graph = create_graph
         # create_graph=True: custom Function nodes whose backward returned a gradient with no
         # graph although the engine was building one (a tensor kept on ctx, not saved)
@@ -160,9 +161,9 @@ class BackwardRecording:
                 for slot, g in enumerate(grad_inputs):
                     if g is None:
                         continue
-                    self._edge_grads[(node_id, slot)] = {
-                        "shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."),
-                        "grad_norm": norm_of(g)}
+                    edge = {"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch.")}
+                    self._edge_norms.norm_into(edge, g)
+                    self._edge_grads[(node_id, slot)] = edge
                     leaf = leaf_slots.get(slot)
                     if leaf is not None:
                         came = grad_outputs[slot] if module_hook and slot < len(
@@ -287,6 +288,7 @@ class BackwardRecording:
         self.remove_hooks()
         with self._guard():
             self._rounding.round()
+            self._edge_norms.finish()
         self._returned = _returned_to_hooked(self._hooked.values(), results, inputs)
         with self._guard():
             after = summarize_many([t.grad for t in self._tracked.values()],
