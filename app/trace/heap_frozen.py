@@ -12,7 +12,8 @@ not a walk) and `gc.unfreeze()` puts them back into the oldest generation afterw
 the run itself makes is collected as usual. A `gc.collect()` of the code's own (`del model;
 gc.collect()` in a notebook, to free memory now) puts them back first, so it frees what it
 would have freed. A process that froze objects itself, or turned the collector off, is left
-as it is.
+as it is: the sandboxed worker freezes what it loaded once, for good (runner/worker.py), and
+this is the same for a Jupyter kernel, whose process is the person's own, for the run alone.
 """
 
 from __future__ import annotations
