@@ -143,7 +143,8 @@ def _statistics(t: torch.Tensor, out: dict[str, Any]) -> torch.Tensor:
         out["min"] = json_number(float(low))
         out["max"] = json_number(float(high))
         out["mean"] = json_number(total / n if math.isfinite(total) else float(x.mean()))
-        out["norm"] = json_number(float(x.norm()))
+        # what Tensor.norm() calls for a strided tensor, without its two Python frames
+        out["norm"] = json_number(float(torch.linalg.vector_norm(x)))
         out["abs_mean"] = json_number(float(x.abs().sum()) / n)
     return x
 
