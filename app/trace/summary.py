@@ -220,11 +220,10 @@ class EdgeNorms:
     once, where each edge had paid half a dozen torch calls of its own (480 edges in a
     6-layer encoder's pass). Row by row these give each edge's number as norm_of does. An
     edge that may fall outside float32's safe range, or whose length is no whole number of
-    chunks, gets norm_of at once."""
+    chunks, or on another device than the CPU, gets norm_of at once."""
 
     def __init__(self) -> None:
-        # by device and chunks per edge: those stack
-        self._waiting: dict[tuple[torch.device, int], list[tuple[dict, torch.Tensor]]] = {}
+        self._waiting: dict[int, list[tuple[dict, torch.Tensor]]] = {}  # by chunks per edge
 
     def norm_into(self, entry: dict, t: torch.Tensor) -> None:
         """entry["grad_norm"]: norm_of(t), now or at finish()."""
@@ -234,7 +233,7 @@ class EdgeNorms:
             entry["grad_norm"] = norm_of(t)
             return
         entry["grad_norm"] = None  # its place among the entry's keys, filled at finish()
-        self._waiting.setdefault((rows.device, rows.numel()), []).append((entry, rows))
+        self._waiting.setdefault(rows.numel(), []).append((entry, rows))
 
     def finish(self) -> None:
         waiting, self._waiting = self._waiting, {}
@@ -250,7 +249,9 @@ def _chunk_norms_if_safe(t: torch.Tensor | None) -> torch.Tensor | None:
     """The float32 norms of `t`'s chunks, where `_chunked_norm` would use them all and its
     result is sure to be inside _SINGLE_SAFE (it is at least the largest chunk's norm and at
     most that times the root of their count); None where norm_of must see `t` itself."""
-    if t is None or t.layout != torch.strided or t.device.type == "meta" or t.is_complex() \
+    # on the CPU only: a GPU's reduction may split a (edges, chunks) sum other than one
+    # edge's, and there one edge at a time stays exactly norm_of
+    if t is None or t.layout != torch.strided or t.device.type != "cpu" or t.is_complex() \
             or t.dtype not in _SINGLE_OR_LESS:
         return None
     n = t.numel()
