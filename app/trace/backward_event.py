@@ -24,7 +24,7 @@ from .cuts import find_cuts
 from .graph import Walk, walk
 from .hooks import HookCalls
 from .saved_memory import saved_memory
-from .summary import norm_of, summarize
+from .summary import EdgeNorms, Rounding, norm_of, summarize, summarize_many
 
 MAX_RECOMPUTED = 2000  # module forwards a checkpoint ran again, per pass (the schema's bound)
 
@@ -56,6 +56,9 @@ class BackwardRecording:
         self._edge_grads: dict[tuple[str, int], dict] = {}
         self._handles: list[Any] = []
         self._budget = budget  # summary.ValueBudget: the run's numbers, shared
+        # the uses' values, rounded together when the pass ends (finish)
+        self._rounding = Rounding()
+        self._edge_norms = EdgeNorms()  # each edge's grad_norm, finished when the pass ends
         self.create_graph = create_graph
         # create_graph=True: custom Function nodes whose backward returned a gradient with no
         # graph although the engine was building one (a tensor kept on ctx, not saved)
@@ -64,8 +67,8 @@ class BackwardRecording:
         for _node, (tensor, name) in self.walk.leaves.items():
             self._tracked.setdefault(name, tensor)
         with guard():
-            self._before = {name: summarize(t.grad, budget=budget)
-                            for name, t in self._tracked.items()}
+            self._before = dict(zip(self._tracked, summarize_many(
+                [t.grad for t in self._tracked.values()], budget=budget), strict=True))
         self._leaf_slots = self._slots_into_leaves(nonleaf_inputs or [])
         self.cuts = find_cuts(self.walk, self._tracked, escapes_of)
         # hooked leaves: node id -> (name, leaf, its hooks); their sums, kept as tensors
@@ -152,13 +155,15 @@ class BackwardRecording:
                     g is not None and g.is_floating_point() and not g.requires_grad
                     for g in grad_inputs):
                 self.cut_by.append(node_id)
-            with self._guard():
+            # past every __torch_function__: each edge's shape and dtype went through the
+            # recorder's mode (busy, it hands them straight back), two calls an edge
+            with self._guard(), torch._C.DisableTorchFunction():
                 for slot, g in enumerate(grad_inputs):
                     if g is None:
                         continue
-                    self._edge_grads[(node_id, slot)] = {
-                        "shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch."),
-                        "grad_norm": norm_of(g)}
+                    edge = {"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch.")}
+                    self._edge_norms.norm_into(edge, g)
+                    self._edge_grads[(node_id, slot)] = edge
                     leaf = leaf_slots.get(slot)
                     if leaf is not None:
                         came = grad_outputs[slot] if module_hook and slot < len(
@@ -172,7 +177,8 @@ class BackwardRecording:
                         use = came if changed else g  # the module's own, before its hook
                         self.contributions.setdefault(leaf, []).append(
                             {"node": node_id, "slot": slot,
-                             "grad": summarize(use, budget=self._budget)})
+                             "grad": summarize(use, budget=self._budget,
+                                               rounding=self._rounding)})
                         # what reaches the leaf's own hooks: after the module's hook (its
                         # share is counted above, not again as theirs); a copy, since a hook
                         # may change g in place
@@ -280,11 +286,15 @@ class BackwardRecording:
         """The event, once the engine has run (or failed). `results`: what torch.autograd.grad
         returned for its `inputs`, in their order."""
         self.remove_hooks()
+        with self._guard():
+            self._rounding.round()
+            self._edge_norms.finish()
         self._returned = _returned_to_hooked(self._hooked.values(), results, inputs)
         with self._guard():
-            grads = {name: {"before": self._before[name],
-                            "after": summarize(t.grad, budget=self._budget)}
-                     for name, t in self._tracked.items()}
+            after = summarize_many([t.grad for t in self._tracked.values()],
+                                   budget=self._budget)
+            grads = {name: {"before": self._before[name], "after": summary}
+                     for name, summary in zip(self._tracked, after, strict=True)}
             result_summaries = None
             if results is not None:
                 result_summaries = [summarize(r, budget=self._budget) for r in results]

@@ -146,26 +146,25 @@ def _copies(optimizer: torch.optim.Optimizer) -> StepCopies:
     kind = type(optimizer).__name__
     groups = [dict(g) for g in optimizer.param_groups]
     copies = StepCopies(kind, groups)
-    budget = CHECK_MAX_NUMEL
+    checked = [(index, p, optimizer.state.get(p, {}))
+               for index, group in enumerate(optimizer.param_groups) for p in group["params"]
+               if not (p.grad is None or p.grad.is_sparse or p.is_complex())]
+    # counted before anything is copied: a model past the bound (a 6-layer encoder with Adam)
+    # had most of its weights copied, then dropped, on every step
+    wanted = sum(p.numel() * (2 + sum(isinstance(v, torch.Tensor) and v.numel() > 1
+                                      for v in state.values())) for _i, p, state in checked)
+    if wanted > CHECK_MAX_NUMEL:
+        copies.too_large = True
+        return copies
     with torch.no_grad():
-        for index, group in enumerate(optimizer.param_groups):
-            for p in group["params"]:
-                if p.grad is None or p.grad.is_sparse or p.is_complex():
-                    continue
-                state = optimizer.state.get(p, {})
-                budget -= p.numel() * (2 + sum(isinstance(v, torch.Tensor) and v.numel() > 1
-                                               for v in state.values()))
-                if budget < 0:
-                    copies.copies.clear()
-                    copies.too_large = True
-                    return copies
-                # on the CPU, in float64: a GPU's memory is the script's, and the rule is
-                # computed more exactly than the step it checks
-                state = {k: (v.detach().to("cpu", torch.float64, copy=True)
-                             if isinstance(v, torch.Tensor) else v) for k, v in state.items()}
-                copies.copies[id(p)] = (index, p.detach().to("cpu", torch.float64, copy=True),
-                                        p.grad.detach().to("cpu", torch.float64, copy=True),
-                                        state)
+        for index, p, state in checked:
+            # on the CPU, in float64: a GPU's memory is the script's, and the rule is
+            # computed more exactly than the step it checks
+            state = {k: (v.detach().to("cpu", torch.float64, copy=True)
+                         if isinstance(v, torch.Tensor) else v) for k, v in state.items()}
+            copies.copies[id(p)] = (index, p.detach().to("cpu", torch.float64, copy=True),
+                                    p.grad.detach().to("cpu", torch.float64, copy=True),
+                                    state)
     return copies
 
 

@@ -25,7 +25,7 @@ from .graph import MODULE_TAG, storage_key
 from .hooks import counting
 from .naming import Namer, script_frames
 from .optimizer_rules import group_settings, state_read, take_copies
-from .summary import ValueBudget, summarize
+from .summary import ValueBudget, summarize, summarize_many
 from .views import ViewLog
 
 __all__ = ["HookRegistration", "Recorder", "RecordingLimits"]
@@ -448,13 +448,16 @@ class Recorder:
         try:
             with self.guard():
                 self.namer.refresh()
+                taken = [(self.namer.name(p)[0], p, index)
+                         for index, group in enumerate(optimizer.param_groups)
+                         for p in group["params"]]
+                # each weight then its .grad, as the budget has always taken them
+                summaries = summarize_many([t for _name, p, _index in taken
+                                            for t in (p, p.grad)], budget=self.values)
                 params = {}
-                for index, group in enumerate(optimizer.param_groups):
-                    for p in group["params"]:
-                        name, _kind = self.namer.name(p)
-                        params[name] = (p, summarize(p, budget=self.values),
-                                        summarize(p.grad, budget=self.values), index,
-                                        state_read(optimizer.state.get(p, {})))
+                for i, (name, p, index) in enumerate(taken):
+                    params[name] = (p, summaries[2 * i], summaries[2 * i + 1], index,
+                                    state_read(optimizer.state.get(p, {})))
                 self._pending_steps[id(optimizer)] = {
                     "line": self.current_line(), "params": params,
                     "lr": [g.get("lr") for g in optimizer.param_groups],
@@ -474,11 +477,13 @@ class Recorder:
         try:
             with self.guard():
                 copies = pending["copies"]
-                params = {name: {"before": before, "after": summarize(p, budget=self.values),
+                after = summarize_many([p for p, *_ in pending["params"].values()],
+                                       budget=self.values)
+                params = {name: {"before": before, "after": summary,
                                  "grad": grad, "group": group, "state": state,
                                  "check": copies.check(p) if copies is not None else None}
-                          for name, (p, before, grad, group, state)
-                          in pending["params"].items()}
+                          for (name, (p, before, grad, group, state)), summary
+                          in zip(pending["params"].items(), after, strict=True)}
             # JSON has no NaN: a learning rate that is one (or a tensor) is said as unknown
             lr = [float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
                   for x in pending["lr"]]

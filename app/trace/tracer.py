@@ -36,10 +36,11 @@ from .failures import explain as explain_failure
 from .figures import MAX_FIGURES, FigureCapture
 from .func_forward import FuncCalls, rng_forked
 from .grad_scaler import ScalerWatch
+from .heap_frozen import older_objects_frozen
 from .intercept import instrumented
 from .manual_nodes import HandCalls
 from .recorder import Recorder, RecordingLimits
-from .summary import RUN_VALUES, summarize
+from .summary import RUN_VALUES, summarize_many
 from .views import MAX_VIEWS, VIEW_NODE_BUDGET
 
 __all__ = ["trace_script", "run_traced"]
@@ -98,6 +99,20 @@ def run_traced(doc: Trace, source: str, script_path: str,
     the code prints also goes to this process's stdout and stderr as it is printed (a
     kernel's, so that a cell's prints arrive while it runs), anomaly mode's reports
     excepted."""
+    with older_objects_frozen():  # the garbage collector's work is the run's own
+        return _run_traced(doc, source, script_path, start, device=device, limits=limits,
+                           chosen_root=chosen_root, after_script=after_script,
+                           deadline=deadline, anomaly_reports=anomaly_reports,
+                           cell_files=cell_files, load_matplotlib=load_matplotlib,
+                           show_figures=show_figures, echo=echo)
+
+
+def _run_traced(doc: Trace, source: str, script_path: str,
+                start: Callable[[], tuple[dict, Callable[[], object]]], *, device: str,
+                limits: RecordingLimits | None, chosen_root: bool,
+                after_script: Callable[[], None] | None, deadline: float | None,
+                anomaly_reports: list[str] | None, cell_files: dict[str, int] | None,
+                load_matplotlib: bool, show_figures: bool, echo: bool) -> Trace:
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
@@ -352,11 +367,11 @@ def _mark_synthetic(event: dict, how: str, root: torch.Tensor, label: str) -> No
 
 def _params(recorder: Recorder, named: dict) -> dict:
     params = {}
-    for name, (t, kind) in named.items():
+    with recorder.guard():
+        grads = summarize_many([t.grad for t, _kind in named.values()], budget=recorder.values)
+    for (name, (t, kind)), grad in zip(named.items(), grads, strict=True):
         uses = {str(e["index"]): e["uses"].get(name, 0)
                 for e in recorder.events if e["kind"] == "backward"}
-        with recorder.guard():
-            grad = summarize(t.grad, budget=recorder.values)
         params[name] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
                         "device": str(t.device), "requires_grad": bool(t.requires_grad),
                         "kind": kind, "module": recorder.namer.module_of(name), "uses": uses,

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from app.trace.summary import norm_of, summarize
+from app.trace.summary import EdgeNorms, norm_of, summarize
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e-3, 1e-12, 1e-30, 1e-40, 1e8, 1e30])
@@ -65,3 +65,31 @@ def test_a_large_tensor_s_norm_agrees_with_float64(make):
     # are summed in chunks, whose norms are added in float64
     t = make()
     assert norm_of(t) == pytest.approx(float(t.double().norm()), rel=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 1e-9, 1e-12, 1e9, 1e12])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_pass_s_edge_norms_taken_together_agree_with_torch_and_with_one_at_a_time(scale, dtype):
+    """EdgeNorms (a pass's edges, finished together) against torch's float64 norm, and the
+    very number norm_of gives each edge alone: shapes of whole chunks, a tail, a few values,
+    NaN and infinity, mixed in one pass."""
+    torch.manual_seed(2)
+    shapes = [(16, 32, 128), (64, 1024), (3, 1024), (2048,), (1025,), (10,), (4096, 2)]
+    tensors = [(torch.randn(s, dtype=torch.float64) * scale).to(dtype) for s in shapes]
+    odd = torch.randn(2048).to(dtype)
+    odd[5] = math.inf
+    tensors += [odd, torch.full((2048,), math.nan).to(dtype), torch.zeros(4096).to(dtype)]
+    norms, entries = EdgeNorms(), []
+    for t in tensors:
+        entries.append({})
+        norms.norm_into(entries[-1], t)
+    norms.finish()
+    for t, entry in zip(tensors, entries, strict=True):
+        assert entry["grad_norm"] == norm_of(t)
+        exact = float(torch.linalg.vector_norm(t.double()))
+        if math.isnan(exact):
+            assert entry["grad_norm"] == "NaN"
+        elif math.isinf(exact):
+            assert entry["grad_norm"] == "Infinity"
+        else:
+            assert entry["grad_norm"] == pytest.approx(exact, rel=1e-5, abs=1e-30)
