@@ -131,8 +131,10 @@ def run_traced(doc: Trace, source: str, script_path: str,
         sys.stdout, sys.stderr = out, err
         try:
             try:
+                recorder.forward_memory.start()
                 run()
             finally:  # first, before the error is even written down (it takes memory too)
+                recorder.forward_memory.stop()
                 if after_script is not None:
                     after_script()
         except SystemExit as exc:
@@ -173,6 +175,10 @@ def run_traced(doc: Trace, source: str, script_path: str,
         if device != "cpu":
             torch.set_default_device(None)
 
+    try:
+        recorder.forward_memory.attach(recorder.events)
+    except Exception as exc:  # noqa: BLE001 - the Trace is kept without the numbers
+        recorder._internal_error("summing the forward's memory", exc)
     doc["events"] = recorder.events
     doc["events_skipped"] = dict(recorder.skipped)
     named = recorder.namer.named()
