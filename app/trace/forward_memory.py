@@ -11,6 +11,8 @@ peak is reset at each forward start (`reset_peak_memory_stats`, which the script
 sees). What is read: the peak above the forward start's total, and the total when backward
 began, minus that start. A script that starts torch's profiler itself ends ours (one at a time):
 passes from then on say so. Memory other threads allocate is not seen (thread-local reports).
+The numbers are the process's: garbage the collector frees during the forward (a kernel's
+earlier cells, an earlier in-process trace) lowers the total there, as it does plainly.
 """
 
 from __future__ import annotations

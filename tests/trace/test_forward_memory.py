@@ -7,6 +7,7 @@ intermediate as it is rebound; a checkpoint frees its region's."""
 
 from __future__ import annotations
 
+import gc
 import textwrap
 
 import pytest
@@ -42,6 +43,7 @@ def plain_profile(setup: str, forward: str) -> tuple[int, int]:
     order, each operator's own allocations and the frees between them, summed."""
     namespace: dict = {"__name__": "__main__"}
     exec(compile(textwrap.dedent(setup), "<setup>", "exec"), namespace)  # noqa: S102
+    gc.collect()  # an earlier test's garbage is not this forward's
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
         exec(compile(textwrap.dedent(forward), "<forward>", "exec"), namespace)  # noqa: S102
@@ -52,14 +54,22 @@ def plain_profile(setup: str, forward: str) -> tuple[int, int]:
     return peak, total
 
 
+def trace_fresh(trace_source, code: str) -> dict:
+    """The Trace, traced in this process: with an earlier test's cyclic garbage collected
+    first, so that no collection frees it in the middle of this forward (the allocator's
+    total would go down by it: real, but not this script's)."""
+    gc.collect()
+    return trace_source(code)
+
+
 def first_pass(doc: dict) -> dict:
     assert doc["error"] is None, doc["error"]
     return next(e for e in doc["events"] if e["kind"] == "backward")["forward_memory"]
 
 
 def test_a_grad_forward_keeps_what_a_no_grad_forward_frees(trace_source):
-    grad = first_pass(trace_source(SETUP + GRAD + "loss.backward()\n"))
-    no_grad = first_pass(trace_source(SETUP + NO_GRAD + "loss.backward()\n"))
+    grad = first_pass(trace_fresh(trace_source, SETUP + GRAD + "loss.backward()\n"))
+    no_grad = first_pass(trace_fresh(trace_source, SETUP + NO_GRAD + "loss.backward()\n"))
     assert grad["device"] == no_grad["device"] == "cpu"
     # `h = w * 1.0`: the first node
     assert grad["line"] == no_grad["line"] == (SETUP + GRAD).splitlines().index("h = w * 1.0") + 1
@@ -103,7 +113,7 @@ def test_a_checkpoint_lowers_the_peak_by_what_it_frees(trace_source):
     traced, plain = {}, {}
     for flag in (True, False):
         setup = f"CHECKPOINT = {flag}\n" + textwrap.dedent(CHECKPOINTED)
-        traced[flag] = first_pass(trace_source(setup + textwrap.dedent(FORWARD) +
+        traced[flag] = first_pass(trace_fresh(trace_source, setup + textwrap.dedent(FORWARD) +
                                                "loss.backward()\n"))
         plain[flag] = plain_profile(setup, FORWARD)
     # the first checkpoint keeps the CPU generator's state (torch.get_rng_state()), taken
@@ -137,7 +147,7 @@ for step in range(3):
 
 
 def test_every_kept_pass_of_a_loop_is_measured(trace_source):
-    doc = trace_source(LOOP)
+    doc = trace_fresh(trace_source, LOOP)
     passes = [e for e in doc["events"] if e["kind"] == "backward"]
     assert len(passes) == 3
     peak, held = plain_profile(LOOP.split("for step")[0],
@@ -152,7 +162,8 @@ def test_every_kept_pass_of_a_loop_is_measured(trace_source):
 
 
 def test_a_pass_with_no_forward_of_its_own_gets_no_numbers(trace_source):
-    doc = trace_source(SETUP + GRAD + "loss.backward(retain_graph=True)\nloss.backward()\n")
+    twice = "loss.backward(retain_graph=True)\nloss.backward()\n"
+    doc = trace_fresh(trace_source, SETUP + GRAD + twice)
     first, second = [e for e in doc["events"] if e["kind"] == "backward"]
     assert "forward_memory" in first and "forward_memory" not in second
 
@@ -178,7 +189,7 @@ def test_a_script_that_runs_torchs_profiler_keeps_it(trace_source):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(SCRIPT_PROFILES, "<plain>", "exec"), namespace)  # noqa: S102
-    doc = trace_source(SCRIPT_PROFILES)
+    doc = trace_fresh(trace_source, SCRIPT_PROFILES)
     assert doc["error"] is None, doc["error"]
     assert doc["stdout"] == out.getvalue() == "its own profiler saw 1\n"
     first, second = [e for e in doc["events"] if e["kind"] == "backward"]
@@ -187,7 +198,7 @@ def test_a_script_that_runs_torchs_profiler_keeps_it(trace_source):
 
 
 def test_the_profiler_writes_nothing_to_the_scripts_output(trace_source):
-    doc = trace_source(SETUP + GRAD + "loss.backward()\n")
+    doc = trace_fresh(trace_source, SETUP + GRAD + "loss.backward()\n")
     assert doc["stdout"] == doc["stderr"] == ""
 
 
@@ -203,7 +214,7 @@ loss = h.sum()
 def test_on_cuda_the_numbers_are_torch_cudas_own(trace_source):
     setup = SETUP.replace("torch.ones(N, requires_grad=True)",
                           "torch.ones(N, device='cuda', requires_grad=True)")
-    memory = first_pass(trace_source(setup + CUDA_FORWARD + "loss.backward()\n"))
+    memory = first_pass(trace_fresh(trace_source, setup + CUDA_FORWARD + "loss.backward()\n"))
     namespace: dict = {"__name__": "__main__"}
     exec(compile(setup, "<setup>", "exec"), namespace)  # noqa: S102
     torch.cuda.synchronize()
