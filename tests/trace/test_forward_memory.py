@@ -223,5 +223,7 @@ def test_on_cuda_the_numbers_are_torch_cudas_own(trace_source):
     exec(compile(CUDA_FORWARD, "<forward>", "exec"), namespace)  # noqa: S102
     peak, held = torch.cuda.max_memory_allocated() - start, torch.cuda.memory_allocated() - start
     assert memory["device"] == "cuda"
-    assert memory["peak_bytes"] == peak and memory["held_bytes"] == held
+    # the caching allocator rounds each block up to 512 bytes: a scalar of the tracer's own
+    # would be one such block
+    assert abs(memory["peak_bytes"] - peak) < SLACK and abs(memory["held_bytes"] - held) < SLACK
     assert 5 * SIZE <= held <= peak  # w * 1.0 and four sins, saved (in 512-byte blocks)
