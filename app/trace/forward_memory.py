@@ -13,6 +13,9 @@ began, minus that start. A script that starts torch's profiler itself ends ours 
 passes from then on say so. Memory other threads allocate is not seen (thread-local reports).
 The numbers are the process's: garbage the collector frees during the forward (a kernel's
 earlier cells, an earlier in-process trace) lowers the total there, as it does plainly.
+A kernel's cells are not measured (tracer.py's `forward_memory`). While on, the profiler cost
+a 4-layer transformer's forward and backward about 18% more CPU time, plain (about 6% of a
+traced run of 40 steps, its 10 kept passes measured): every kept pass is measured.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
                deadline: float | None = None, anomaly_reports: list[str] | None = None,
                cell_files: dict[str, int] | None = None,
                load_matplotlib: bool = True, show_figures: bool = False,
-               echo: bool = False) -> Trace:
+               echo: bool = False, forward_memory: bool = True) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
@@ -97,7 +97,9 @@ def run_traced(doc: Trace, source: str, script_path: str,
     `load_matplotlib`, `show_figures`: see FigureCapture (a kernel: off, on). `echo`: what
     the code prints also goes to this process's stdout and stderr as it is printed (a
     kernel's, so that a cell's prints arrive while it runs), anomaly mode's reports
-    excepted."""
+    excepted. `forward_memory`: measure each kept forward's peak (forward_memory.py); off in a
+    kernel, whose earlier cells' tensors the profiler never saw allocated: their frees would
+    go uncounted, and torch's CPU allocator warns of each into the notebook."""
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
@@ -131,7 +133,8 @@ def run_traced(doc: Trace, source: str, script_path: str,
         sys.stdout, sys.stderr = out, err
         try:
             try:
-                recorder.forward_memory.start()
+                if forward_memory:
+                    recorder.forward_memory.start()
                 run()
             finally:  # first, before the error is even written down (it takes memory too)
                 recorder.forward_memory.stop()

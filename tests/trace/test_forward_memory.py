@@ -227,3 +227,19 @@ def test_on_cuda_the_numbers_are_torch_cudas_own(trace_source):
     # would be one such block
     assert abs(memory["peak_bytes"] - peak) < SLACK and abs(memory["held_bytes"] - held) < SLACK
     assert 5 * SIZE <= held <= peak  # w * 1.0 and four sins, saved (in 512-byte blocks)
+
+
+def test_a_kernels_cell_is_not_measured():
+    """In a kernel the profiler never saw the earlier cells' tensors allocated: freeing one
+    (a variable rebound) would go uncounted, and torch's CPU allocator would warn of it into
+    the notebook. No numbers there, rather than wrong ones."""
+    from app.trace.in_namespace import trace_source as trace_in_namespace
+
+    namespace: dict = {}
+    earlier = trace_in_namespace(SETUP + GRAD + "loss.backward()\n", namespace)
+    again = trace_in_namespace(GRAD + "loss.backward()\n", namespace)  # frees the last h
+    for doc in (earlier, again):
+        assert doc["error"] is None
+        event = next(e for e in doc["events"] if e["kind"] == "backward")
+        assert "forward_memory" not in event
+    assert namespace["w"].grad is not None  # the cells ran, and their passes were recorded
