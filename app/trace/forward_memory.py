@@ -105,13 +105,13 @@ class ForwardMemory:
         """Before an operation while waiting, with grad mode on: might it be the forward's
         first recorded one (a tensor that requires grad among its arguments)? If so, a marker
         (and CUDA's counters) now, before it allocates; `made` says after it whether it was."""
-        if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        tensors = [a for a in _flat(args) if isinstance(a, torch.Tensor)]
+        if not any(t.requires_grad for t in tensors):
             return False
         self._candidate += 1
         if self._on:
             self._mark(_FORWARD + str(self._candidate))
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)
-                       and a.device.type == "cuda"), None)
+        device = next((t.device for t in tensors if t.device.type == "cuda"), None)
         self._cuda_start = None
         if device is not None:
             index = device.index if device.index is not None else torch.cuda.current_device()
@@ -228,6 +228,18 @@ class ForwardMemory:
                 out[mark_of[k]] = (peak - start, total - start)
                 start = None
         return out
+
+
+def _flat(args):
+    """The arguments, a list's or tuple's items among them (torch.cat([a, b]), F.linear's
+    keyword weight): one level down, as operations take them."""
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from a
+        elif isinstance(a, dict):
+            yield from a.values()
+        else:
+            yield a
 
 
 def _bounded(n: int) -> int:

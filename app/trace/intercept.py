@@ -76,7 +76,8 @@ class _OpMode(TorchFunctionMode):
             if func is registrar:
                 args, kwargs = _counted_args(self.recorder, call, args, kwargs)
         # until a pass's forward begins: is this its first recorded operation?
-        candidate = self.recorder.forward_memory.waiting and self.recorder.before_op(args)
+        candidate = self.recorder.forward_memory.waiting and \
+            self.recorder.before_op((*args, kwargs) if kwargs else args)
         out = func(*args, **kwargs)
         if candidate:
             self.recorder.after_candidate(out)

@@ -243,3 +243,15 @@ def test_a_kernels_cell_is_not_measured():
         event = next(e for e in doc["events"] if e["kind"] == "backward")
         assert "forward_memory" not in event
     assert namespace["w"].grad is not None  # the cells ran, and their passes were recorded
+
+
+def test_a_forward_that_begins_with_a_list_of_tensors_starts_there(trace_source):
+    """torch.cat takes its tensors in a list: its output (2 MB here, by hand) is the forward's
+    first node, and counts in the peak."""
+    doc = trace_fresh(trace_source, SETUP + "h = torch.cat([w, w])\nloss = h.sin().sum()\n"
+                      "loss.backward()\n")
+    memory = first_pass(doc)
+    assert memory["line"] == SETUP.count("\n") + 1
+    # cat's output (saved by sin) and sin's own (freed once summed: its peak only)
+    assert 2 * SIZE <= memory["held_bytes"] < 2 * SIZE + SLACK
+    assert 4 * SIZE <= memory["peak_bytes"] < 4 * SIZE + SLACK
