@@ -72,6 +72,16 @@ class SavedMemory(TypedDict):
     packed_tensors: NotRequired[int]  # taken by a pack hook (a checkpoint): not counted
 
 
+class ForwardMemory(TypedDict, total=False):
+    """The allocator's most and last bytes in the pass's forward (app/trace/forward_memory.py),
+    above its total when the forward began; or why they were not measured."""
+    device: Literal["cpu", "cuda"]  # cpu: torch's profiler memory events; cuda: torch.cuda's
+    peak_bytes: int            # the most held at once, above the forward start's total
+    held_bytes: int            # still held when backward was called (may be below: freed)
+    line: int | None           # the line of the forward's first recorded operation
+    unmeasured: str            # instead of the numbers: why
+
+
 class BackwardSource(TypedDict):
     file: str
     line: int
@@ -240,6 +250,7 @@ class BackwardEvent(TypedDict):
     gradcheck: NotRequired[GradcheckCall]  # the script's check this pass stands for
     hooks: NotRequired[dict[str, list[HookShare]]]  # uses + shares = what .grad gained
     saved_memory: NotRequired[SavedMemory]
+    forward_memory: NotRequired[ForwardMemory]
     hook_calls: NotRequired[list[HookCall]]  # every call of the script's hooks in the pass
 
 

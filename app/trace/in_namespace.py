@@ -67,7 +67,8 @@ def trace_source(source: str, namespace: dict, *, name: str = "cell", device: st
                       limits=limits, chosen_root=False, anomaly_reports=anomaly_reports,
                       cell_files={k: v for k, v in (cells or {}).items()
                                   if isinstance(k, str) and isinstance(v, int) and v >= 1},
-                      load_matplotlib=False, show_figures=True, echo=echo)
+                      load_matplotlib=False, show_figures=True, echo=echo,
+                      forward_memory=False)
 
 
 def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str = "cpu",
@@ -87,4 +88,4 @@ def trace_call(fn: Callable[[], object], *, name: str | None = None, device: str
     doc = new_document(label, source, device, torch.__version__)
     return run_traced(doc, source, filename, lambda: (namespace, fn), device=device,
                       limits=limits, chosen_root=False, load_matplotlib=False,
-                      show_figures=True)
+                      show_figures=True, forward_memory=False)

@@ -78,7 +78,12 @@ class _OpMode(TorchFunctionMode):
         for registrar, call in _TENSOR_HOOK_CALLS:
             if func is registrar:
                 args, kwargs = _counted_args(self.recorder, call, args, kwargs)
+        # until a pass's forward begins: is this its first recorded operation?
+        candidate = self.recorder.forward_memory.waiting and \
+            self.recorder.before_op((*args, kwargs) if kwargs else args)
         out = func(*args, **kwargs)
+        if candidate:
+            self.recorder.after_candidate(out)
         try:
             self.recorder.after_op(func, args, kwargs, out)
         except MemoryError:

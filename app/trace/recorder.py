@@ -21,6 +21,7 @@ from torch import nn
 from . import _internals as internals
 from .backward_event import BackwardRecording, tensors_of
 from .cuts import CutLog, Escape
+from .forward_memory import ForwardMemory
 from .graph import MODULE_TAG, storage_key
 from .hooks import counting
 from .naming import Namer, script_frames
@@ -169,6 +170,8 @@ class Recorder:
         # of them, and the views drawn by then (those after have no line or module tags; how
         # many, `unwatched_views`, is set as the script ends: tracer.py watches again then)
         self.watched_until: dict | None = None
+        # the allocator's peak in each kept pass's forward (started and stopped by tracer.py)
+        self.forward_memory = ForwardMemory()
 
     # -- our own work ----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -291,6 +294,11 @@ class Recorder:
                 return run()
             input_names = self._input_names(inputs) if returns_grads else None
             try:
+                with self.quiet():  # before our walk allocates anything
+                    self.forward_memory.backward_began(len(self.events), tensors_of(outputs))
+            except Exception as exc:  # noqa: BLE001
+                self._internal_error("reading the forward's memory", exc)
+            try:
                 recording = self._start_backward(call, tensors_of(outputs), synthetic,
                                                  create_graph, input_names)
             except Exception as exc:  # noqa: BLE001 - the script must run even if we cannot trace
@@ -311,6 +319,7 @@ class Recorder:
             finally:
                 self._recording = None
                 recording.remove_hooks()
+                self.forward_memory.backward_ended()
             try:
                 event = recording.finish(
                     results=result if returns_grads else None,
@@ -336,6 +345,7 @@ class Recorder:
                 # every pass kept: what only explains a kept pass is no longer noted, so the
                 # rest of a training script runs at nearly plain speed
                 self.passes_kept = True
+                self.forward_memory.stop()  # no later forward is kept: the profiler's cost ends
                 if self.anomaly_off:
                     self.anomaly_off()
                     self.anomaly_off = None
@@ -433,6 +443,24 @@ class Recorder:
                 hooks_on=self.hooks_on, module_hook_lines=self.module_hook_lines,
                 hook_target=self.hook_target,
                 nonleaf_inputs=[(t, n) for t, n in input_names or () if t.grad_fn is not None])
+
+    def before_op(self, args: tuple) -> bool:
+        """While a forward is awaited (forward_memory.py): might this operation be its first?"""
+        if not torch.is_grad_enabled():
+            return False
+        try:
+            with self.quiet():
+                return self.forward_memory.forward_op(args)
+        except Exception as exc:  # noqa: BLE001 - never break the script for our bookkeeping
+            self._internal_error("reading the forward's memory", exc)
+            return False
+
+    def after_candidate(self, out: Any) -> None:
+        try:
+            with self.quiet():
+                self.forward_memory.made(out, self.current_line)
+        except Exception as exc:  # noqa: BLE001
+            self._internal_error("reading the forward's memory", exc)
 
     # -- optimizer steps -------------------------------------------------------------------
     def before_step(self, optimizer: torch.optim.Optimizer, closure: bool = False) -> None:

@@ -87,7 +87,7 @@ def run_traced(doc: Trace, source: str, script_path: str,
                deadline: float | None = None, anomaly_reports: list[str] | None = None,
                cell_files: dict[str, int] | None = None,
                load_matplotlib: bool = True, show_figures: bool = False,
-               echo: bool = False) -> Trace:
+               echo: bool = False, forward_memory: bool = True) -> Trace:
     """The instrumented run behind `trace_script` and `in_namespace.py`: `start()` (called once
     the interpreter's state is saved) gives the namespace the code runs in and the call that
     runs it, whose frames' file is `script_path`. With `chosen_root` off, code that calls no
@@ -98,13 +98,15 @@ def run_traced(doc: Trace, source: str, script_path: str,
     `load_matplotlib`, `show_figures`: see FigureCapture (a kernel: off, on). `echo`: what
     the code prints also goes to this process's stdout and stderr as it is printed (a
     kernel's, so that a cell's prints arrive while it runs), anomaly mode's reports
-    excepted."""
+    excepted. `forward_memory`: measure each kept forward's peak (forward_memory.py); off in a
+    kernel, whose earlier cells' tensors the profiler never saw allocated: their frees would
+    go uncounted, and torch's CPU allocator warns of each into the notebook."""
     with older_objects_frozen():  # the garbage collector's work is the run's own
         return _run_traced(doc, source, script_path, start, device=device, limits=limits,
                            chosen_root=chosen_root, after_script=after_script,
                            deadline=deadline, anomaly_reports=anomaly_reports,
                            cell_files=cell_files, load_matplotlib=load_matplotlib,
-                           show_figures=show_figures, echo=echo)
+                           show_figures=show_figures, echo=echo, forward_memory=forward_memory)
 
 
 def _run_traced(doc: Trace, source: str, script_path: str,
@@ -112,7 +114,8 @@ def _run_traced(doc: Trace, source: str, script_path: str,
                 limits: RecordingLimits | None, chosen_root: bool,
                 after_script: Callable[[], None] | None, deadline: float | None,
                 anomaly_reports: list[str] | None, cell_files: dict[str, int] | None,
-                load_matplotlib: bool, show_figures: bool, echo: bool) -> Trace:
+                load_matplotlib: bool, show_figures: bool, echo: bool,
+                forward_memory: bool) -> Trace:
     problem = device_problem(device)
     if problem:
         doc["error"] = error_record("DeviceUnavailable", problem)
@@ -146,8 +149,11 @@ def _run_traced(doc: Trace, source: str, script_path: str,
         sys.stdout, sys.stderr = out, err
         try:
             try:
+                if forward_memory:
+                    recorder.forward_memory.start()
                 run()
             finally:  # first, before the error is even written down (it takes memory too)
+                recorder.forward_memory.stop()
                 if after_script is not None:
                     after_script()
         except SystemExit as exc:
@@ -188,6 +194,10 @@ def _run_traced(doc: Trace, source: str, script_path: str,
         if device != "cpu":
             torch.set_default_device(None)
 
+    try:
+        recorder.forward_memory.attach(recorder.events)
+    except Exception as exc:  # noqa: BLE001 - the Trace is kept without the numbers
+        recorder._internal_error("summing the forward's memory", exc)
     doc["events"] = recorder.events
     doc["events_skipped"] = dict(recorder.skipped)
     named = recorder.namer.named()

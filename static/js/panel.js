@@ -191,10 +191,11 @@ function kv(rows) {
  *  memory summaries and most tools print them). */
 
 /** What a pass's graph held for backward (the Trace's saved_memory): a line, and the modules
- *  that held the most, as bars. */
+ *  that held the most, as bars; and the allocator's peak in its forward (forward_memory). */
 export function savedMemoryParts(ev) {
   const m = ev && ev.saved_memory;
-  if (!m) return null;
+  const forward = forwardMemoryLine(ev);
+  if (!m) return forward ? h("div.saved-memory", {}, forward) : null;
   const checkpoints = (ev.graph && ev.graph.checkpoints) || [];
   // what a pack hook keeps is its own; a checkpoint's are said by checkpointPassParts
   const inRegions = ev.graph.nodes.filter((n) => n.checkpoint !== undefined)
@@ -207,6 +208,28 @@ export function savedMemoryParts(ev) {
       m.leaf_bytes ? `, besides ${bytesText(m.leaf_bytes)} of parameters it saved, kept anyway.` : ".",
       others > 0 ? ` ${others} more saved tensor${others > 1 ? "s were" : " was"} taken by a ` +
         "saved-tensor hook, not counted: what the hook keeps is its own." : ""),
+    forward || "",
     checkpointPassParts(ev) || "",
     moduleBars(m) || "");
+}
+
+/** The most memory the allocator held during the pass's forward, and when backward began,
+ *  above the forward's start (app/trace/forward_memory.py), with what measured it. */
+function forwardMemoryLine(ev) {
+  const f = ev && ev.forward_memory;
+  if (!f) return null;
+  if (f.unmeasured !== undefined) {
+    return h("p.forward-memory", { dataset: { unmeasured: "" } },
+      h("strong", {}, "Peak during the forward: not measured"), ` (${f.unmeasured}).`);
+  }
+  const held = f.held_bytes >= 0 ? bytesText(f.held_bytes) :
+    `${bytesText(-f.held_bytes)} less than at its start`;
+  const by = f.device === "cuda" ?
+    "Measured on the GPU by torch.cuda's allocator counters (max_memory_allocated, memory_allocated)." :
+    "Measured on the CPU by PyTorch's profiler, from the allocator's reports of every allocation and free in the script's thread.";
+  return h("p.forward-memory", { dataset: { peak: f.peak_bytes, held: f.held_bytes, device: f.device } },
+    h("strong", {}, `Peak during the forward: ${bytesText(f.peak_bytes)}`),
+    ` above its start${f.line ? ` (line ${f.line}, its first recorded operation)` : ""}; ` +
+    `held when backward began: ${held}. ` + by +
+    " What the forward freed before its backward counts in the peak only.");
 }

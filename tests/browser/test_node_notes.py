@@ -116,3 +116,26 @@ def test_a_saved_tensors_versions_are_said_as_pytorch_counts_them(watched):
                                arg=node_id)
         assert said in page.text_content("#details-body table.saved")
     watched.shot("saved-version", full_page=False)
+
+
+def test_the_forwards_peak_is_shown_as_torchs_profiler_reads_it(watched):
+    """Beside what the pass held for backward: the allocator's peak in its forward and what it
+    held when backward began, as torch.profiler reads the same forward run plainly
+    (tests/trace/test_forward_memory.py), and what measured them."""
+    from tests.trace.test_forward_memory import GRAD, SETUP, SLACK, plain_profile
+
+    peak, held = plain_profile(SETUP, GRAD)
+    page = watched.page
+    source = SETUP + GRAD + "loss.backward()\n"
+    run = httpx.post(watched.base + "/api/runs", json={"source": source}, timeout=120).json()
+    page.goto(watched.base + run["run"]["link"])
+    page.wait_for_selector("#graph svg g.node")
+    line = page.locator("#details .saved-memory p.forward-memory")
+    line.wait_for()
+    assert abs(int(line.get_attribute("data-peak")) - peak) < SLACK
+    assert abs(int(line.get_attribute("data-held")) - held) < SLACK
+    text = line.inner_text()
+    assert text.startswith(f"Peak during the forward: {round(peak / 1e6, 1)} MB above its start")
+    assert f"held when backward began: {round(held / 1e6, 1)} MB" in text
+    assert "Measured on the CPU by PyTorch's profiler" in text
+    watched.shot("forward-memory", full_page=False)

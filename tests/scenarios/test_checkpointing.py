@@ -145,3 +145,36 @@ def test_the_script_counts_its_forwards_as_plain_pytorch_does(traced, plain):
         doc = traced("checkpointing", "--variant", variant)
         assert f"block forwards after backward: {counts[variant]}\n" in doc["stdout"]
     assert counts["with"] == counts["reentrant"] > counts["without"]
+
+
+def test_the_forwards_peak_goes_down_as_torchs_profiler_reads_it(plain):
+    """The lesson's claim: the allocator's peak during the forward is lower with checkpointing.
+    Each variant traced afresh (an earlier trace's garbage collected first, so that no
+    collection frees it mid-forward), against the same forward run plainly under
+    torch.profiler (tests/trace/test_forward_memory.py reads its events another way)."""
+    import gc
+    import textwrap
+
+    from app.trace.tracer import trace_script
+    from tests.conftest import SCENARIOS
+    from tests.trace.test_forward_memory import SLACK
+
+    peaks = {}
+    for variant in VARIANTS:
+        gc.collect()
+        doc = trace_script(SCENARIOS / "checkpointing.py", argv=["--variant", variant])
+        memory = backward_events(doc)[0]["forward_memory"]
+        ns = plain("checkpointing", "--variant", variant)
+        gc.collect()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    profile_memory=True) as prof:
+            exec(compile(textwrap.dedent("loss = (model(x) - y).pow(2).mean()"), "<forward>",
+                         "exec"), ns)  # noqa: S102 - the scenario's own line, again
+        total = peak = 0
+        for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+            total += event.self_cpu_memory_usage
+            peak = max(peak, total)
+        assert memory["device"] == "cpu"
+        assert abs(memory["peak_bytes"] - peak) < SLACK, variant
+        peaks[variant] = memory["peak_bytes"]
+    assert peaks["with"] < peaks["without"] and peaks["reentrant"] < peaks["without"]
