@@ -86,7 +86,10 @@ def trace_in_sandbox(script: Path | None = None, *, source: str | None = None,
     run_policy = policy or (pool.policy if pool is not None else sandbox.Policy())
     # an exec'd worker started for this script loads matplotlib only if it may be used
     plotting = needs_plotting(source)
-    warm_up = needs_warm_up(source)  # and steps each common optimizer first only if it may
+    # and steps each common optimizer first only if it may; a run on a GPU always: the
+    # step's imports start CUDA's driver before the sandbox closes, and a worker without
+    # them found no GPU inside it (DeviceUnavailable, seen on an H100)
+    warm_up = needs_warm_up(source) or device != "cpu"
 
     def fresh() -> Child:
         return Child.spawn(run_policy, fork_server=fork_server, plotting=plotting,

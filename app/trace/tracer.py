@@ -150,7 +150,7 @@ def _run_traced(doc: Trace, source: str, script_path: str,
         try:
             try:
                 if forward_memory:
-                    recorder.forward_memory.start()
+                    recorder.forward_memory.start(device)
                 run()
             finally:  # first, before the error is even written down (it takes memory too)
                 recorder.forward_memory.stop()

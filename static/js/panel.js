@@ -225,7 +225,7 @@ function forwardMemoryLine(ev) {
   const held = f.held_bytes >= 0 ? bytesText(f.held_bytes) :
     `${bytesText(-f.held_bytes)} less than at its start`;
   const by = f.device === "cuda" ?
-    "Measured on the GPU by torch.cuda's allocator counters (max_memory_allocated, memory_allocated)." :
+    "Measured on the GPU by torch.cuda's allocator counters (max_memory_allocated, memory_allocated); cuBLAS's workspaces were made before the script, so they are not in it." :
     "Measured on the CPU by PyTorch's profiler, from the allocator's reports of every allocation and free in the script's thread.";
   return h("p.forward-memory", { dataset: { peak: f.peak_bytes, held: f.held_bytes, device: f.device } },
     h("strong", {}, `Peak during the forward: ${bytesText(f.peak_bytes)}`),

@@ -8,11 +8,16 @@ intermediate as it is rebound; a checkpoint frees its region's."""
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
+ROOT = Path(__file__).resolve().parents[2]
 N = 250_000  # elements: one float32 tensor is 1 MB
 SIZE = N * torch.empty(0, dtype=torch.float32).element_size()
 # the scalars around (a loss, the 1.0 a multiplication wraps) and the tracer's own few bytes
@@ -255,3 +260,65 @@ def test_a_forward_that_begins_with_a_list_of_tensors_starts_there(trace_source)
     # cat's output (saved by sin) and sin's own (freed once summed: its peak only)
     assert 2 * SIZE <= memory["held_bytes"] < 2 * SIZE + SLACK
     assert 4 * SIZE <= memory["peak_bytes"] < 4 * SIZE + SLACK
+
+
+WIDE = 64  # features: 512 crashes the sandboxed worker on CUDA (the test after this one)
+
+
+def linear_setup(width: int) -> str:
+    return ("import torch\ntorch.manual_seed(0)\n"
+            f"x = torch.randn(256, {width}, device='cuda')\n"
+            f"weight = torch.randn({width}, {width}, device='cuda', requires_grad=True)\n"
+            f"bias = torch.zeros({width}, device='cuda', requires_grad=True)\n")
+
+
+LINEAR_FORWARD = """
+h = torch.nn.functional.linear(x, weight, bias)
+loss = h.relu().sum()
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_first_matrix_product_counts_only_its_own_tensors(tmp_path):
+    """cuBLAS's workspace, taken at a process's first matrix product (tens of MB on an H100),
+    is made before the script: the traced forward's numbers equal a plain forward's measured
+    in a process whose workspace already exists, and stay far below the workspace's size."""
+    setup = linear_setup(WIDE)
+    script = tmp_path / "first_product.py"
+    script.write_text(setup + LINEAR_FORWARD + "loss.backward()\n")
+    # a process of its own, as a run has: its first matrix product is the script's
+    done = subprocess.run([sys.executable, "-m", "app.cli", "trace", str(script), "--device",
+                           "cuda", "-o", str(tmp_path / "t.json")], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    memory = first_pass(json.loads((tmp_path / "t.json").read_text()))
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(setup, "<setup>", "exec"), namespace)  # noqa: S102
+    exec(compile(LINEAR_FORWARD, "<warm>", "exec"), namespace)  # noqa: S102 - the workspace
+    del namespace["h"], namespace["loss"]
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    exec(compile(LINEAR_FORWARD, "<forward>", "exec"), namespace)  # noqa: S102
+    peak, held = torch.cuda.max_memory_allocated() - start, torch.cuda.memory_allocated() - start
+    assert memory["device"] == "cuda"
+    assert abs(memory["peak_bytes"] - peak) < SLACK and abs(memory["held_bytes"] - held) < SLACK
+    assert peak < 4 * 256 * WIDE * 4  # h, its relu, the sum: a few 64 kB tensors, not 30 MB
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.xfail(strict=True, reason="seen on an H100 (torch 2.11, 2026-11-26): a sandboxed "
+                   "worker dies of SIGSEGV in a 256x512 by 512x512 linear on CUDA; 64 wide "
+                   "works, and in process it works. Not understood yet")
+def test_on_cuda_a_wider_matrix_product_runs_in_the_sandbox(tmp_path):
+    script = tmp_path / "wide.py"
+    script.write_text(linear_setup(512) + LINEAR_FORWARD + "loss.backward()\n"
+                      "print(round(weight.grad.norm().item(), 2))\n")
+    done = subprocess.run([sys.executable, "-m", "app.cli", "trace", str(script), "--device",
+                           "cuda", "-o", str(tmp_path / "t.json")], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=300, check=True)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["stdout"] == plain.stdout  # the same seed: the same grad's norm
