@@ -41,6 +41,19 @@ def diagnostics(doc: dict, code: str) -> list[dict]:
     return [d for d in doc["diagnostics"] if d["code"] == code]
 
 
+def grad_fns(fn) -> set:
+    """Every node of the plain graph reachable from `fn` (a tensor's grad_fn), as PyTorch
+    links them through next_functions; AccumulateGrad nodes included."""
+    seen, todo = set(), [fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        todo.extend(f for f, _ in fn.next_functions)
+    return seen
+
+
 def gradients_by_node(root: torch.Tensor) -> Counter:
     """(node name, input slot, dtype) of every gradient PyTorch's backward passed a node's
     inputs, from hooks on the plain graph's own nodes; runs `root.backward()`."""

@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.trace_facts import grad_fns
+
 from .conftest import ARTIFACTS
 
 pytest.importorskip("jupyterlab")
@@ -454,15 +456,8 @@ def _plain_backward_names() -> set[str]:
     ns: dict = {}
     exec(CELLS[1], ns)  # noqa: S102 - the test's own cells
     exec(CELLS[2].split("\n", 1)[1].replace("loss.backward()\nopt.step()", ""), ns)  # noqa: S102
-    names, todo, seen = set(), [ns["loss"].grad_fn], set()
-    while todo:
-        fn = todo.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        names.add(type(fn).__name__)
-        todo.extend(f for f, _ in fn.next_functions)
-    return names - {"AccumulateGrad"}  # drawn as the parameters it sums into
+    # AccumulateGrad: drawn as the parameters it sums into
+    return {type(fn).__name__ for fn in grad_fns(ns["loss"].grad_fn)} - {"AccumulateGrad"}
 
 
 def test_a_saved_notebook_of_a_kernel_without_graphviz_shows_the_browser_s_picture_reopened(
@@ -787,14 +782,8 @@ def test_one_button_per_backward_pass_draws_that_pass(controls):
                                arg=widget.element_handle())
         # the second pass as PyTorch builds it: its grad_fns, AccumulateGrad aside
         out = ns["model"].head(ns["x"]).pow(2).sum()
-        seen, todo = set(), [out.grad_fn]
-        while todo:
-            fn = todo.pop()
-            if fn is None or fn in seen:
-                continue
-            seen.add(fn)
-            todo += [f for f, _ in fn.next_functions]
-        ops = sorted(type(f).__name__ for f in seen if type(f).__name__ != "AccumulateGrad")
+        ops = sorted(type(f).__name__ for f in grad_fns(out.grad_fn)
+                     if type(f).__name__ != "AccumulateGrad")
         graph = widget.locator(".widget-graph svg")
         graph.locator("g.node", has_text="PowBackward0").wait_for()
         drawn = graph.locator("g.node.kind-op")

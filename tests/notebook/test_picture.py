@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("anywidget")
 
 from autograd_lab.picture import MAX_PICTURE_BYTES, UnsafePicture, safe_svg  # noqa: E402
+from tests.trace_facts import grad_fns  # noqa: E402
 
 
 def _plain():
@@ -25,14 +26,7 @@ def _plain():
     torch.manual_seed(0)
     lin, head, x = nn.Linear(3, 3), nn.Linear(3, 1), torch.randn(4, 3)
     loss = head(torch.tanh(lin(torch.tanh(lin(x))))).sum()
-    names, todo, seen = set(), [loss.grad_fn], set()
-    while todo:
-        fn = todo.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        names.add(type(fn).__name__)
-        todo.extend(f for f, _ in fn.next_functions)
+    names = {type(fn).__name__ for fn in grad_fns(loss.grad_fn)}
     return {"lin": lin, "head": head, "x": x, "torch": torch}, names - {"AccumulateGrad"}
 
 

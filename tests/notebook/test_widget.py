@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("anywidget")
 
 from autograd_lab.widget import TraceWidget, modules_of, page_module  # noqa: E402
+from tests.trace_facts import grad_fns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC_JS = ROOT / "static" / "js"
@@ -220,13 +221,7 @@ def test_an_event_button_draws_that_backward_pass():
     assert live.event == passes[1] and live.drawn == 1 and live.units == []
     # the second pass as PyTorch builds it: one drawn op per grad_fn, AccumulateGrad aside
     out = ns["model"].head(ns["x"]).pow(2).sum()
-    seen, todo = set(), [out.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is not None and fn not in seen:
-            seen.add(fn)
-            todo += [f for f, _ in fn.next_functions]
-    ops = [f for f in seen if type(f).__name__ != "AccumulateGrad"]
+    ops = [f for f in grad_fns(out.grad_fn) if type(f).__name__ != "AccumulateGrad"]
     assert len(_drawn_ids(live.svg, "op")) == len(ops)
     for fn in ops:
         assert f">{type(fn).__name__}</text>" in live.svg
