@@ -117,7 +117,18 @@ async function startClass() {
 function publish() {
   if (!mine || mine.role !== "teacher" || !SHOWABLE.test(location.pathname)) return;
   clearTimeout(publishTimer);
-  publishTimer = setTimeout(() => { publishTimer = null; publishing = sendView(); }, 40);
+  publishTimer = setTimeout(() => { publishTimer = null; publishing = sendInTurn(); }, 40);
+}
+
+/** A view PUT sent once the one before it is answered, with the view shown by then: two in
+ *  flight at once could be taken by a busy server in either order, and the class was left on
+ *  the older step (a presenter's two quick steps; a proof's flake). */
+function sendInTurn() {
+  const before = publishing;
+  return (async () => {
+    if (before) await before.catch(() => {}); // its failure was said; this one goes anyway
+    await sendView();
+  })();
 }
 
 async function sendView() {
@@ -136,7 +147,7 @@ async function viewSent() {
   if (publishTimer) {
     clearTimeout(publishTimer);
     publishTimer = null;
-    publishing = sendView();
+    publishing = sendInTurn();
   }
   if (publishing) await publishing;
 }

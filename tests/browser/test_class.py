@@ -684,3 +684,32 @@ def test_a_phone_following_sees_the_picked_node_and_the_explanation(room):
     if page.evaluate("() => document.body.classList.contains('sheet-open')"):
         sheet = box(page, "#details")
         assert fix["bottom"] <= sheet["y"] + 1, f"the sheet ({sheet['y']:.0f}) covers the fix"
+
+
+def test_two_quick_steps_leave_the_class_on_the_later_one(room):
+    """A busy server can take two view PUTs in flight at once in either order: the first step's
+    held back here, as a slow answer is, the second must not overtake it. On the old page it
+    did, and the held one, arriving last, put the class back on the earlier step (the
+    students' pages went back to it: the proof's flake, 'say=2' never reached)."""
+    teacher, student, code = presenting(room)
+    page = teacher.page
+    held: list = []
+
+    def first_held(route) -> None:  # the first PUT waits; any later one goes straight through
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(f"**/api/classes/{code}/view", first_held)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=2')")
+    page.wait_for_timeout(300)  # past the page's 40 ms wait: the step's PUT is on its way
+    assert len(held) == 1, "the step was not sent"
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=3')")
+    page.wait_for_timeout(500)
+    held[0].continue_()  # the earlier step's PUT reaches the server last
+    student.page.wait_for_url(re.compile(r".*present=1.*say=3\b.*"))
+    student.page.wait_for_timeout(1500)  # and stays there
+    assert re.search(r"say=3\b", student.page.url), student.page.url
