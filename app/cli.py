@@ -34,7 +34,7 @@ def _script_path(text: str) -> Path:
 
 
 def _trace(args) -> dict:
-    from .runner import trace_in_sandbox
+    from .runner import plain_threads, trace_in_sandbox
 
     if args.script.endswith(".json") and Path(args.script).is_file():
         from .format import InvalidTrace, validate
@@ -51,17 +51,8 @@ def _trace(args) -> dict:
         return _trace_notebook(path, args)
     # the one run on this machine: torch's threads as a plain `python script.py` would have
     return trace_in_sandbox(path, device=args.device, timeout=args.timeout,
-                            args=args.script_args, threads=_threads(args.device),
+                            args=args.script_args, threads=plain_threads(args.device),
                             watch_all=args.watch_all)
-
-
-def _threads(device: str) -> int:
-    """torch's threads for the run: a plain run's on the CPU; one on a GPU, where a sandboxed
-    worker given 16 (an H100 machine's cores) died of SIGSEGV in a 512-wide linear and with
-    one ran it (2026-11-26; the cause is not known: rlimits off, it still died)."""
-    from .runner import plain_threads
-
-    return plain_threads() if device == "cpu" else 1
 
 
 def _trace_notebook(path: Path, args) -> dict:
@@ -70,7 +61,7 @@ def _trace_notebook(path: Path, args) -> dict:
     import tempfile
 
     from .format.notebook import NotANotebook, annotate, script_from_notebook
-    from .runner import trace_in_sandbox
+    from .runner import plain_threads, trace_in_sandbox
 
     try:
         notebook = script_from_notebook(path.read_bytes())
@@ -80,7 +71,7 @@ def _trace_notebook(path: Path, args) -> dict:
         script = Path(folder) / (path.stem + ".py")  # the name tracebacks give
         script.write_text(notebook.source, encoding="utf-8")
         doc = trace_in_sandbox(script, device=args.device, timeout=args.timeout,
-                               args=args.script_args, threads=_threads(args.device),
+                               args=args.script_args, threads=plain_threads(args.device),
                                watch_all=args.watch_all)
     annotate(doc, notebook.document_part(path.name))
     return doc

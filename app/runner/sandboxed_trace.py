@@ -140,9 +140,13 @@ def stopped_before_a_worker(*, source: str, name: str, args, device: str, timeou
     return to_document(outcome, job=job, source=source, limits=limits)
 
 
-def plain_threads() -> int:
+def plain_threads(device: str = "cpu") -> int:
     """The threads torch gives a plain `python script.py` here: one per core this process may
-    use. A run that has the machine to itself gets as many."""
+    use. A run that has the machine to itself gets as many; on a GPU, one: a sandboxed worker
+    given an H100 machine's 16 died of SIGSEGV in a 512-wide linear on CUDA, and with one ran
+    it (2026-11-26; with rlimits off it still died; the cause is not known)."""
+    if device != "cpu":
+        return 1
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):

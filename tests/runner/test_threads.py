@@ -60,3 +60,10 @@ def test_the_server_gives_the_cores_to_a_run_alone_and_one_to_each_under_load(tm
         assert _threads_of(done["doc"]) == plain_threads()  # it started alone
     finally:
         service.stop()
+
+
+def test_a_run_on_a_gpu_gets_one_thread_where_a_cpu_run_gets_the_cores():
+    """On an H100 machine a sandboxed worker with its 16 threads died of SIGSEGV in a 512-wide
+    linear on CUDA and with one ran it (sandboxed_trace.py): a GPU run is given one."""
+    assert plain_threads("cpu") == plain_threads() == len(os.sched_getaffinity(0))
+    assert plain_threads("cuda") == plain_threads("cuda:1") == 1

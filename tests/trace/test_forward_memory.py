@@ -309,7 +309,7 @@ def test_on_cuda_a_first_matrix_product_counts_only_its_own_tensors(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_a_wider_matrix_product_runs_in_the_sandbox(tmp_path):
     """On an H100 (torch 2.11, 2026-11-26) the CLI's worker, given the machine's 16 threads,
-    died of SIGSEGV in this 512-wide linear; given one, it ran (cli.py `_threads`)."""
+    died of SIGSEGV in this 512-wide linear; given one, it ran (runner's `plain_threads`)."""
     script = tmp_path / "wide.py"
     script.write_text(linear_setup(512) + LINEAR_FORWARD + "loss.backward()\n"
                       "print(round(weight.grad.norm().item(), 2))\n")

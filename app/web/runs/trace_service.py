@@ -117,7 +117,7 @@ class Lane:
                                policy=None if self.pool else self.policy, started=started,
                                cancel=cancel,
                                fork_server=self.fork_server,
-                               threads=plain_threads() if self.alone() else 1,
+                               threads=plain_threads(device) if self.alone() else 1,
                                **self._counted())
         if doc.get("error") and doc["error"]["type"] == "DeviceUnavailable":
             raise DeviceError(doc["error"]["message"])
