@@ -162,10 +162,11 @@ class BackwardRecording:
                     if g is None:
                         continue
                     edge = {"shape": list(g.shape), "dtype": str(g.dtype).removeprefix("torch.")}
-                    self._edge_norms.norm_into(edge, g)
                     self._edge_grads[(node_id, slot)] = edge
                     leaf = leaf_slots.get(slot)
-                    if leaf is not None:
+                    if leaf is None:
+                        self._edge_norms.norm_into(edge, g)
+                    else:
                         came = grad_outputs[slot] if module_hook and slot < len(
                             grad_outputs) else None
                         changed = isinstance(came, torch.Tensor) and came.shape == g.shape \
@@ -175,10 +176,15 @@ class BackwardRecording:
                             change = g.detach() - came.detach()
                             self._module_changes[leaf] = change if kept is None else kept + change
                         use = came if changed else g  # the module's own, before its hook
+                        summary = summarize(use, budget=self._budget, rounding=self._rounding)
                         self.contributions.setdefault(leaf, []).append(
-                            {"node": node_id, "slot": slot,
-                             "grad": summarize(use, budget=self._budget,
-                                               rounding=self._rounding)})
+                            {"node": node_id, "slot": slot, "grad": summary})
+                        if use is g and summary is not None and "norm" in summary:
+                            # the same gradient's norm, from the summary's float64 pass: a
+                            # weight's edge no longer reads its gradient twice
+                            edge["grad_norm"] = summary["norm"]
+                        else:
+                            self._edge_norms.norm_into(edge, g)
                         # what reaches the leaf's own hooks: after the module's hook (its
                         # share is counted above, not again as theirs); a copy, since a hook
                         # may change g in place
@@ -286,11 +292,11 @@ class BackwardRecording:
         """The event, once the engine has run (or failed). `results`: what torch.autograd.grad
         returned for its `inputs`, in their order."""
         self.remove_hooks()
-        with self._guard():
+        with self._guard(), torch._C.DisableTorchFunction():  # as the post-hooks' work is
             self._rounding.round()
             self._edge_norms.finish()
         self._returned = _returned_to_hooked(self._hooked.values(), results, inputs)
-        with self._guard():
+        with self._guard(), torch._C.DisableTorchFunction():
             after = summarize_many([t.grad for t in self._tracked.values()],
                                    budget=self._budget)
             grads = {name: {"before": self._before[name], "after": summary}

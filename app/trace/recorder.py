@@ -427,7 +427,9 @@ class Recorder:
     def _start_backward(self, call: str, outputs: list[torch.Tensor], synthetic: bool,
                         create_graph: bool = False,
                         input_names: list[tuple[torch.Tensor, str]] | None = None):
-        with self.guard():
+        # past every __torch_function__ (the mode's, a subclass's): the walk and the pass's
+        # set-up read thousands of shapes, storages and .grad, each a trip through the mode
+        with self.guard(), torch._C.DisableTorchFunction():
             self.namer.refresh()
             labelled = [(t, self.namer.variable_name_of(t) or "output") for t in outputs]
             storage_names = {}
@@ -474,7 +476,7 @@ class Recorder:
             self.skipped["step"] += 1
             return
         try:
-            with self.guard():
+            with self.guard(), torch._C.DisableTorchFunction():  # as in _start_backward
                 self.namer.refresh()
                 taken = [(self.namer.name(p)[0], p, index)
                          for index, group in enumerate(optimizer.param_groups)
@@ -503,7 +505,7 @@ class Recorder:
         if pending is None:
             return
         try:
-            with self.guard():
+            with self.guard(), torch._C.DisableTorchFunction():  # as in _start_backward
                 copies = pending["copies"]
                 after = summarize_many([p for p, *_ in pending["params"].values()],
                                        budget=self.values)

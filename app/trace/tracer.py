@@ -377,7 +377,7 @@ def _mark_synthetic(event: dict, how: str, root: torch.Tensor, label: str) -> No
 
 def _params(recorder: Recorder, named: dict) -> dict:
     params = {}
-    with recorder.guard():
+    with recorder.guard(), torch._C.DisableTorchFunction():  # .grad read past the mode
         grads = summarize_many([t.grad for t, _kind in named.values()], budget=recorder.values)
     for (name, (t, kind)), grad in zip(named.items(), grads, strict=True):
         uses = {str(e["index"]): e["uses"].get(name, 0)
