@@ -50,6 +50,7 @@ def _trace(args) -> dict:
     if path.suffix == ".ipynb":
         return _trace_notebook(path, args)
     # the one run on this machine: torch's threads as a plain `python script.py` would have
+    # on the CPU; one on a GPU (plain_threads says why)
     return trace_in_sandbox(path, device=args.device, timeout=args.timeout,
                             args=args.script_args, threads=plain_threads(args.device),
                             watch_all=args.watch_all)

@@ -309,13 +309,20 @@ def instrumented(recorder: Recorder, func_calls: FuncCalls | None = None):
 
     # a module not imported yet (torchviz: 0.13 s of a run that never draws with it; issue
     # 36) is patched the moment the script imports it, however it does (on_import.py)
+    def patch_late(name: str, _module: Any) -> None:
+        # on_import drops what its waiting functions raise (the script's import must not
+        # fail for us): said here, as a part of the run that was not recorded
+        try:
+            patch_module(name, late=True)
+        except Exception as exc:  # noqa: BLE001
+            recorder._internal_error(f"watching {name}, which the script imported", exc)
+
     awaited: list[Callable[[], None]] = []
     for module_name in dict.fromkeys(module for module, _, _ in UNRECORDED):
         if module_name in sys.modules:
             patch_module(module_name)
         else:
-            awaited.append(on_import(module_name, functools.partial(
-                lambda name, _module: patch_module(name, late=True), module_name)))
+            awaited.append(on_import(module_name, functools.partial(patch_late, module_name)))
     for owner, name, value in checked_calls(recorder, called_by_torch=_called_by_torch,
                                             argument=_argument):
         patch(owner, name, value)

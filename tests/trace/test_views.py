@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -289,3 +291,35 @@ print(len(grads), all(g.grad_fn is not None for g in grads))
     names = [name for name, _ in model.named_parameters()]
     assert set(second["uses"]) == {n for n, g in zip(names, reached, strict=True)
                                    if g is not None}
+
+
+def test_torchviz_imported_by_the_script_and_not_watched_is_said_and_still_draws(
+        trace_source, tmp_path, monkeypatch):
+    """Patching torchviz when the script imports it can fail (here made to): the script's own
+    make_dot still runs as plain torchviz's, and the Trace says that part went unrecorded."""
+    from app.trace import intercept
+
+    def broken(*_args):
+        raise RuntimeError("a torchviz we do not know")
+
+    monkeypatch.setattr(intercept, "_torchviz_calls", broken)
+    for name in [m for m in sys.modules if m == "torchviz" or m.startswith("torchviz.")]:
+        monkeypatch.delitem(sys.modules, name)  # imported by the script, not before the run
+    monkeypatch.chdir(tmp_path)
+    script = TORCHVIZ_BODY + """
+import torch
+from torchviz import make_dot
+x = torch.ones(3, requires_grad=True)
+y = (x * 2).tanh().sum()
+dump(make_dot(y))
+y.backward()
+"""
+    doc = trace_source(script)
+    assert doc["error"] is None, doc["error"]
+    assert not doc.get("views")  # not watched
+    [drawn] = torchviz_names(doc["stdout"])
+    plain = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           cwd=tmp_path, check=True)
+    assert [drawn] == torchviz_names(plain.stdout) and drawn["TanhBackward0"] == 1
+    said = [d["message"] for d in diagnostics(doc, "tracer_error")]
+    assert len(said) == 1 and "torchviz" in said[0] and "a torchviz we do not know" in said[0]
