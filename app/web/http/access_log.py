@@ -12,7 +12,9 @@ in two windows' share, and what is held back is counted, not lost silently.
 
 An address is client_keys.py's place, as for the audit log's refusals: an IPv6 /64 is one, so a
 machine holding a /64 cannot fill all OVERALL windows and push everyone else's lines out; all
-of loopback is one unless the setting `loopback_addresses_apart`."""
+of loopback is one unless the setting `loopback_addresses_apart`. A line's path (with its
+query) is cut to PATH_CHARS: a bound on lines alone let a 16 KiB request line make every
+line 16 KiB."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ __all__ = ["ACCESS_LOG", "AccessLogBound"]
 PER_ADDRESS = 600  # access lines per address and window
 WINDOW_S = 60.0
 OVERALL = 100
+PATH_CHARS = 200  # of a line's path and query, as audit.py's values
 log = logging.getLogger("autograd_lab.access")
 
 
@@ -44,6 +47,8 @@ class AccessLogBound(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         write, over = self.windows.admit(address_key(_host(record), self.loopback_apart))
         self._say(over)
+        if write:
+            _cut_path(record)
         return write
 
     def sweep(self) -> None:
@@ -73,6 +78,14 @@ def _host(record: logging.LogRecord) -> str:
     first = args[0] if isinstance(args, tuple) and args else ""
     host = str(first).rpartition(":")[0] or str(first)
     return host[:64] or "-"
+
+
+def _cut_path(record: logging.LogRecord) -> None:
+    """uvicorn's access record's arguments are (client, method, path with query, HTTP
+    version, status); the path is cut to PATH_CHARS."""
+    args = record.args
+    if isinstance(args, tuple) and len(args) >= 3 and len(str(args[2])) > PATH_CHARS:
+        record.args = (*args[:2], str(args[2])[:PATH_CHARS], *args[3:])
 
 
 ACCESS_LOG = AccessLogBound()
