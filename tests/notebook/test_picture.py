@@ -110,6 +110,10 @@ def test_what_could_act_or_fetch_is_dropped(drawn, hostile):
     # fewer characters than the bound, more bytes (as the browser sends it, in UTF-8)
     ('<svg xmlns="http://www.w3.org/2000/svg"><g><text>' + "é" * (MAX_PICTURE_BYTES // 2)
      + "</text></g></svg>", "8,000,0"),
+    # 20,000 groups, one in another (140 KB): past any drawing's depth, said as such (it was
+    # a RecursionError, which nothing showing the picture catches)
+    ('<svg xmlns="http://www.w3.org/2000/svg">' + "<g>" * 20_000 + "</g>" * 20_000 + "</svg>",
+     "nests elements more than 32 deep"),
 ])
 def test_what_is_no_graphviz_drawing_is_refused_with_why(text, said):
     with pytest.raises(UnsafePicture, match=said):
