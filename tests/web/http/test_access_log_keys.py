@@ -7,6 +7,7 @@ the loopback case is served for real in test_access_log_server.py."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from app.web.http.access_log import AccessLogBound
 
@@ -33,3 +34,19 @@ def test_all_of_loopback_is_one_window_unless_kept_apart():
     apart = AccessLogBound(per_address=1)
     apart.loopback_apart = True
     assert [apart.filter(_line(f"127.0.0.{n}:5000")) for n in (2, 3)] == [True, True]
+
+
+def test_the_course_guide_names_the_held_back_line_as_it_is_written(caplog):
+    """docs/running-a-course.md quotes the line an operator greps for: the line the filter
+    writes, with its address and count as placeholders."""
+    now = [0.0]
+    bound = AccessLogBound(per_address=1, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="autograd_lab.access"):
+        assert [bound.filter(_line("203.0.113.7:4000")) for _ in range(3)] == [True, False, False]
+        now[0] = 61.0
+        bound.sweep()
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "autograd_lab.access"]
+    assert "203.0.113.7" in said and "=2" in said, said
+    quoted = said.replace("203.0.113.7", "ADDR").replace("=2", "=N", 1)
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "running-a-course.md").read_text()
+    assert f"`{quoted}`" in " ".join(guide.split()), quoted
