@@ -120,16 +120,41 @@ def cmd_trace(args) -> int:
     return status
 
 
-def _say_how_to_give_it_longer(doc: dict, args, kept_in: str) -> None:
-    """A script stopped at the limit: the option that raises it, and what was kept. On one's
-    own machine a script that runs plainly for minutes is not wrong, only long (issue 36)."""
+def _say_how_to_give_it_longer(doc: dict, args, kept_in: str | None = None,
+                               kept: str | None = None) -> None:
+    """A script stopped at the limit: the option that raises it, and what was kept (`kept_in`:
+    where all its passes are; `kept`: said as is, its own sentence). On one's own machine a
+    script that runs plainly for minutes is not wrong, only long (issue 36)."""
+    passes = _passes_if_stopped(doc, args)
+    if passes is None:
+        return
+    if kept_in:
+        kept = f"What it recorded before the stop is kept in {kept_in}: {passes} backward " \
+            "pass(es)."
+    print(f"  It had {args.timeout:g} s (--timeout). To let it finish, run it again with a "
+          f"longer limit, e.g. --timeout {max(2 * args.timeout, 60):g}."
+          f"{' ' + kept if kept else ''}", file=sys.stderr)
+
+
+def _passes_if_stopped(doc: dict, args) -> int | None:
+    """The backward passes a script stopped at --timeout recorded; None, it was not stopped."""
     err = doc.get("error") or {}
     if err.get("type") != "Timeout" or getattr(args, "timeout", None) is None:
-        return
-    passes = sum(1 for e in doc.get("events", ()) if e.get("kind") == "backward")
-    print(f"  It had {args.timeout:g} s (--timeout). To let it finish, run it again with a "
-          f"longer limit, e.g. --timeout {max(2 * args.timeout, 60):g}. What it recorded before "
-          f"the stop is kept in {kept_in}: {passes} backward pass(es).", file=sys.stderr)
+        return None
+    return sum(1 for e in doc.get("events", ()) if e.get("kind") == "backward")
+
+
+def _what_the_drawing_shows(doc: dict, args, out: Path) -> str:
+    """For a stopped script: the one graph the drawing holds, of all it recorded (said once
+    the drawing is written, so never of one that failed)."""
+    backward = [e.get("index") for e in doc.get("events", ()) if e.get("kind") == "backward"]
+    if args.view is not None:
+        shown = f"shows view {args.view} (a graph the script asked for), not the " \
+            f"{len(backward)} backward pass(es) recorded before the stop"
+    else:
+        k = 1 if args.event is None else backward.index(args.event) + 1
+        shown = f"shows backward pass {k} of the {len(backward)} recorded before the stop"
+    return f"The drawing ({out}) {shown}; `autograd-lab trace -o FILE` keeps them all."
 
 
 def cmd_render(args) -> int:
@@ -138,7 +163,6 @@ def cmd_render(args) -> int:
     doc = _trace(args)
     status = _report_error(doc)
     out = Path(args.output)
-    _say_how_to_give_it_longer(doc, args, f"the drawing ({out})")
     fmt = out.suffix.lstrip(".").lower()
     try:
         flat = event_graph(doc, args.event, args.view)
@@ -148,8 +172,11 @@ def cmd_render(args) -> int:
         data = render_graph(graph, fmt, title=doc["script"]["name"])
     except (RenderError, LookupError) as exc:
         print(f"autograd-lab: cannot draw: {exc}", file=sys.stderr)
+        _say_how_to_give_it_longer(doc, args, kept="Nothing was drawn; `autograd-lab trace -o "
+                                   "FILE` keeps what it recorded.")
         return 1
     out.write_bytes(data)
+    _say_how_to_give_it_longer(doc, args, kept=_what_the_drawing_shows(doc, args, out))
     how = "" if grouping.flat else (
         f", drawn by module from {len(flat['nodes'])} nodes (depth "
         f"{'all' if grouping.depth is None else grouping.depth}; --flat draws every node)")

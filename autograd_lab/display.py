@@ -11,6 +11,7 @@ even where `dot` is): either way a saved notebook holds a picture."""
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import uuid
 from dataclasses import dataclass, field
@@ -151,33 +152,36 @@ class TraceDisplay:
         if dropped:
             lines.append(dropped)
         self.static_id = uuid.uuid4().hex
+        self._kept = (self.static_id, lines[0], [dropped] if dropped else [], stored)
+        # the browser answers later, maybe after this Trace is shown again: its picture goes
+        # to this output (its id and what it holds), bound now, not to the latest one
+        keep = functools.partial(self._keep_picture, self._kept) if updatable else None
         live, failed = None, None
         try:
-            widget = self._widget(drawing, lines[0],
-                                  keep=self._keep_picture if updatable else None)
+            widget = self._widget(drawing, lines[0], keep=keep)
             if widget is not None:
                 view = widget._repr_mimebundle_()
                 view = view[0] if isinstance(view, tuple) else view  # (data, metadata) or data
                 live = {**view, "text/plain": LIVE_ONLY}
         except Exception as exc:  # noqa: BLE001 - the static output above is still whole
             failed = f"(the live view could not be made: {exc})"
-        self._kept = (lines[0], [dropped] if dropped else [], stored)
         return self._static(drawing.svg, lines, stored, live is not None, failed), live
 
     def _static(self, svg: str | None, lines: list[str], stored: dict, live: bool,
-                failed: str | None = None) -> dict:
+                failed: str | None = None, static_id: str | None = None) -> dict:
         static: dict = {"text/plain": "\n".join([*lines, *([failed] if failed else [])]),
                         TRACE_MIMETYPE: stored}
         if svg is not None:
             static["image/svg+xml"] = svg
-        static["text/html"] = self._html(svg, lines, live=live)
+        static["text/html"] = self._html(svg, lines, live=live, static_id=static_id)
         return static
 
-    def kept_static(self, sent: object) -> dict:
+    def kept_static(self, sent: object, kept: tuple | None = None) -> dict:
         """The static output again, with the picture the browser laid out and sent (`sent`,
         widget.py) made safe (picture.py) where the note that there is none was; or, refused,
-        that note and why."""
-        summary, dropped, stored = self._kept
+        that note and why. `kept`: that output's id and what it held (_outputs); None, the
+        latest output's."""
+        static_id, summary, dropped, stored = kept or self._kept
         try:
             if isinstance(sent, UnsafePicture):
                 raise sent
@@ -187,14 +191,16 @@ class TraceDisplay:
             svg = None
             said = [*([] if self.draw == "browser" else [NO_DOT]),
                     f"The picture the browser laid out was not kept: {exc}."]
-        return self._static(svg, [summary, *said, *dropped], stored, live=True)
+        return self._static(svg, [summary, *said, *dropped], stored, live=True,
+                            static_id=static_id)
 
-    def _keep_picture(self, sent: object) -> None:
-        """Show the static output again, by its id, with the browser's picture: JupyterLab puts
-        it in place of the first, and a notebook saved from then on keeps it."""
+    def _keep_picture(self, kept: tuple, sent: object) -> None:
+        """Show the static output `kept` names (its id first) again, with the browser's
+        picture: JupyterLab puts it in place of the first, and a notebook saved from then on
+        keeps it."""
         from IPython.display import update_display
 
-        update_display(self.kept_static(sent), raw=True, display_id=self.static_id)
+        update_display(self.kept_static(sent, kept), raw=True, display_id=kept[0])
 
     def redraw(self, event: int | None, opened: list[str]) -> Drawing:
         """The live view's drawing of backward pass `event` with the module and fold paths
@@ -311,7 +317,8 @@ class TraceDisplay:
             return grouping
         return choose_grouping(graph, depth=grouping.depth or 0, opened=opened)
 
-    def _html(self, svg: str | None, lines: list[str], live: bool = False) -> str:
+    def _html(self, svg: str | None, lines: list[str], live: bool = False,
+              static_id: str | None = None) -> str:
         # every string here may be the person's own (a node label, a script name, an error)
         # the picture is an <img> of the SVG, not the SVG inline: a notebook opened untrusted
         # (anyone else's) has its HTML sanitized by JupyterLab, which drops an inline <svg>'s
@@ -324,7 +331,8 @@ class TraceDisplay:
             inline = (f'<img class="autograd-lab-picture" src="{url}" '
                       'alt="The backward graph, drawn by autograd-lab" style="max-width: 100%">')
         # the live view hides this output while it runs (widget.js) by this id
-        parts = [f'<div class="autograd-lab" data-autograd-lab-static="{self.static_id}">']
+        static_id = static_id or self.static_id
+        parts = [f'<div class="autograd-lab" data-autograd-lab-static="{static_id}">']
         if live:  # a live view follows: what a reader without it does to get it back
             parts.append(f"<style>{NO_MODEL_RULE}</style>"
                          f'<p class="autograd-lab-rerun"><em>'

@@ -33,6 +33,10 @@ _ALLOWED = {
     **{shape: {"d", "points", "cx", "cy", "rx", "ry", "r", "x", "y", "x1", "y1", "x2", "y2",
                "width", "height", "id", "class", *_PAINT} for shape in _SHAPES},
 }
+# elements inside elements: graphviz nests about 6 deep (svg, graph, cluster, node, link,
+# text); 20,000 nested <g> (140 KB) made _rebuild's recursion raise RecursionError, which
+# display.py's kept_static does not catch, so nothing said why the picture was not kept
+MAX_DEPTH = 32
 _UNWRAP = {"a"}  # graphviz's tooltip links (xlink:title): kept as a plain group
 # numbers, names, colours, points and path data: no parentheses, quotes or colons
 _PLAIN = re.compile(r"[\w\s#.,%+-]*")
@@ -76,8 +80,12 @@ def safe_svg(text: object) -> str:
     return ET.tostring(clean, encoding="unicode")
 
 
-def _rebuild(element: ET.Element) -> ET.Element:
-    """A new element of `element`'s kept attributes and children (the root is an <svg>)."""
+def _rebuild(element: ET.Element, depth: int = 1) -> ET.Element:
+    """A new element of `element`'s kept attributes and children (the root is an <svg>, at
+    `depth` 1)."""
+    if depth > MAX_DEPTH:
+        raise UnsafePicture(f"the browser's drawing nests elements more than {MAX_DEPTH} deep "
+                            "(graphviz's nest about 6): it is not graphviz's drawing")
     tag = _local(element)
     kept = ET.Element("g" if tag in _UNWRAP else tag,
                       {} if tag in _UNWRAP else _attributes(tag, element.attrib))
@@ -86,7 +94,7 @@ def _rebuild(element: ET.Element) -> ET.Element:
         return kept
     for child in element:
         if _local(child) in _ALLOWED or _local(child) in _UNWRAP:
-            kept.append(_rebuild(child))
+            kept.append(_rebuild(child, depth + 1))
     return kept
 
 

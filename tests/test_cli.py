@@ -104,6 +104,43 @@ def test_a_stopped_script_says_how_to_give_it_longer_and_keeps_what_it_recorded(
         plain["w"].grad.norm().item(), rel=1e-6)
 
 
+
+def test_a_stopped_script_s_drawing_says_which_pass_it_shows_once_drawn(tmp_path):
+    """`render` of a script stopped at --timeout: the drawing holds one backward pass, so
+    that is what is said, after it is written; where nothing could be drawn, no drawing is
+    claimed. The drawn pass is the first one: its backward functions, as PyTorch names them,
+    are in the drawing and the next passes' are not."""
+    import torch
+
+    from tests.trace_facts import grad_fns
+
+    passes = ["(w * w).sum()", "w.exp().sum()", "w.tanh().sum()"]
+    head = "import torch\nw = torch.tensor([1.0, -2.0], requires_grad=True)\n" + "".join(
+        f"{p}.backward()\n" for p in passes)
+    script = tmp_path / "long.py"
+    script.write_text(head + "while True:\n    pass\n")
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    names = [{type(fn).__name__ for fn in grad_fns(eval(p, {"w": w}).grad_fn)} - {
+        "AccumulateGrad"} for p in passes]
+    out = tmp_path / "g.dot"
+    done = cli("render", str(script), "--timeout", "4", "-o", str(out))
+    assert done.returncode == 1 and out.exists(), done.stderr
+    assert "--timeout 60" in done.stderr
+    assert f"The drawing ({out}) shows backward pass 1 of the 3 recorded" in done.stderr, \
+        done.stderr
+    assert "is kept in the drawing" not in done.stderr
+    drawing = out.read_text()
+    assert all(name in drawing for name in names[0]), names[0]
+    later = (names[1] | names[2]) - names[0]  # ExpBackward0, TanhBackward0
+    assert later and not any(name in drawing for name in later), later
+
+    none = tmp_path / "none.dot"
+    done = cli("render", str(script), "--timeout", "4", "--event", "999", "-o", str(none))
+    assert done.returncode == 1 and not none.exists()
+    assert "cannot draw" in done.stderr and "--timeout 60" in done.stderr, done.stderr
+    assert "Nothing was drawn" in done.stderr and "The drawing (" not in done.stderr
+
+
 def test_errors_name_the_script_line_not_a_traceback(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("import torch\n\nraise KeyError('no such layer')\n")

@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None, scenarios_dir: Path | None = No
         # the shared mode's classes: every web process's changes, heard here (on one machine
         # there is nothing to hear, and listen returns at once)
         listening = asyncio.create_task(app.state.classroom.listen())
-        ACCESS_LOG.install()
+        ACCESS_LOG.install(settings)
         sweeping = asyncio.create_task(_sweep_held_back())
         try:
             yield

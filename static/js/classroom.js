@@ -41,6 +41,7 @@ let state = null; // the last state the server sent
 let shown = null; // {doc, event} of the trace on this page (trace_page.js says)
 let publishTimer = null;
 let publishing = null; // the last view PUT, until it is answered
+let waitingSend = null; // a view PUT queued behind the one in flight, not started yet
 let roster = null; // the teacher's last GET .../members, while the Members panel is open
 let rosterAt = 0; // when it came (performance.now()), for "joined N min ago"
 let membersOpen = false;
@@ -122,13 +123,20 @@ function publish() {
 
 /** A view PUT sent once the one before it is answered, with the view shown by then: two in
  *  flight at once could be taken by a busy server in either order, and the class was left on
- *  the older step (a presenter's two quick steps; a proof's flake). */
+ *  the older step (a presenter's two quick steps; a proof's flake). One waits at most: it
+ *  sends the view shown when it starts, so steps taken while the server is slow add none
+ *  (each queued its own, all the same view). */
 function sendInTurn() {
+  if (waitingSend) return waitingSend;
   const before = publishing;
-  return (async () => {
-    if (before) await before.catch(() => {}); // its failure was said; this one goes anyway
-    await sendView();
-  })();
+  if (!before) return sendView();
+  const turn = before.catch(() => {}) // its failure was said; this one goes anyway
+    .then(() => {
+      if (waitingSend === turn) waitingSend = null; // it starts: a later step queues anew
+      return sendView();
+    });
+  waitingSend = turn;
+  return turn;
 }
 
 async function sendView() {

@@ -7,6 +7,7 @@ without touching the teacher's."""
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import urlparse
 
@@ -712,4 +713,38 @@ def test_two_quick_steps_leave_the_class_on_the_later_one(room):
     held[0].continue_()  # the earlier step's PUT reaches the server last
     student.page.wait_for_url(re.compile(r".*present=1.*say=3\b.*"))
     student.page.wait_for_timeout(1500)  # and stays there
+    assert re.search(r"say=3\b", student.page.url), student.page.url
+
+
+def test_steps_taken_while_the_server_is_slow_send_one_view_after_it(room):
+    """While a view PUT is unanswered, steps wait to send the view shown once it is: one PUT
+    waits, not one per step (each of which sent the same view). The first PUT held back, three
+    quick steps (to say=3, back to 2, to 3 again) send one more, with the last view."""
+    teacher, student, code = presenting(room)
+    page = teacher.page
+    held: list = []
+    sent: list[str] = []
+
+    def first_held(route) -> None:
+        sent.append(json.loads(route.request.post_data or "{}").get("query", ""))
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(f"**/api/classes/{code}/view", first_held)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=2')")
+    page.wait_for_timeout(300)  # past the page's 40 ms wait: the step's PUT is on its way
+    assert len(held) == 1, "the step was not sent"
+    for key, say in (("ArrowRight", 3), ("ArrowLeft", 2), ("ArrowRight", 3)):
+        page.keyboard.press(key)
+        page.wait_for_function(f"() => new URLSearchParams(location.search).get('say') === "
+                               f"'{say}'")
+        page.wait_for_timeout(200)  # past the 40 ms wait: each step would have queued a PUT
+    held[0].continue_()
+    student.page.wait_for_url(re.compile(r".*present=1.*say=3\b.*"))
+    page.wait_for_timeout(1500)  # any PUT still queued has gone by now
+    assert len(sent) == 2, sent
+    assert re.search(r"say=2\b", sent[0]) and re.search(r"say=3\b", sent[1]), sent
     assert re.search(r"say=3\b", student.page.url), student.page.url

@@ -110,6 +110,10 @@ def test_what_could_act_or_fetch_is_dropped(drawn, hostile):
     # fewer characters than the bound, more bytes (as the browser sends it, in UTF-8)
     ('<svg xmlns="http://www.w3.org/2000/svg"><g><text>' + "é" * (MAX_PICTURE_BYTES // 2)
      + "</text></g></svg>", "8,000,0"),
+    # 20,000 groups, one in another (140 KB): past any drawing's depth, said as such (it was
+    # a RecursionError, which nothing showing the picture catches)
+    ('<svg xmlns="http://www.w3.org/2000/svg">' + "<g>" * 20_000 + "</g>" * 20_000 + "</svg>",
+     "nests elements more than 32 deep"),
 ])
 def test_what_is_no_graphviz_drawing_is_refused_with_why(text, said):
     with pytest.raises(UnsafePicture, match=said):
@@ -155,6 +159,34 @@ def test_without_dot_the_browser_s_picture_becomes_the_static_output(monkeypatch
     assert static["application/vnd.autograd-lab.trace+json"] == \
         first["application/vnd.autograd-lab.trace+json"]
     assert live["text/plain"] == ""  # the note above is the only one (no second, LIVE_ONLY)
+
+
+
+def test_a_trace_shown_twice_keeps_each_browser_s_picture_in_its_own_output(
+        monkeypatch, tmp_path, drawn):
+    """The browser answers later than the output is made: by then the same Trace may have been
+    shown again. The first live view's picture updates the first static output (by its
+    display id), as IPython publishes it; the comm message handler is called with the message
+    a browser sends, the kernel side's real input."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    InteractiveShell.instance()
+    shown, names = _shown(monkeypatch, tmp_path)
+    with capture_output() as shows:
+        shown._ipython_display_()
+        first_view = shown.live
+        shown._ipython_display_()
+    static_ids = [o.transient.get("display_id") for o in shows.outputs
+                  if "image/svg+xml" not in o.data and "keeps its picture here" in
+                  o.data.get("text/plain", "")]
+    assert len(static_ids) == 2 and len(set(static_ids)) == 2 and all(static_ids), static_ids
+    with capture_output() as answered:
+        first_view._message(first_view, {"picture": drawn}, [])
+    (update,) = answered.outputs
+    assert update.update and update.transient["display_id"] == static_ids[0]
+    assert all(name in _words(update.data["image/svg+xml"]) for name in names)
+    assert f'data-autograd-lab-static="{static_ids[0]}"' in update.data["text/html"]
 
 
 def test_a_refused_picture_leaves_the_note_and_says_why(monkeypatch, tmp_path):

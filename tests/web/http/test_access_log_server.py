@@ -2,7 +2,8 @@
 uvicorn wrote a line for every request. Against a real server logging as `autograd-lab serve`
 does (level info, uvicorn's access log on): one address's burst keeps PER_ADDRESS lines and
 one line counting the rest; another address keeps all of its own; a normal run right after
-works and is answered as plain Python answers it."""
+works and is answered as plain Python answers it. A request line of 10 KB writes a line of a
+few hundred characters."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import httpx
 import pytest
 
-from app.web.http.access_log import PER_ADDRESS
+from app.web.http.access_log import PATH_CHARS, PER_ADDRESS
 from tests.server import ARTIFACTS, serve
 
 pytestmark = pytest.mark.slow
@@ -36,8 +37,10 @@ def _from(base: str, address: str) -> httpx.Client:
 
 def test_a_burst_of_requests_writes_a_bounded_number_of_access_lines(tmp_path):
     name = "access-log-server"
+    # 127.0.0.2 and .3 stand for two machines (else all of loopback is one place, one window)
     with serve(tmp_path, name=name, wrap=_as_serve_logs, POOL_SIZE="0",
-               WARM_SCENARIOS="false", SELFTEST="false", UPLOAD_WORKERS="1") as base:
+               WARM_SCENARIOS="false", SELFTEST="false", UPLOAD_WORKERS="1",
+               LOOPBACK_ADDRESSES_APART="true") as base:
         with _from(base, "127.0.0.2") as stranger:
             for _ in range(BURST):
                 assert stranger.get("/healthz").status_code == 200
@@ -61,3 +64,19 @@ def test_a_burst_of_requests_writes_a_bounded_number_of_access_lines(tmp_path):
     plain = subprocess.run([sys.executable, "-c", NORMAL], capture_output=True, text=True,
                            timeout=120, check=True)
     assert ran.json()["error"] is None and ran.json()["stdout"].strip() == plain.stdout.strip()
+
+
+def test_a_long_request_line_writes_a_short_access_line(tmp_path):
+    name = "access-log-long-path"
+    path = "/" + "p" * 6000 + "?q=" + "x" * 4000  # a 10 KB path and query
+    with serve(tmp_path, name=name, wrap=_as_serve_logs, POOL_SIZE="0",
+               WARM_SCENARIOS="false", SELFTEST="false", UPLOAD_WORKERS="1") as base:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            assert client.get(path).status_code == 404
+            assert client.get("/healthz?after=long").status_code == 200
+    text = (ARTIFACTS / f"{name}.log").read_text()
+    (line,) = [line for line in text.splitlines() if '"GET /ppp' in line]
+    assert line.count("p") >= PATH_CHARS - 10  # the line is there, its path's start kept
+    assert len(line) < PATH_CHARS + 200, len(line)
+    assert ' HTTP/1.1" 404' in line, line[-80:]
+    assert any('"GET /healthz?after=long HTTP/1.1" 200' in line for line in text.splitlines())
