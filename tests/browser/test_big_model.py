@@ -1,5 +1,14 @@
 """A 96-layer transformer in a real Chromium (issue 11): its page opens drawn by module with the
-layers folded, a fold and a module open on click, and the flat view of every node opens."""
+layers folded, a fold and a module open on click, and the flat view of every node opens.
+
+The module has a server of its own: the browser session's gives an upload the product's 20 s,
+and this script's traced run took 6.4 s of it on an idle 2-core machine, 10 to 15 s beside
+two busy processes, and past 20 s with the suite running three times side by side. Stopped at
+its limit in the backward pass, the run was still drawn (and the test passed on it); stopped
+before a pass was recorded, or killed before its report was written (the worker has a 3 s
+grace after the limit's SIGTERM), it had nothing to draw, and the test waited 240 s for a run
+page that never came. These tests are about drawing a big graph, not about the limit.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +17,25 @@ import re
 import httpx
 import pytest
 
+from tests.server import serve
+from tests.trace_facts import grad_fns
+
 from .conftest import Watched
-from .test_own_code import paste_and_run
 
 pytestmark = pytest.mark.browser
+
+# the upload limit of this module's server: room for the 96-layer run on a loaded machine,
+# within the 240 s the test waits for its page
+UPLOAD_LIMIT = "180"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> str:
+    """A real server, as the session's (conftest.py), whose uploads may run UPLOAD_LIMIT s."""
+    with serve(tmp_path_factory.mktemp("store"), name="browser/big-model-server",
+               TRACE_TIMEOUT="120", UPLOAD_TIMEOUT=UPLOAD_LIMIT,
+               WARM_SCENARIOS="false") as base:
+        yield base
 
 DEEP = """\
 import torch
@@ -29,14 +53,38 @@ def drawn(page, selector: str) -> int:
     return page.eval_on_selector_all(selector, "els => els.length")
 
 
+def run_to_the_end(watched: Watched, source: str) -> dict:
+    """Paste `source` on the Your-code page, run it, wait for its run's page and graph, and
+    return its Trace. A run that ended with nothing to draw stays on the Your-code page, which
+    says why: the test fails with that, at once, rather than after the wait for a run page.
+    A run that ended in an error (its time limit) fails the test too: what it drew is not the
+    script's whole run."""
+    page = watched.page
+    page.goto(watched.base + "/own-code")
+    page.fill("#source", source)
+    page.wait_for_selector("#device option[value=cpu]", state="attached")
+    page.click("#run")
+    page.wait_for_function("() => location.pathname.startsWith('/runs/') || "
+                           "document.getElementById('run-status').textContent.trim() !== ''")
+    if "/runs/" not in page.url:
+        watched.shot("no-run-page")
+        raise AssertionError(f"the run did not open its page: {page.text_content('#run-status')}")
+    page.wait_for_selector("#graph svg g.node")
+    run_id = page.url.split("/runs/")[1].split("?")[0]
+    doc = httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=60).json()
+    assert doc["error"] is None, f"the run ended in {doc['error']} after {doc['elapsed']} s"
+    return doc
+
+
 def test_a_96_layer_model_opens_by_module_and_every_node_can_be_drawn(watched: Watched):
     page = watched.page
     page.set_default_timeout(240_000)
-    paste_and_run(watched, DEEP)
-    run_id = page.url.split("/runs/")[1].split("?")[0]
-    flat_nodes = len(httpx.get(f"{watched.base}/api/runs/{run_id}", timeout=60).json()
-                     ["events"][0]["graph"]["nodes"])
-    assert flat_nodes > 6000
+    doc = run_to_the_end(watched, DEEP)
+    flat_nodes = len(doc["events"][0]["graph"]["nodes"])
+    # the whole graph: every node PyTorch links from the loss, and the loss's own
+    ns: dict = {}
+    exec(DEEP.replace("loss.backward()", ""), ns)
+    assert flat_nodes == len(grad_fns(ns["loss"].grad_fn)) + 1 > 6000
     # it opens readable: the 96 blocks folded into one, a few hundred nodes at most
     page.wait_for_selector("#layout-bar:not([hidden])")
     assert "drawn by module" in page.text_content("#layout-bar")
@@ -100,7 +148,7 @@ for step in range(3):
 
 def test_gradient_flow_is_charted_flagged_and_saved(watched: Watched, tmp_path):
     page = watched.page
-    paste_and_run(watched, SIGMOIDS)
+    run_to_the_end(watched, SIGMOIDS)
     run_id = page.url.split("/runs/")[1].split("?")[0]
     flow = httpx.get(f"{watched.base}/api/runs/{run_id}/gradient-flow", timeout=30).json()
     page.wait_for_selector("#flow:not([hidden]) svg.flow-chart")
