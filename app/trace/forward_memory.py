@@ -9,14 +9,18 @@ backward, recording nothing else (no operator events: scopes narrowed to our two
 the events are summed in time order once it stops. On CUDA, torch.cuda's own counters: the
 peak is reset at each forward start (`reset_peak_memory_stats`, which the script then also
 sees); cuBLAS's workspaces are made before the script (`_blas_workspaces_made`). What is
-read: the peak above the forward start's total, and the total when backward began, minus
-that start. A script that starts torch's profiler itself ends ours (one at a time):
-passes from then on say so. Memory other threads allocate is not seen (thread-local reports).
-The numbers are the process's: garbage the collector frees during the forward (a kernel's
-earlier cells, an earlier in-process trace) lowers the total there, as it does plainly.
-A kernel's cells are not measured (tracer.py's `forward_memory`). While on, the profiler cost
-a 4-layer transformer's forward and backward about 18% more CPU time, plain (about 6% of a
-traced run of 40 steps, its 10 kept passes measured): every kept pass is measured.
+read: the peak above the forward start's total (at least 0, and at least what is held: a
+reset by the script itself loses the peak before it), and the total when backward began,
+minus that start. A script that starts torch's profiler itself ends ours (one at a time):
+passes from then on say so, as do those after the script's first MAX_OPERATIONS operations
+while the profiler records (its record, and its cost to stop, grow with each). Memory other
+threads allocate is not seen (thread-local reports). The numbers are the process's: garbage
+the collector frees during the forward (a kernel's earlier cells, an earlier in-process
+trace) lowers the total there, as it does plainly. A kernel's cells are not measured
+(tracer.py's `forward_memory`): without start(), no forward is looked for. While on, the
+profiler cost a 4-layer transformer's forward and backward about 18% more CPU time, plain
+(about 6% of a traced run of 40 steps, its 10 kept passes measured): every kept pass is
+measured.
 """
 
 from __future__ import annotations
