@@ -138,9 +138,9 @@ class ForwardMemory:
         MAX_OPERATIONS it stops, the passes it measured kept."""
         self._operations += 1
         if self._operations > MAX_OPERATIONS:
-            self.stop(reason=f"more than {MAX_OPERATIONS} torch operations ran before this "
-                             "pass's backward: not measured, to bound torch's profiler's "
-                             "record")
+            self.stop(reason=f"the script ran more than {MAX_OPERATIONS} torch operations "
+                             "before this pass's backward: torch's profiler stopped there, to "
+                             "bound its record")
 
     def forward_op(self, args: tuple) -> bool:
         """Before an operation while waiting, with grad mode on: might it be the forward's

@@ -291,9 +291,9 @@ def test_past_the_operation_bound_the_profiler_stops(trace_source, monkeypatch):
     peak, held = plain_profile(SETUP, GRAD)
     assert abs(first["forward_memory"]["peak_bytes"] - peak) < SLACK
     assert abs(first["forward_memory"]["held_bytes"] - held) < SLACK
-    assert second["forward_memory"] == {"unmeasured": f"more than {bound} torch operations ran "
-                                        "before this pass's backward: not measured, to bound "
-                                        "torch's profiler's record"}
+    # the loop alone ran MANY operations, twice the bound: no numbers, and the page says why
+    assert list(second["forward_memory"]) == ["unmeasured"]
+    assert f"more than {bound} torch operations" in second["forward_memory"]["unmeasured"]
     plain: dict = {}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
