@@ -9,14 +9,18 @@ backward, recording nothing else (no operator events: scopes narrowed to our two
 the events are summed in time order once it stops. On CUDA, torch.cuda's own counters: the
 peak is reset at each forward start (`reset_peak_memory_stats`, which the script then also
 sees); cuBLAS's workspaces are made before the script (`_blas_workspaces_made`). What is
-read: the peak above the forward start's total, and the total when backward began, minus
-that start. A script that starts torch's profiler itself ends ours (one at a time):
-passes from then on say so. Memory other threads allocate is not seen (thread-local reports).
-The numbers are the process's: garbage the collector frees during the forward (a kernel's
-earlier cells, an earlier in-process trace) lowers the total there, as it does plainly.
-A kernel's cells are not measured (tracer.py's `forward_memory`). While on, the profiler cost
-a 4-layer transformer's forward and backward about 18% more CPU time, plain (about 6% of a
-traced run of 40 steps, its 10 kept passes measured): every kept pass is measured.
+read: the peak above the forward start's total (at least 0, and at least what is held: a
+reset by the script itself loses the peak before it), and the total when backward began,
+minus that start. A script that starts torch's profiler itself ends ours (one at a time):
+passes from then on say so, as do those after the script's first MAX_OPERATIONS operations
+while the profiler records (its record, and its cost to stop, grow with each). Memory other
+threads allocate is not seen (thread-local reports). The numbers are the process's: garbage
+the collector frees during the forward (a kernel's earlier cells, an earlier in-process
+trace) lowers the total there, as it does plainly. A kernel's cells are not measured
+(tracer.py's `forward_memory`): without start(), no forward is looked for. While on, the
+profiler cost a 4-layer transformer's forward and backward about 18% more CPU time, plain
+(about 6% of a traced run of 40 steps, its 10 kept passes measured): every kept pass is
+measured.
 """
 
 from __future__ import annotations
@@ -26,11 +30,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["ForwardMemory"]
+__all__ = ["MAX_OPERATIONS", "ForwardMemory"]
 
 _FORWARD = "autograd_lab.forward_start."
 _BACKWARD = "autograd_lab.backward_start."
 _MAX_BYTES = 2**53 - 1  # the schema's bound (a JSON number the page reads exactly)
+# the script's operations while the profiler records. Its record holds a few allocator reports
+# per operation, and stopping it makes each about 2 kB for a moment, counted against the run's
+# limits: 100k `y = x + 1`, 600k reports, took 1.2 GB more and 2.7 s of CPU to stop. A 4-layer
+# transformer's 10 kept passes (bench/traced_vs_plain.py) ran 10.7k operations, 70k reports.
+MAX_OPERATIONS = 50_000
 
 
 def _blas_workspaces_made(device: str) -> None:
@@ -52,11 +61,13 @@ def _blas_workspaces_made(device: str) -> None:
 class ForwardMemory:
     def __init__(self) -> None:
         self.waiting = False  # for a forward's first recorded operation
-        self._on = False
+        self._active = False  # start() was called, the last stop() not yet
+        self.on = False  # the profiler records
+        self._operations = 0  # the script's, while it does (`operation`)
         self._candidate = 0  # operations that might have begun a forward, numbered
         self._started: set[int] = set()  # those that did
         self._backward_marks: list[int] = []  # the passes whose backward start was marked
-        self._results: Any = None  # the profiler's events, once it stopped
+        self._windows: dict[int, tuple[int, int]] = {}  # pass index -> (peak, held), CPU
         self._cuda: dict[int, tuple[int, int]] = {}  # pass index -> (peak, held) above start
         self._cuda_start: tuple[int, int] | None = None  # (device, bytes at the forward start)
         self._line: int | None = None
@@ -68,6 +79,7 @@ class ForwardMemory:
     def start(self, device: str = "cpu") -> None:
         """At the script start: the CPU allocator's reports on, nothing else recorded. On
         `device` cuda, cuBLAS's workspaces are made first (`_blas_workspaces_made`)."""
+        self._active = True
         self.waiting = True
         if device.startswith("cuda"):
             _blas_workspaces_made(device)
@@ -101,7 +113,7 @@ class ForwardMemory:
             self.unmeasured = f"torch's profiler did not start here ({type(exc).__name__}: " \
                               f"{str(exc)[:200]})"
             return
-        self._on = True
+        self.on = True
         self._watch_script_profilers()
 
     def _watch_script_profilers(self) -> None:
@@ -114,12 +126,21 @@ class ForwardMemory:
                 continue
 
             def replaced(*args, _original=original, **kwargs):
-                if self._on:
+                if self.on:
                     self.stop(reason="the script started torch's profiler itself, which ends "
                                      "autograd-lab's (one runs at a time)")
                 return _original(*args, **kwargs)
             self._restore.append((prof, name, original))
             setattr(prof, name, replaced)
+
+    def operation(self) -> None:
+        """Each of the script's operations while the profiler records (intercept.py): past
+        MAX_OPERATIONS it stops, the passes it measured kept."""
+        self._operations += 1
+        if self._operations > MAX_OPERATIONS:
+            self.stop(reason=f"the script ran more than {MAX_OPERATIONS} torch operations "
+                             "before this pass's backward: torch's profiler stopped there, to "
+                             "bound its record")
 
     def forward_op(self, args: tuple) -> bool:
         """Before an operation while waiting, with grad mode on: might it be the forward's
@@ -129,7 +150,7 @@ class ForwardMemory:
         if not any(t.requires_grad for t in tensors):
             return False
         self._candidate += 1
-        if self._on:
+        if self.on:
             self._mark(_FORWARD + str(self._candidate))
         device = next((t.device for t in tensors if t.device.type == "cuda"), None)
         self._cuda_start = None
@@ -156,14 +177,15 @@ class ForwardMemory:
         self._lines[index] = self._line
         if self._cuda_start is not None and any(t.device.type == "cuda" for t in outputs):
             device, start = self._cuda_start
-            self._cuda[index] = (torch.cuda.max_memory_allocated(device) - start,
-                                 torch.cuda.memory_allocated(device) - start)
-        if self._on:
+            self._cuda[index] = _above(torch.cuda.max_memory_allocated(device),
+                                       torch.cuda.memory_allocated(device), start)
+        if self.on:
             self._mark(_BACKWARD + str(index))
             self._backward_marks.append(index)
 
     def backward_ended(self) -> None:
-        self.waiting = True
+        # only while measuring: a kernel's cells never start it (tracer.py's forward_memory)
+        self.waiting = self._active
 
     def _mark(self, name: str) -> None:
         with torch.autograd.profiler.record_function(name):
@@ -172,15 +194,17 @@ class ForwardMemory:
     def stop(self, reason: str | None = None) -> None:
         """Every kept pass has begun its backward (or the script ended): the profiler stops."""
         if reason is None:
+            self._active = False
             self.waiting = False  # no forward to look for any more: one check less per op
         for owner, name, value in reversed(self._restore):
             setattr(owner, name, value)
         self._restore.clear()
-        if not self._on:
+        if not self.on:
             return
-        self._on = False
+        self.on = False
         try:
-            self._results = torch.autograd._disable_profiler().events()
+            # summed now, and let go: the events are not kept through the rest of the run
+            self._windows = self._cpu_windows(torch.autograd._disable_profiler().events())
         except Exception as exc:  # noqa: BLE001
             self.unmeasured = f"torch's profiler did not stop cleanly ({type(exc).__name__})"
             return
@@ -194,7 +218,7 @@ class ForwardMemory:
         for index, (peak, held) in self._cuda.items():
             out[index] = {"device": "cuda", "peak_bytes": _bounded(peak),
                           "held_bytes": _bounded(held), "line": self._lines.get(index)}
-        for index, (peak, held) in self._cpu_windows().items():
+        for index, (peak, held) in self._windows.items():
             out.setdefault(index, {"device": "cpu", "peak_bytes": _bounded(peak),
                                    "held_bytes": _bounded(held),
                                    "line": self._lines.get(index)})
@@ -211,41 +235,38 @@ class ForwardMemory:
             elif event["index"] in self._lines and self.unmeasured:
                 event["forward_memory"] = {"unmeasured": self.unmeasured[:300]}
 
-    def _cpu_windows(self) -> dict[int, tuple[int, int]]:
+    def _cpu_windows(self, events: list) -> dict[int, tuple[int, int]]:
         """Sum the CPU allocator's reports in time order; each pass: the most above the sum at
         its forward's start marker, and the sum at its backward's."""
-        if not self._results:
-            return {}
-        timeline: list[tuple[int, int, int]] = []  # (time, order, bytes or -1 forward, -2 back)
+        # (time, 0 forward mark / 1 report / 2 backward mark, position in the record: the
+        # order of reports stamped alike, bytes or the pass index)
+        timeline: list[tuple[int, int, int, int]] = []
         backwards = {_BACKWARD + str(i): i for i in self._backward_marks}
         forwards = {_FORWARD + str(k) for k in self._started}
-        mark_of: dict[int, int] = {}  # timeline position -> pass index (backward marks)
-        for e in self._results:
+        for e in events:
             name = e.name()
             if name == "[memory]":
                 if str(e.device_type()) == "DeviceType.CPU":  # CUDA's own are read apart
-                    timeline.append((e.start_ns(), 1, e.nbytes()))
+                    timeline.append((e.start_ns(), 1, len(timeline), e.nbytes()))
             elif name in forwards:
                 # allocations stamped at the marker's own time are the operation's: after it
-                timeline.append((e.start_ns(), 0, 0))
-            elif name in backwards:
-                mark_of[len(timeline)] = backwards[name]
-                timeline.append((e.start_ns(), 2, 0))  # and at a backward's, the forward's
-        order = sorted(range(len(timeline)), key=lambda k: timeline[k][:2])
+                timeline.append((e.start_ns(), 0, len(timeline), 0))
+            elif name in backwards:  # and at a backward's, the forward's
+                timeline.append((e.start_ns(), 2, len(timeline), backwards[name]))
+        timeline.sort()  # tuples: a C comparison each, no key function called per report
         out: dict[int, tuple[int, int]] = {}
         total = 0
         start: int | None = None
         peak = 0
-        for k in order:
-            _t, kind, size = timeline[k]
+        for _t, kind, _position, value in timeline:
             if kind == 1:
-                total += size
+                total += value
                 if start is not None:
                     peak = max(peak, total)
             elif kind == 0:
                 start, peak = total, total
             elif start is not None:
-                out[mark_of[k]] = (peak - start, total - start)
+                out[value] = (peak - start, total - start)
                 start = None
         return out
 
@@ -260,6 +281,15 @@ def _flat(args):
             yield from a.values()
         else:
             yield a
+
+
+def _above(most: int, now: int, start: int) -> tuple[int, int]:
+    """CUDA's (peak, held) above the forward start's total. The peak is at least 0 (the start
+    was itself a total held) and at least what is held now: a script that resets the peak
+    mid-forward after freeing (`torch.cuda.reset_peak_memory_stats`) leaves its counter below
+    the start, and the peak before that reset is lost."""
+    held = now - start
+    return max(most - start, held, 0), held
 
 
 def _bounded(n: int) -> int:

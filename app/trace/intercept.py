@@ -78,8 +78,11 @@ class _OpMode(TorchFunctionMode):
         for registrar, call in _TENSOR_HOOK_CALLS:
             if func is registrar:
                 args, kwargs = _counted_args(self.recorder, call, args, kwargs)
+        memory = self.recorder.forward_memory
+        if memory.on:  # its profiler's record grows with each: counted, and bounded
+            memory.operation()
         # until a pass's forward begins: is this its first recorded operation?
-        candidate = self.recorder.forward_memory.waiting and \
+        candidate = memory.waiting and \
             self.recorder.before_op((*args, kwargs) if kwargs else args)
         out = func(*args, **kwargs)
         if candidate:

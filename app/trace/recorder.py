@@ -303,6 +303,7 @@ class Recorder:
                                                  create_graph, input_names)
             except Exception as exc:  # noqa: BLE001 - the script must run even if we cannot trace
                 self._internal_error("walking the graph", exc)
+                self.forward_memory.backward_ended()  # began above: the next forward is awaited
                 return run()
             # steps a hook makes during this pass (an optimizer stepped from a post-accumulate
             # hook) are events after it: the pass took its index when it began

@@ -7,7 +7,9 @@ intermediate as it is rebound; a checkpoint frees its region's."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import json
 import subprocess
 import sys
@@ -189,8 +191,6 @@ def test_a_script_that_runs_torchs_profiler_keeps_it(trace_source):
     """One profiler runs at a time: the script's, once it starts one. It sees its own work as
     it would plainly; the passes from then on say they were not measured, and why."""
     namespace: dict = {"__name__": "__main__"}
-    import contextlib
-    import io
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(SCRIPT_PROFILES, "<plain>", "exec"), namespace)  # noqa: S102
@@ -234,20 +234,134 @@ def test_on_cuda_the_numbers_are_torch_cudas_own(trace_source):
     assert 5 * SIZE <= held <= peak  # w * 1.0 and four sins, saved (in 512-byte blocks)
 
 
-def test_a_kernels_cell_is_not_measured():
+def test_a_kernels_cell_is_not_measured(monkeypatch):
     """In a kernel the profiler never saw the earlier cells' tensors allocated: freeing one
     (a variable rebound) would go uncounted, and torch's CPU allocator would warn of it into
-    the notebook. No numbers there, rather than wrong ones."""
+    the notebook. No numbers there, rather than wrong ones: not from a cell's second pass on
+    either, whose forward is not even looked for."""
+    from app.trace.forward_memory import ForwardMemory
     from app.trace.in_namespace import trace_source as trace_in_namespace
 
+    looked = []
+    original = ForwardMemory.forward_op
+
+    def forward_op(self, args):
+        looked.append(len(args))
+        return original(self, args)
+    monkeypatch.setattr(ForwardMemory, "forward_op", forward_op)
     namespace: dict = {}
     earlier = trace_in_namespace(SETUP + GRAD + "loss.backward()\n", namespace)
     again = trace_in_namespace(GRAD + "loss.backward()\n", namespace)  # frees the last h
-    for doc in (earlier, again):
+    three = trace_in_namespace(("w.grad = None\n" + GRAD + "loss.backward()\n") * 3, namespace)
+    for doc in (earlier, again, three):
         assert doc["error"] is None
-        event = next(e for e in doc["events"] if e["kind"] == "backward")
-        assert "forward_memory" not in event
-    assert namespace["w"].grad is not None  # the cells ran, and their passes were recorded
+        passes = [e for e in doc["events"] if e["kind"] == "backward"]
+        assert passes and all("forward_memory" not in e for e in passes)
+    assert len([e for e in three["events"] if e["kind"] == "backward"]) == 3
+    assert looked == []
+    # the cells ran, and their passes were recorded: the last cell's .grad is plain torch's
+    plain: dict = {}
+    exec(compile(SETUP + GRAD + "loss.backward()\n", "<plain>", "exec"), plain)  # noqa: S102
+    assert torch.equal(namespace["w"].grad, plain["w"].grad)
+
+
+MANY = 300  # operations run between two passes (two per line: detach, add)
+BOUNDED = SETUP + GRAD + "loss.backward()\n" + f"""
+for _ in range({MANY // 2}):
+    y = w.detach() + 1
+w.grad = None
+""" + GRAD + """loss.backward()
+print(w.grad.unique().tolist())
+"""
+
+
+def test_past_the_operation_bound_the_profiler_stops(trace_source, monkeypatch):
+    """The profiler's record grows with every operation until the last kept backward: past
+    MAX_OPERATIONS it stops. A pass before then keeps its numbers; one after says why it has
+    none; the script's gradients are plain torch's. The next run counts from zero."""
+    from app.trace import forward_memory
+
+    bound = MANY // 2
+    # the first pass's forward and backward (GRAD: a handful of operations) fit under it
+    assert GRAD.count("\n") + 10 < bound
+    monkeypatch.setattr(forward_memory, "MAX_OPERATIONS", bound)
+    doc = trace_fresh(trace_source, BOUNDED)
+    assert doc["error"] is None, doc["error"]
+    first, second = [e for e in doc["events"] if e["kind"] == "backward"]
+    peak, held = plain_profile(SETUP, GRAD)
+    assert abs(first["forward_memory"]["peak_bytes"] - peak) < SLACK
+    assert abs(first["forward_memory"]["held_bytes"] - held) < SLACK
+    # the loop alone ran MANY operations, twice the bound: no numbers, and the page says why
+    assert list(second["forward_memory"]) == ["unmeasured"]
+    assert f"more than {bound} torch operations" in second["forward_memory"]["unmeasured"]
+    plain: dict = {}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(BOUNDED, "<plain>", "exec"), plain)  # noqa: S102
+    assert doc["stdout"] == out.getvalue()
+    assert len(out.getvalue()) > len("[]\n")  # one value: every element's gradient alike
+    # the next run, under the same bound, is measured from its start
+    again = first_pass(trace_fresh(trace_source, SETUP + GRAD + "loss.backward()\n"))
+    assert abs(again["peak_bytes"] - peak) < SLACK and abs(again["held_bytes"] - held) < SLACK
+
+
+BROKEN_WALK = SETUP + """
+from torch import nn
+
+
+class Hidden(nn.Module):
+    def modules(self):  # the tracer's naming walks every model the script holds: not this one
+        raise RuntimeError("not today")
+
+
+m = Hidden()
+""" + GRAD + "loss.backward()\ndel m, h, loss\nw.grad = None\n" + GRAD + "loss.backward()\n"
+
+
+def test_a_pass_the_tracer_could_not_walk_does_not_end_the_measuring(trace_source):
+    """The first backward cannot be recorded (naming the script's models raised): it runs
+    plainly, unrecorded, and the next pass's forward is still looked for and measured from
+    its own first operation."""
+    doc = trace_fresh(trace_source, BROKEN_WALK)
+    assert doc["error"] is None, doc["error"]
+    passes = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert len(passes) == 1  # the second: the first had no event
+    lines = BROKEN_WALK.splitlines()
+    second_forward = len(lines) - lines[::-1].index("h = w * 1.0")
+    memory = passes[0]["forward_memory"]
+    assert memory["line"] == second_forward
+    peak, held = plain_profile(SETUP, GRAD)
+    assert abs(memory["peak_bytes"] - peak) < SLACK and abs(memory["held_bytes"] - held) < SLACK
+
+
+def test_cudas_peak_is_never_below_zero_or_below_what_is_held():
+    """torch.cuda.reset_peak_memory_stats() mid-forward, after the script freed, leaves the
+    peak counter below the forward start's total: the peak above that start is still at least
+    0 (the start was itself held) and at least what is held at the end."""
+    import jsonschema_rs
+
+    from app.format.schema import load_schema
+    from app.trace.forward_memory import _above
+
+    start, freed_to, then_made = 1000, 200, 300  # bytes, as a script might: free, reset, make
+    most, now = freed_to + then_made, freed_to + then_made
+    peak, held = _above(most, now, start)
+    assert held == now - start == -500
+    assert peak == 0 and peak >= held
+    assert _above(start + 800, start + 300, start) == (800, 300)  # no reset: as read
+
+    def find(node):
+        if isinstance(node, dict):
+            if "forward_memory" in node and "oneOf" in node["forward_memory"]:
+                return node["forward_memory"]
+            return next((f for v in node.values() if (f := find(v)) is not None), None)
+        if isinstance(node, list):
+            return next((f for v in node if (f := find(v)) is not None), None)
+        return None
+    schema = find(load_schema())
+    entry = {"device": "cuda", "peak_bytes": peak, "held_bytes": held, "line": 3}
+    assert jsonschema_rs.validator_for(schema).is_valid(entry)
+    assert not jsonschema_rs.validator_for(schema).is_valid({**entry, "peak_bytes": -500})
 
 
 def test_a_forward_that_begins_with_a_list_of_tensors_starts_there(trace_source):
