@@ -687,39 +687,10 @@ def test_a_phone_following_sees_the_picked_node_and_the_explanation(room):
         assert fix["bottom"] <= sheet["y"] + 1, f"the sheet ({sheet['y']:.0f}) covers the fix"
 
 
-def test_two_quick_steps_leave_the_class_on_the_later_one(room):
-    """A busy server can take two view PUTs in flight at once in either order: the first step's
-    held back here, as a slow answer is, the second must not overtake it. On the old page it
-    did, and the held one, arriving last, put the class back on the earlier step (the
-    students' pages went back to it: the proof's flake, 'say=2' never reached)."""
-    teacher, student, code = presenting(room)
-    page = teacher.page
-    held: list = []
-
-    def first_held(route) -> None:  # the first PUT waits; any later one goes straight through
-        if held:
-            route.continue_()
-        else:
-            held.append(route)
-
-    page.route(f"**/api/classes/{code}/view", first_held)
-    page.keyboard.press("ArrowRight")
-    page.wait_for_function("() => location.search.includes('say=2')")
-    page.wait_for_timeout(300)  # past the page's 40 ms wait: the step's PUT is on its way
-    assert len(held) == 1, "the step was not sent"
-    page.keyboard.press("ArrowRight")
-    page.wait_for_function("() => location.search.includes('say=3')")
-    page.wait_for_timeout(500)
-    held[0].continue_()  # the earlier step's PUT reaches the server last
-    student.page.wait_for_url(re.compile(r".*present=1.*say=3\b.*"))
-    student.page.wait_for_timeout(1500)  # and stays there
-    assert re.search(r"say=3\b", student.page.url), student.page.url
-
-
-def test_steps_taken_while_the_server_is_slow_send_one_view_after_it(room):
-    """While a view PUT is unanswered, steps wait to send the view shown once it is: one PUT
-    waits, not one per step (each of which sent the same view). The first PUT held back, three
-    quick steps (to say=3, back to 2, to 3 again) send one more, with the last view."""
+def first_step_held(room):
+    """A presenter and a student, the teacher's first step (to say=2) taken with its view PUT
+    held back, as a slow server's answer is: (teacher, student, the held PUT's route, the query
+    of every PUT sent). Any later PUT goes straight through."""
     teacher, student, code = presenting(room)
     page = teacher.page
     held: list = []
@@ -737,6 +708,31 @@ def test_steps_taken_while_the_server_is_slow_send_one_view_after_it(room):
     page.wait_for_function("() => location.search.includes('say=2')")
     page.wait_for_timeout(300)  # past the page's 40 ms wait: the step's PUT is on its way
     assert len(held) == 1, "the step was not sent"
+    return teacher, student, held, sent
+
+
+def test_two_quick_steps_leave_the_class_on_the_later_one(room):
+    """A busy server can take two view PUTs in flight at once in either order: the first step's
+    held back here, as a slow answer is, the second must not overtake it. On the old page it
+    did, and the held one, arriving last, put the class back on the earlier step (the
+    students' pages went back to it: the proof's flake, 'say=2' never reached)."""
+    teacher, student, held, _sent = first_step_held(room)
+    page = teacher.page
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => location.search.includes('say=3')")
+    page.wait_for_timeout(500)
+    held[0].continue_()  # the earlier step's PUT reaches the server last
+    student.page.wait_for_url(re.compile(r".*present=1.*say=3\b.*"))
+    student.page.wait_for_timeout(1500)  # and stays there
+    assert re.search(r"say=3\b", student.page.url), student.page.url
+
+
+def test_steps_taken_while_the_server_is_slow_send_one_view_after_it(room):
+    """While a view PUT is unanswered, steps wait to send the view shown once it is: one PUT
+    waits, not one per step (each of which sent the same view). The first PUT held back, three
+    quick steps (to say=3, back to 2, to 3 again) send one more, with the last view."""
+    teacher, student, held, sent = first_step_held(room)
+    page = teacher.page
     for key, say in (("ArrowRight", 3), ("ArrowLeft", 2), ("ArrowRight", 3)):
         page.keyboard.press(key)
         page.wait_for_function(f"() => new URLSearchParams(location.search).get('say') === "
