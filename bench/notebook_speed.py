@@ -30,9 +30,21 @@ Measured again (2026-11-26, load 2.6, best of 5): encoder 2.2x (CPU 2.2x), 0.139
 0.063 s plain; the kernel's step is 0.4x the worker's share. Since then the recorder's own reads
 go past the mode and a weight's edge reuses its use's norm (in process 2.32x -> 2.2x). Not
 safe, so not done: remembering a summary by `_version`. On the CPU, GradScaler.unscale_ and a
-fused Adam write .grad and weights without bumping it (checked with torch 2.13). Left: of a
-pass's 408 interior edges, 251 are views of a storage whose norm was just taken (157 distinct):
-taking it once needs the earlier gradient held, or its memory may be reused by then.
+fused Adam write .grad and weights without bumping it (checked with torch 2.13).
+
+Measured later on 2026-11-26 (load 0.2-0.8, best of 5), after an optimizer's no-grad arithmetic went
+straight past the mode (its Adam step traced alone: 19.7 ms over plain against 21.5): encoder
+2.4x (0.143 s against 0.061), encoder64 1.8x (0.432 against 0.234), MLP 4.2x; the kernel's
+step 0.3-0.4x the worker's share. In process (CPU, best of 12) the encoder's step is 2.2-2.3x
+and the encoder64's 1.5x: the cost is per node, edge and parameter, about 80 ms a step here
+(the kernel's encoder64 forward, timed inside the step, was as in process once the kernel had
+traced a cell; its first traced steps were slower).
+Switched off in process: edge norms 2.0x, summaries 1.9x, both 1.6x, and anomaly mode's
+forward stacks as well 1.5x. Both are at their compute floor (tried and dropped: the
+parameters' summaries grouped by size, their statistics along a dimension of the stack, the
+same numbers in 6.1 ms against 2.2; a pass's gradients held to read their norms together, the
+step 3.7x plain, since the allocator could not reuse their memory). The target needs fewer
+facts per pass or hooks written in C++.
 """
 
 from __future__ import annotations
@@ -71,6 +83,11 @@ opt = torch.optim.Adam(list(model.parameters()) + list(head.parameters()), lr=1e
 x, y = torch.randn(16, 32, 128), torch.randint(0, 10, (16,))
 """,
 }
+# the same encoder on four times the batch: the tracer's cost per step is mostly per node,
+# edge and parameter, not per number computed, so its ratio to plain falls as the batch grows
+# (context for the target, which is the 16-batch step's)
+MODELS["encoder64"] = MODELS["encoder"].replace("torch.randn(16,", "torch.randn(64,") \
+    .replace("(16,))", "(64,))")
 STEPS = {
     "mlp": """\
 opt.zero_grad()
@@ -85,6 +102,7 @@ loss.backward()
 opt.step()
 """,
 }
+STEPS["encoder64"] = STEPS["encoder"]
 
 # run in the kernel: plain and traced in turn, best of each, wall and CPU
 IN_KERNEL = """\
@@ -173,7 +191,7 @@ def _cell_to_picture(kernel: Kernel, setup: str, step: str, repeat: int) -> dict
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", default="", help="comma-separated: mlp, encoder")
+    parser.add_argument("--only", default="", help="comma-separated: mlp, encoder, encoder64")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads in the kernel and the worker (default 1: on a "
                         "shared machine, torch's threads spin against the load and plain "
