@@ -305,6 +305,34 @@ def test_past_the_operation_bound_the_profiler_stops(trace_source, monkeypatch):
     assert abs(again["peak_bytes"] - peak) < SLACK and abs(again["held_bytes"] - held) < SLACK
 
 
+STEPS = 15  # Adam steps between two passes: each is about 13 operations of its own arithmetic
+# (no graph: the mode hands them straight to torch) and a few reads of .grad (noted as ever)
+STEPPED = SETUP + GRAD + "loss.backward()\n" + f"""
+opt = torch.optim.Adam([w], lr=1e-3, foreach=False)
+for _ in range({STEPS}):
+    opt.step()
+w.grad = None
+""" + GRAD + "loss.backward()\n"
+
+
+def test_an_optimizer_s_own_arithmetic_counts_toward_the_operation_bound(trace_source,
+                                                                       monkeypatch):
+    """Between two passes, 15 Adam steps: their reads of .grad alone (about 5 a step) stay under
+    the bound, their arithmetic takes them past it. Each of the script's operations grows the
+    profiler's record, an optimizer's too: the second pass says why it has no numbers."""
+    from app.trace import forward_memory
+
+    bound = MANY // 2
+    assert 5 * STEPS + GRAD.count("\n") + 10 < bound < 13 * STEPS
+    monkeypatch.setattr(forward_memory, "MAX_OPERATIONS", bound)
+    doc = trace_fresh(trace_source, STEPPED)
+    assert doc["error"] is None, doc["error"]
+    first, second = [e for e in doc["events"] if e["kind"] == "backward"]
+    assert "peak_bytes" in first["forward_memory"]
+    assert list(second["forward_memory"]) == ["unmeasured"]
+    assert f"more than {bound} torch operations" in second["forward_memory"]["unmeasured"]
+
+
 BROKEN_WALK = SETUP + """
 from torch import nn
 
