@@ -102,19 +102,27 @@ class StepCopies:
         group = self.groups[group_index]
         with torch.no_grad():
             expected = _rule(self.kind, group, before, grad, state)
-            if not torch.isfinite(expected).all() and torch.isfinite(p).all():
-                return {"rule": self.kind, "unchecked": "cannot_apply"}
             after = p.detach().to("cpu", torch.float64)
+            expected_finite = bool(torch.isfinite(expected).all())
+            if not expected_finite and torch.isfinite(after).all():
+                return {"rule": self.kind, "unchecked": "cannot_apply"}
             observed = after - before
             wanted = expected - before
-            # NaN where both are NaN is no difference; NaN on one side only is one
-            gap = (after - expected).abs().masked_fill(after.isnan() & expected.isnan(), 0.0)
-            difference = gap.max().item() if gap.numel() else 0.0
-            difference = math.inf if math.isnan(difference) else difference
-            finite = [t.nan_to_num(0.0, 0.0, 0.0).abs() for t in (observed, wanted, before)]
-            scale = max((t.max().item() for t in finite[:2] if t.numel()), default=0.0)
+            # the largest absolute values, one pass each (vector_norm's inf). Where every one
+            # is finite they are the numbers the NaN-aware reading below gives
+            difference = _largest(after - expected) if expected_finite else math.nan
+            scale = max(_largest(observed), _largest(wanted))
+            size = _largest(before)
+            if not all(math.isfinite(x) for x in (difference, scale, size)):
+                # NaN where both are NaN is no difference; NaN on one side only is one
+                gap = (after - expected).abs().masked_fill(after.isnan() & expected.isnan(),
+                                                           0.0)
+                difference = gap.max().item() if gap.numel() else 0.0
+                difference = math.inf if math.isnan(difference) else difference
+                finite = [t.nan_to_num(0.0, 0.0, 0.0) for t in (observed, wanted, before)]
+                scale = max(_largest(finite[0]), _largest(finite[1]))
+                size = _largest(finite[2])
         # float32 weights round each step: a relative tolerance, and a floor for tiny steps
-        size = finite[2].max().item() if finite[2].numel() else 0.0
         # the weights' own rounding: a float32 step is exact to ~1e-7 of the weight, a bfloat16
         # one to ~1e-2 (the rule is computed in float64)
         grain = max(1e-6, 8 * torch.finfo(p.dtype).eps) if p.is_floating_point() else 1e-6
@@ -194,14 +202,21 @@ def _rule(kind: str, group: dict, p: torch.Tensor, grad: torch.Tensor,
     elif weight_decay:
         g = g + weight_decay * p
     step = float(_plain(state.get("step", 0.0)) or 0.0) + 1
-    m = state.get("exp_avg", torch.zeros_like(p))
-    v = state.get("exp_avg_sq", torch.zeros_like(p))
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
+    # the state's copies are this check's own, read once: written in place, each operation
+    # in the order (and with the rounding) of the rule as written out, with fewer temporaries
+    m = state["exp_avg"] if "exp_avg" in state else torch.zeros_like(p)
+    v = state["exp_avg_sq"] if "exp_avg_sq" in state else torch.zeros_like(p)
+    m.mul_(beta1).add_((1 - beta1) * g)  # beta1 * m + (1 - beta1) * g
+    v.mul_(beta2).add_((1 - beta2) * g * g)  # beta2 * v + (1 - beta2) * g * g
     if group.get("amsgrad"):
         v = torch.maximum(state.get("max_exp_avg_sq", torch.zeros_like(p)), v)
-    denom = v.sqrt() / math.sqrt(1 - beta2 ** step) + eps
-    return p - (lr / (1 - beta1 ** step)) * m / denom
+    denom = v.sqrt_().div_(math.sqrt(1 - beta2 ** step)).add_(eps)
+    return p - m.mul_(lr / (1 - beta1 ** step)).div_(denom)  # p - (lr / bc1) * m / denom
+
+
+def _largest(t: torch.Tensor) -> float:
+    """The largest absolute value in `t` (0 for an empty one); NaN if it holds one."""
+    return float(torch.linalg.vector_norm(t, ord=math.inf)) if t.numel() else 0.0
 
 
 def _finite(value: float) -> float | None:

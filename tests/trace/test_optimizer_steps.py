@@ -108,18 +108,20 @@ def test_adams_first_step_moves_each_weight_by_about_lr(trace_source):
                                                          rel=1e-3)
 
 
-def test_a_step_that_is_not_the_rule_is_said_to_differ(trace_source):
+@pytest.mark.parametrize(("cls", "kwargs"), [("SGD", "lr=0.1"), ("Adam", "lr=0.01")])
+def test_a_step_that_is_not_the_rule_is_said_to_differ(trace_source, cls, kwargs):
     """A hook after the step moves the weights again: the check must say the change is not
     the rule's (a check that cannot fail would prove nothing)."""
     hook = ("_ = None\n"
             "def nudge(optimizer, args, kwargs):\n"
             "    with torch.no_grad():\n"
             "        w.add_(0.5)\n")
-    code = SCRIPT.format(cls="SGD", kwargs="lr=0.1", hook=hook).replace(
+    code = SCRIPT.format(cls=cls, kwargs=kwargs, hook=hook).replace(
         "for _ in range(3):", "opt.register_step_post_hook(nudge)\nfor _ in range(3):")
-    change = steps_of(trace_source(code))[0]["params"]["w"]
-    assert change["check"]["matches"] is False
-    assert change["check"]["largest_difference"] == pytest.approx(0.5, rel=1e-3)
+    for step in steps_of(trace_source(code)):  # Adam's second and third from its state too
+        check = step["params"]["w"]["check"]
+        assert check["matches"] is False
+        assert check["largest_difference"] == pytest.approx(0.5, rel=1e-3)
 
 
 def test_an_optimizer_without_a_rule_here_keeps_its_settings_and_is_not_checked(trace_source):
