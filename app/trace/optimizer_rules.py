@@ -103,17 +103,17 @@ class StepCopies:
         with torch.no_grad():
             expected = _rule(self.kind, group, before, grad, state)
             after = p.detach().to("cpu", torch.float64)
-            expected_finite = bool(torch.isfinite(expected).all())
-            if not expected_finite and torch.isfinite(after).all():
-                return {"rule": self.kind, "unchecked": "cannot_apply"}
             observed = after - before
             wanted = expected - before
-            # the largest absolute values, one pass each (vector_norm's inf). Where every one
-            # is finite they are the numbers the NaN-aware reading below gives
-            difference = _largest(after - expected) if expected_finite else math.nan
+            # the usual step: the largest absolute values, one pass each (vector_norm's inf).
+            # A NaN or infinity on either side makes `difference` one too; where every one of
+            # these is finite, they are the numbers the NaN-aware reading below gives
+            difference = _largest(after - expected)
             scale = max(_largest(observed), _largest(wanted))
             size = _largest(before)
             if not all(math.isfinite(x) for x in (difference, scale, size)):
+                if not torch.isfinite(expected).all() and torch.isfinite(after).all():
+                    return {"rule": self.kind, "unchecked": "cannot_apply"}
                 # NaN where both are NaN is no difference; NaN on one side only is one
                 gap = (after - expected).abs().masked_fill(after.isnan() & expected.isnan(),
                                                            0.0)
