@@ -45,6 +45,11 @@ parameters' summaries grouped by size, their statistics along a dimension of the
 same numbers in 6.1 ms against 2.2; a pass's gradients held to read their norms together, the
 step 3.7x plain, since the allocator could not reuse their memory). The target needs fewer
 facts per pass or hooks written in C++.
+
+Then a step's check of the optimizer's rule (the MLP's steps are checked; the encoder's, past
+CHECK_MAX_NUMEL, are not) read its largest differences in one pass each and ran Adam's rule
+in place on its own copies: MLP 4.2x -> 3.1x (0.076 s -> 0.046, plain 0.015), encoder 2.2x
+(0.139 s against 0.063), best of 5, load under 1.
 """
 
 from __future__ import annotations
