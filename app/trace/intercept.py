@@ -81,20 +81,18 @@ class _OpMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if torch.compiler.is_compiling():  # dynamo traces this mode: it adds nothing there
             return func(*args, **kwargs)
+        memory = self.recorder.forward_memory
+        if memory.on:  # its profiler's record grows with each: counted, and bounded
+            memory.operation()
         if self.recorder._in_step and not torch.is_grad_enabled() and \
                 getattr(func, "__name__", "") not in _NOTED_IN_STEP:
             # an optimizer's own arithmetic (1,000 of an encoder step's 1,650 operations):
             # with no graph made and the step's no_grad not the script's, after_op notes
-            # nothing of it; only the profiler's bound counts it
-            if self.recorder.forward_memory.on:
-                self.recorder.forward_memory.operation()
+            # nothing of it (counted above all the same)
             return func(*args, **kwargs)
         for registrar, call in _TENSOR_HOOK_CALLS:
             if func is registrar:
                 args, kwargs = _counted_args(self.recorder, call, args, kwargs)
-        memory = self.recorder.forward_memory
-        if memory.on:  # its profiler's record grows with each: counted, and bounded
-            memory.operation()
         # until a pass's forward begins: is this its first recorded operation?
         candidate = memory.waiting and \
             self.recorder.before_op((*args, kwargs) if kwargs else args)
